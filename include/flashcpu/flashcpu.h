@@ -1,0 +1,258 @@
+/*
+ * flashcpu: exact attention (FlashAttention) on multicore CPUs.
+ *
+ *   O = softmax(Q K^T * scale  [softcap]  [+ additive mask]  [masks]) V
+ *
+ * One call, flashcpu_attention(), computes attention for a batch of
+ * sequences with any mix of the options below. The library never forms the
+ * L x S score matrix: it tiles Q and K/V and uses an online softmax, with
+ * float32 accumulation whatever the storage dtype.
+ *
+ * Conventions (the semantics every kernel and ISA keeps):
+ *
+ *  - Tensors are views (flashcpu_tensor): data, dtype, dims in the order
+ *    [batch, seq, heads, head_dim] and a stride per dim counted in elements.
+ *    head_dim must be contiguous (stride 1); the other strides are free and
+ *    non-negative, which covers BSHD, BHSD and KV caches allocated for more
+ *    rows than are filled.
+ *      q   [B, L, Hq,  D]     k [B, S, Hkv, D]     v [B, S, Hkv, Dv]
+ *      out [B, L, Hq,  Dv]    lse (optional) float32 [B, Hq, L], contiguous
+ *  - dtypes: f32, f16 and bf16 for each of q, k, v, out independently.
+ *  - scale: 0 means 1/sqrt(D).
+ *  - GQA: Hq must be a multiple of Hkv; query head h reads kv head
+ *    h / (Hq / Hkv). Hkv == 1 is MQA, Hkv == Hq is MHA.
+ *  - kv lengths: S is the capacity of the K/V views. With kv_lengths given,
+ *    batch b uses only its first kv_lengths[b] rows (0 <= len <= S), and
+ *    every mask below is aligned to that length. Without it every batch uses S.
+ *    Below, S_b is the length batch b uses.
+ *  - Causal is aligned bottom-right: query row i sees key j when
+ *    j <= i + (S_b - L). Rows with i + (S_b - L) < 0 see nothing.
+ *  - Sliding window (left, right), inclusive, -1 meaning unbounded: query row
+ *    i at position p = i + (S_b - L) sees key j when
+ *    p - left <= j <= p + right. Window (0, 0) sees only the key at p.
+ *  - Softcap (cap > 0): the scaled score x becomes cap * tanh(x / cap)
+ *    before the additive mask and before any mask hides a key.
+ *  - Tree mask (speculative decoding): packed bits over the newest
+ *    num_keys keys of each batch. Key j >= S_b - num_keys is visible to query
+ *    row i only if bit (j - (S_b - num_keys)) of row i is set; older keys are
+ *    not affected by the tree mask.
+ *  - Additive mask: float32 values added to the (softcapped) score of every
+ *    (batch, q head, query row, key) through four strides; a stride of 0
+ *    broadcasts. -INFINITY hides a key.
+ *  - Every mask combines with the others: a key is visible when every given
+ *    mask lets it through.
+ *  - A row that sees no key (fully masked, or S_b == 0) gets output 0 and
+ *    log-sum-exp -INFINITY, never NaN.
+ *  - NaN in the data a row reads (its q row, visible k and v rows, its mask
+ *    values) propagates to that row's output and log-sum-exp.
+ *  - lse is the natural-log log-sum-exp of the row's final scores (after
+ *    scale, softcap and the additive mask).
+ *  - Determinism: for the same inputs, shapes, dtypes, build and ISA the
+ *    output bytes do not depend on the thread count or the schedule.
+ *
+ * Errors: every function returns a flashcpu_status. On any error nothing is
+ * written to out or lse, and flashcpu_last_error(ctx) gives a readable
+ * message. Nothing in the library aborts.
+ *
+ * Threads: a context is not safe to use from two threads at once; use one
+ * context per calling thread. Different contexts are independent.
+ */
+#ifndef FLASHCPU_FLASHCPU_H
+#define FLASHCPU_FLASHCPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLASHCPU_VERSION_MAJOR 0
+#define FLASHCPU_VERSION_MINOR 1
+#define FLASHCPU_VERSION_PATCH 0
+#define FLASHCPU_VERSION_STRING "0.1.0"
+/* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with flashcpu_version(). */
+#define FLASHCPU_VERSION                                                       \
+  (FLASHCPU_VERSION_MAJOR * 10000 + FLASHCPU_VERSION_MINOR * 100 +             \
+   FLASHCPU_VERSION_PATCH)
+
+/* Symbols are hidden by default; FLASHCPU_API marks the public ones.
+ * Define FLASHCPU_STATIC when linking the static library on Windows. */
+#if defined(_WIN32) && !defined(FLASHCPU_STATIC)
+#if defined(FLASHCPU_BUILDING)
+#define FLASHCPU_API __declspec(dllexport)
+#else
+#define FLASHCPU_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) || defined(__clang__)
+#define FLASHCPU_API __attribute__((visibility("default")))
+#else
+#define FLASHCPU_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+/* The library's version as MAJOR * 10000 + MINOR * 100 + PATCH. */
+FLASHCPU_API int flashcpu_version(void);
+/* The library's version as "MAJOR.MINOR.PATCH". */
+FLASHCPU_API const char *flashcpu_version_string(void);
+
+/* ----------------------------------------------------------------- status */
+
+/* Values are fixed: they will not be renumbered. */
+typedef enum flashcpu_status {
+  FLASHCPU_OK = 0,
+  FLASHCPU_ERROR_NULL_POINTER = 1,     /* a required pointer is NULL */
+  FLASHCPU_ERROR_INVALID_ARGUMENT = 2, /* a value out of its allowed range */
+  FLASHCPU_ERROR_SHAPE_MISMATCH = 3,   /* dims of tensors disagree */
+  FLASHCPU_ERROR_BAD_LAYOUT = 4,       /* strides: head_dim not contiguous,
+                                          negative, or out aliasing */
+  FLASHCPU_ERROR_OVERLAP = 5,          /* out or lse overlaps an input */
+  FLASHCPU_ERROR_UNSUPPORTED_DTYPE = 6,/* dtype value not in flashcpu_dtype */
+  FLASHCPU_ERROR_SIZE_OVERFLOW = 7,    /* an extent does not fit int64 */
+  FLASHCPU_ERROR_OUT_OF_MEMORY = 8,    /* an allocation failed */
+  FLASHCPU_ERROR_INTERNAL = 9          /* a bug in flashcpu: please report */
+} flashcpu_status;
+
+/* The enumerator's name without the prefix, e.g. "OK", "NULL_POINTER";
+ * "UNKNOWN_STATUS" for a value outside the enum. Never NULL. */
+FLASHCPU_API const char *flashcpu_status_name(flashcpu_status status);
+
+/* ---------------------------------------------------------------- context */
+
+typedef struct flashcpu_context flashcpu_context;
+
+typedef struct flashcpu_context_options {
+  /* sizeof(flashcpu_context_options) as the caller compiled it; set by
+   * flashcpu_context_options_init. Lets later versions add fields. */
+  size_t struct_size;
+  /* Worker threads for each call. 0: OMP_NUM_THREADS if set, else one
+   * thread per core the process may run on (not per hyperthread). */
+  int num_threads;
+} flashcpu_context_options;
+
+/* Fills *options with the defaults. */
+FLASHCPU_API void
+flashcpu_context_options_init(flashcpu_context_options *options);
+
+/* Creates a context. options may be NULL for the defaults. On error *ctx is
+ * set to NULL and flashcpu_last_error(NULL) describes the failure. */
+FLASHCPU_API flashcpu_status
+flashcpu_context_create(const flashcpu_context_options *options,
+                        flashcpu_context **ctx);
+
+/* Frees the context. NULL is accepted and ignored. */
+FLASHCPU_API void flashcpu_context_destroy(flashcpu_context *ctx);
+
+/* Threads a call on this context uses. */
+FLASHCPU_API int flashcpu_context_num_threads(const flashcpu_context *ctx);
+
+/* The message of the last failed call on ctx ("" after a successful call).
+ * With ctx NULL: the last failure on this thread of a call that had no
+ * usable context (flashcpu_context_create, or a call passed ctx == NULL).
+ * The string stays valid until the next call on the same context / thread. */
+FLASHCPU_API const char *flashcpu_last_error(const flashcpu_context *ctx);
+
+/* ---------------------------------------------------------------- tensors */
+
+/* Values are fixed. */
+typedef enum flashcpu_dtype {
+  FLASHCPU_DTYPE_F32 = 0,
+  FLASHCPU_DTYPE_F16 = 1, /* IEEE binary16 */
+  FLASHCPU_DTYPE_BF16 = 2 /* bfloat16 */
+} flashcpu_dtype;
+
+/* "f32", "f16", "bf16"; "unknown" otherwise. */
+FLASHCPU_API const char *flashcpu_dtype_name(flashcpu_dtype dtype);
+/* Bytes per element; 0 for an unknown dtype. */
+FLASHCPU_API size_t flashcpu_dtype_size(flashcpu_dtype dtype);
+
+enum { FLASHCPU_DIM_BATCH = 0, FLASHCPU_DIM_SEQ = 1, FLASHCPU_DIM_HEADS = 2,
+       FLASHCPU_DIM_HEAD_DIM = 3 };
+
+typedef struct flashcpu_tensor {
+  void *data;            /* inputs are only read */
+  flashcpu_dtype dtype;
+  int64_t dims[4];       /* [batch, seq, heads, head_dim] */
+  int64_t strides[4];    /* in elements; strides[3] must be 1 */
+} flashcpu_tensor;
+
+/* A view of a contiguous [batch, seq, heads, head_dim] buffer (BSHD). */
+FLASHCPU_API flashcpu_tensor flashcpu_tensor_bshd(void *data,
+                                                  flashcpu_dtype dtype,
+                                                  int64_t batch, int64_t seq,
+                                                  int64_t heads,
+                                                  int64_t head_dim);
+/* A view of a contiguous [batch, heads, seq, head_dim] buffer (BHSD). */
+FLASHCPU_API flashcpu_tensor flashcpu_tensor_bhsd(void *data,
+                                                  flashcpu_dtype dtype,
+                                                  int64_t batch, int64_t heads,
+                                                  int64_t seq,
+                                                  int64_t head_dim);
+
+/* ------------------------------------------------------------------ masks */
+
+/* Tree mask over the newest num_keys keys (see the conventions above).
+ * Bit t of query row i of batch b is bit (t % 64) of word
+ *   bits[b * batch_stride + i * row_stride + t / 64].
+ * It needs at least L rows (num_rows >= L), 1 <= num_keys <= S_b for every
+ * batch, row_stride >= ceil(num_keys / 64); batch_stride 0 shares one mask
+ * across the batch. All query heads share the mask. */
+typedef struct flashcpu_tree_mask {
+  const uint64_t *bits;
+  int64_t num_rows;     /* query rows the mask describes */
+  int64_t num_keys;     /* newest keys it covers */
+  int64_t row_stride;   /* in 64-bit words */
+  int64_t batch_stride; /* in 64-bit words; 0 to broadcast */
+} flashcpu_tree_mask;
+
+/* Additive float32 mask: the value for (batch b, q head h, query row i,
+ * key j) is data[b*strides[0] + h*strides[1] + i*strides[2] + j*strides[3]]
+ * for 0 <= j < S_b. Strides are in elements, non-negative, 0 broadcasts.
+ * The caller guarantees the buffer covers [B, Hq, L, S] through them. */
+typedef struct flashcpu_additive_mask {
+  const float *data;
+  int64_t strides[4]; /* [batch, q head, query row, key] */
+} flashcpu_additive_mask;
+
+/* ---------------------------------------------------------------- options */
+
+/* Flag bits for flashcpu_attention_params.flags. Unknown bits are an error. */
+#define FLASHCPU_FLAG_CAUSAL 0x1u
+
+typedef struct flashcpu_attention_params {
+  /* sizeof(flashcpu_attention_params) as the caller compiled it; set by
+   * flashcpu_attention_params_init. */
+  size_t struct_size;
+  float scale;             /* 0: 1/sqrt(D); must be finite */
+  uint32_t flags;          /* FLASHCPU_FLAG_* */
+  int64_t window_left;     /* -1: unbounded (default) */
+  int64_t window_right;    /* -1: unbounded (default) */
+  float softcap;           /* 0: off (default); else > 0 */
+  const flashcpu_tree_mask *tree_mask;         /* NULL: none */
+  const flashcpu_additive_mask *additive_mask; /* NULL: none */
+  const int64_t *kv_lengths; /* NULL, or B lengths, each in [0, S] */
+} flashcpu_attention_params;
+
+/* Fills *params with the defaults: scale 0, no flags, window (-1, -1),
+ * no softcap, no masks, no kv lengths. */
+FLASHCPU_API void
+flashcpu_attention_params_init(flashcpu_attention_params *params);
+
+/* -------------------------------------------------------------- attention */
+
+/* Computes attention into out (and lse when it is not NULL).
+ * params may be NULL for the defaults (plain, non-causal attention).
+ * out and lse must not overlap any input, each other, or themselves.
+ * Returns FLASHCPU_OK, or an error status with nothing written. */
+FLASHCPU_API flashcpu_status
+flashcpu_attention(flashcpu_context *ctx, const flashcpu_tensor *q,
+                   const flashcpu_tensor *k, const flashcpu_tensor *v,
+                   const flashcpu_tensor *out, float *lse,
+                   const flashcpu_attention_params *params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLASHCPU_FLASHCPU_H */

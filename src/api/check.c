@@ -1,0 +1,362 @@
+/* Argument checking for flashcpu_attention: every malformed call gets a
+ * status and a message naming the argument, and nothing is written. */
+#include "api/check.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "api/errors.h"
+
+#define CALL "flashcpu_attention"
+
+static const char *const dim_names[4] = {"batch", "seq", "heads", "head_dim"};
+
+/* A byte span [begin, end) that a view or buffer may touch. */
+typedef struct byte_span {
+  uintptr_t begin, end;
+} byte_span;
+
+static bool spans_overlap(byte_span a, byte_span b) {
+  return a.begin < a.end && b.begin < b.end && a.begin < b.end &&
+         b.begin < a.end;
+}
+
+/* Highest element offset reached through dims/strides plus one, times the
+ * element size, as a byte span from data. False on int64 overflow. */
+static bool span_of(const void *data, const int64_t *dims,
+                    const int64_t *strides, int count, int64_t element_size,
+                    byte_span *span) {
+  int64_t last = 0;
+  for (int d = 0; d < count; d++) {
+    int64_t reach;
+    if (dims[d] == 0) { /* empty: touches nothing */
+      span->begin = span->end = (uintptr_t)data;
+      return true;
+    }
+    if (__builtin_mul_overflow(dims[d] - 1, strides[d], &reach) ||
+        __builtin_add_overflow(last, reach, &last))
+      return false;
+  }
+  int64_t bytes;
+  if (__builtin_add_overflow(last, 1, &last) ||
+      __builtin_mul_overflow(last, element_size, &bytes))
+    return false;
+  uintptr_t begin = (uintptr_t)data;
+  if (begin + (uintptr_t)bytes < begin) return false;
+  span->begin = begin;
+  span->end = begin + (uintptr_t)bytes;
+  return true;
+}
+
+static flashcpu_status check_tensor(flashcpu_context *ctx,
+                                    const flashcpu_tensor *t, const char *name,
+                                    int64_t min_seq, byte_span *span) {
+  if (!t) return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, CALL ": %s is NULL", name);
+  if (!t->data)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, CALL ": %s->data is NULL",
+                   name);
+  size_t element_size = flashcpu_dtype_size(t->dtype);
+  if (element_size == 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_UNSUPPORTED_DTYPE,
+                   CALL ": %s->dtype is %d; expected FLASHCPU_DTYPE_F32 (0), "
+                   "F16 (1) or BF16 (2)",
+                   name, (int)t->dtype);
+  for (int d = 0; d < 4; d++) {
+    int64_t minimum = d == FLASHCPU_DIM_SEQ ? min_seq : 1;
+    if (t->dims[d] < minimum)
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": %s->dims[%d] (%s) is %lld; it must be >= %lld",
+                     name, d, dim_names[d], (long long)t->dims[d],
+                     (long long)minimum);
+  }
+  if (t->strides[3] != 1)
+    return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                   CALL ": %s->strides[3] is %lld; head_dim must be contiguous "
+                   "(stride 1)",
+                   name, (long long)t->strides[3]);
+  for (int d = 0; d < 3; d++)
+    if (t->strides[d] < 0)
+      return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                     CALL ": %s->strides[%d] (%s) is %lld; strides must be "
+                     "non-negative",
+                     name, d, dim_names[d], (long long)t->strides[d]);
+  if (!span_of(t->data, t->dims, t->strides, 4, (int64_t)element_size, span))
+    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                   CALL ": %s's dims and strides reach past the int64 / address "
+                   "range",
+                   name);
+  return FLASHCPU_OK;
+}
+
+/* Distinct (batch, seq, heads) indices of out must map to distinct rows:
+ * sorted by stride, each dim must step over everything inside it. */
+static bool output_rows_distinct(const flashcpu_tensor *out) {
+  int order[3] = {0, 1, 2};
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++)
+      if (out->strides[order[j]] < out->strides[order[i]]) {
+        int swap = order[i];
+        order[i] = order[j];
+        order[j] = swap;
+      }
+  int64_t inner_extent = out->dims[3]; /* elements one head row spans */
+  for (int i = 0; i < 3; i++) {
+    int d = order[i];
+    if (out->dims[d] == 1) continue;
+    if (out->strides[d] < inner_extent) return false;
+    inner_extent = out->strides[d] * (out->dims[d] - 1) + inner_extent;
+  }
+  return true;
+}
+
+static flashcpu_status check_shapes(flashcpu_context *ctx,
+                                    const flashcpu_tensor *q,
+                                    const flashcpu_tensor *k,
+                                    const flashcpu_tensor *v,
+                                    const flashcpu_tensor *out) {
+  struct {
+    const flashcpu_tensor *a, *b;
+    int dim_a, dim_b;
+    const char *what;
+  } const rules[] = {
+      {q, k, 0, 0, "k's batch must equal q's"},
+      {q, v, 0, 0, "v's batch must equal q's"},
+      {q, out, 0, 0, "out's batch must equal q's"},
+      {k, v, 1, 1, "v's seq (kv rows) must equal k's"},
+      {k, v, 2, 2, "v's heads must equal k's"},
+      {q, k, 3, 3, "k's head_dim must equal q's"},
+      {q, out, 1, 1, "out's seq must equal q's"},
+      {q, out, 2, 2, "out's heads must equal q's"},
+      {v, out, 3, 3, "out's head_dim must equal v's"},
+  };
+  for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+    int64_t a = rules[r].a->dims[rules[r].dim_a];
+    int64_t b = rules[r].b->dims[rules[r].dim_b];
+    if (a != b)
+      return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
+                     CALL ": %s (got %lld, expected %lld)", rules[r].what,
+                     (long long)b, (long long)a);
+  }
+  if (q->dims[2] % k->dims[2] != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
+                   CALL ": q heads (%lld) must be a multiple of k/v heads "
+                   "(%lld) for GQA",
+                   (long long)q->dims[2], (long long)k->dims[2]);
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_params(flashcpu_context *ctx,
+                                    const flashcpu_attention_params *params) {
+  if (params->struct_size != sizeof(flashcpu_attention_params))
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": params->struct_size is %zu, expected %zu (call "
+                   "flashcpu_attention_params_init first)",
+                   params->struct_size, sizeof(flashcpu_attention_params));
+  if (params->flags & ~FLASHCPU_FLAG_CAUSAL)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": params->flags has unknown bits 0x%x (known: "
+                   "FLASHCPU_FLAG_CAUSAL = 0x1)",
+                   (unsigned)(params->flags & ~FLASHCPU_FLAG_CAUSAL));
+  if (!isfinite(params->scale))
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": params->scale is not finite");
+  if (!isfinite(params->softcap) || params->softcap < 0.0f)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": params->softcap is %g; it must be 0 (off) or a "
+                   "positive finite value",
+                   (double)params->softcap);
+  if (params->window_left < -1 || params->window_right < -1)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": window (%lld, %lld): each side must be -1 "
+                   "(unbounded) or >= 0",
+                   (long long)params->window_left,
+                   (long long)params->window_right);
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_kv_lengths(flashcpu_context *ctx,
+                                        const int64_t *kv_lengths,
+                                        int64_t batch, int64_t capacity) {
+  for (int64_t b = 0; b < batch; b++)
+    if (kv_lengths[b] < 0 || kv_lengths[b] > capacity)
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": kv_lengths[%lld] is %lld; it must be in [0, %lld] "
+                     "(the rows k and v hold)",
+                     (long long)b, (long long)kv_lengths[b],
+                     (long long)capacity);
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_tree(flashcpu_context *ctx,
+                                  const flashcpu_tree_mask *tree,
+                                  const fc_problem *p, byte_span *span) {
+  if (!tree->bits)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
+                   CALL ": params->tree_mask->bits is NULL");
+  if (tree->num_rows < p->q_len)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": the tree mask has %lld rows but q has %lld rows",
+                   (long long)tree->num_rows, (long long)p->q_len);
+  if (tree->num_keys < 1)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": tree_mask->num_keys is %lld; it must be >= 1",
+                   (long long)tree->num_keys);
+  for (int64_t b = 0; b < p->batch; b++)
+    if (tree->num_keys > fc_problem_kv_length(p, b))
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": the tree mask covers %lld keys but batch %lld has "
+                     "only %lld",
+                     (long long)tree->num_keys, (long long)b,
+                     (long long)fc_problem_kv_length(p, b));
+  int64_t words = (tree->num_keys + 63) / 64;
+  if (tree->row_stride < words)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": tree_mask->row_stride is %lld words; %lld keys need "
+                   "at least %lld",
+                   (long long)tree->row_stride, (long long)tree->num_keys,
+                   (long long)words);
+  if (tree->batch_stride < 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": tree_mask->batch_stride is %lld; it must be >= 0",
+                   (long long)tree->batch_stride);
+  int64_t dims[3] = {p->batch, p->q_len, words};
+  int64_t strides[3] = {tree->batch_stride, tree->row_stride, 1};
+  if (!span_of(tree->bits, dims, strides, 3, 8, span))
+    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                   CALL ": the tree mask's strides reach past the int64 range");
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_additive(flashcpu_context *ctx,
+                                      const flashcpu_additive_mask *mask,
+                                      const fc_problem *p, byte_span *span) {
+  if (!mask->data)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
+                   CALL ": params->additive_mask->data is NULL");
+  for (int d = 0; d < 4; d++)
+    if (mask->strides[d] < 0)
+      return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                     CALL ": additive_mask->strides[%d] is %lld; strides must "
+                     "be non-negative (0 broadcasts)",
+                     d, (long long)mask->strides[d]);
+  int64_t dims[4] = {p->batch, p->q_heads, p->q_len, p->kv_capacity};
+  if (!span_of(mask->data, dims, mask->strides, 4, 4, span))
+    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                   CALL ": the additive mask's strides reach past the int64 "
+                   "range");
+  return FLASHCPU_OK;
+}
+
+static void fill_view(const flashcpu_tensor *t, fc_view *view) {
+  view->data = (const char *)t->data;
+  view->dtype = t->dtype;
+  view->element_size = (int64_t)flashcpu_dtype_size(t->dtype);
+  memcpy(view->strides, t->strides, sizeof view->strides);
+}
+
+flashcpu_status fc_check_attention(flashcpu_context *ctx,
+                                   const flashcpu_tensor *q,
+                                   const flashcpu_tensor *k,
+                                   const flashcpu_tensor *v,
+                                   const flashcpu_tensor *out, float *lse,
+                                   const flashcpu_attention_params *params,
+                                   fc_problem *problem) {
+  flashcpu_status status;
+  if (!ctx)
+    return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
+
+  flashcpu_attention_params defaults;
+  flashcpu_attention_params_init(&defaults);
+  if (!params) params = &defaults;
+  if ((status = check_params(ctx, params)) != FLASHCPU_OK) return status;
+
+  byte_span q_span, k_span, v_span, out_span;
+  if ((status = check_tensor(ctx, q, "q", 1, &q_span)) ||
+      (status = check_tensor(ctx, k, "k", 0, &k_span)) ||
+      (status = check_tensor(ctx, v, "v", 0, &v_span)) ||
+      (status = check_tensor(ctx, out, "out", 1, &out_span)) ||
+      (status = check_shapes(ctx, q, k, v, out)))
+    return status;
+  if (!output_rows_distinct(out))
+    return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                   CALL ": out's strides make different rows share memory");
+
+  memset(problem, 0, sizeof *problem);
+  problem->batch = q->dims[0];
+  problem->q_len = q->dims[1];
+  problem->q_heads = q->dims[2];
+  problem->head_dim = q->dims[3];
+  problem->kv_capacity = k->dims[1];
+  problem->kv_heads = k->dims[2];
+  problem->v_head_dim = v->dims[3];
+  problem->group = problem->q_heads / problem->kv_heads;
+  fill_view(q, &problem->q);
+  fill_view(k, &problem->k);
+  fill_view(v, &problem->v);
+  fill_view(out, &problem->out);
+  problem->scale = params->scale != 0.0f
+                       ? params->scale
+                       : (float)(1.0 / sqrt((double)problem->head_dim));
+  problem->softcap = params->softcap;
+  problem->causal = (params->flags & FLASHCPU_FLAG_CAUSAL) != 0;
+  problem->window_left = params->window_left;
+  problem->window_right = params->window_right;
+  problem->kv_lengths = params->kv_lengths;
+  problem->tree = params->tree_mask;
+  problem->additive = params->additive_mask;
+  problem->lse = lse;
+
+  byte_span inputs[6] = {q_span, k_span, v_span};
+  const char *input_names[6] = {"q", "k", "v"};
+  int input_count = 3;
+  if (params->kv_lengths) {
+    if ((status = check_kv_lengths(ctx, params->kv_lengths, problem->batch,
+                                   problem->kv_capacity)))
+      return status;
+    inputs[input_count].begin = (uintptr_t)params->kv_lengths;
+    inputs[input_count].end =
+        (uintptr_t)(params->kv_lengths + problem->batch);
+    input_names[input_count++] = "kv_lengths";
+  }
+  if (params->tree_mask) {
+    if ((status = check_tree(ctx, params->tree_mask, problem,
+                             &inputs[input_count])))
+      return status;
+    input_names[input_count++] = "the tree mask";
+  }
+  if (params->additive_mask) {
+    if ((status = check_additive(ctx, params->additive_mask, problem,
+                                 &inputs[input_count])))
+      return status;
+    input_names[input_count++] = "the additive mask";
+  }
+
+  byte_span lse_span = {0, 0};
+  if (lse) {
+    int64_t count, bytes;
+    if (__builtin_mul_overflow(problem->batch, problem->q_heads, &count) ||
+        __builtin_mul_overflow(count, problem->q_len, &count) ||
+        __builtin_mul_overflow(count, (int64_t)sizeof(float), &bytes))
+      return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                     CALL ": lse's size overflows int64");
+    lse_span.begin = (uintptr_t)lse;
+    lse_span.end = (uintptr_t)lse + (uintptr_t)bytes;
+    if (lse_span.end < lse_span.begin)
+      return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                     CALL ": lse reaches past the address range");
+  }
+  for (int i = 0; i < input_count; i++) {
+    if (spans_overlap(out_span, inputs[i]))
+      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                     CALL ": out overlaps %s in memory", input_names[i]);
+    if (spans_overlap(lse_span, inputs[i]))
+      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                     CALL ": lse overlaps %s in memory", input_names[i]);
+  }
+  if (spans_overlap(lse_span, out_span))
+    return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                   CALL ": lse overlaps out in memory");
+  return FLASHCPU_OK;
+}

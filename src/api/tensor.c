@@ -1,0 +1,59 @@
+/* Small helpers on the public value types. */
+#include <string.h>
+
+#include "flashcpu/flashcpu.h"
+
+const char *flashcpu_dtype_name(flashcpu_dtype dtype) {
+  switch (dtype) {
+  case FLASHCPU_DTYPE_F32: return "f32";
+  case FLASHCPU_DTYPE_F16: return "f16";
+  case FLASHCPU_DTYPE_BF16: return "bf16";
+  }
+  return "unknown";
+}
+
+size_t flashcpu_dtype_size(flashcpu_dtype dtype) {
+  switch (dtype) {
+  case FLASHCPU_DTYPE_F32: return 4;
+  case FLASHCPU_DTYPE_F16: return 2;
+  case FLASHCPU_DTYPE_BF16: return 2;
+  }
+  return 0;
+}
+
+flashcpu_tensor flashcpu_tensor_bshd(void *data, flashcpu_dtype dtype,
+                                     int64_t batch, int64_t seq, int64_t heads,
+                                     int64_t head_dim) {
+  flashcpu_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.dims[0] = batch;
+  t.dims[1] = seq;
+  t.dims[2] = heads;
+  t.dims[3] = head_dim;
+  t.strides[3] = 1;
+  t.strides[2] = head_dim;
+  t.strides[1] = heads * head_dim;
+  t.strides[0] = seq * heads * head_dim;
+  return t;
+}
+
+flashcpu_tensor flashcpu_tensor_bhsd(void *data, flashcpu_dtype dtype,
+                                     int64_t batch, int64_t heads, int64_t seq,
+                                     int64_t head_dim) {
+  flashcpu_tensor t = flashcpu_tensor_bshd(data, dtype, batch, seq, heads,
+                                           head_dim);
+  t.strides[1] = head_dim;
+  t.strides[2] = seq * head_dim;
+  t.strides[0] = heads * seq * head_dim;
+  return t;
+}
+
+void flashcpu_attention_params_init(flashcpu_attention_params *params) {
+  if (!params) return;
+  memset(params, 0, sizeof *params);
+  params->struct_size = sizeof *params;
+  params->window_left = -1;
+  params->window_right = -1;
+}

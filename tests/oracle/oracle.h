@@ -1,0 +1,34 @@
+/* The float64 oracle: attention exactly as include/flashcpu/flashcpu.h
+ * documents it, one output row at a time, in double precision. It reads the
+ * same tensor views as the library (stored values converted exactly to
+ * double), materialises the row's scores, and shares no code with the
+ * library. Used by the tests and by `flashcpu run` to check sampled rows. */
+#ifndef FLASHCPU_TESTS_ORACLE_H
+#define FLASHCPU_TESTS_ORACLE_H
+
+#include <stdint.h>
+
+#include "flashcpu/flashcpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Computes output row (batch b, query head h, query row i): out_row gets
+ * v->dims[3] doubles, *lse the natural-log log-sum-exp (-INFINITY and a zero
+ * row when the row sees no key). params may be NULL (the defaults). The
+ * arguments must be valid (the oracle does not check them). */
+void flashcpu_oracle_row(const flashcpu_tensor *q, const flashcpu_tensor *k,
+                         const flashcpu_tensor *v,
+                         const flashcpu_attention_params *params, int64_t b,
+                         int64_t h, int64_t i, double *out_row, double *lse);
+
+/* An element of a view as double (f16/bf16 widened exactly). */
+double flashcpu_oracle_load(const flashcpu_tensor *t, int64_t b, int64_t s,
+                            int64_t h, int64_t d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
