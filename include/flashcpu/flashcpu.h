@@ -122,13 +122,47 @@ FLASHCPU_API const char *flashcpu_status_name(flashcpu_status status);
 
 typedef struct flashcpu_context flashcpu_context;
 
+/* Which cores form a team: the threads that cooperate on one tile and share
+ * its scratch (the CPU's threadgroup). Values are fixed. */
+typedef enum flashcpu_team_level {
+  /* FLASHCPU_TEAM_L2 when some L2 cache is shared by several of the cores
+   * the context uses, else FLASHCPU_TEAM_CORE. */
+  FLASHCPU_TEAM_AUTO = 0,
+  FLASHCPU_TEAM_CORE = 1, /* one team per core */
+  FLASHCPU_TEAM_L2 = 2,   /* cores sharing an L2 cache */
+  FLASHCPU_TEAM_L3 = 3,   /* cores sharing an L3 cache */
+  FLASHCPU_TEAM_NUMA = 4  /* cores of a NUMA node */
+} flashcpu_team_level;
+
+/* Instruction sets a context may use, as a cap. Values are fixed. */
+typedef enum flashcpu_isa {
+  FLASHCPU_ISA_AUTO = 0,   /* the best the CPU and the OS support */
+  FLASHCPU_ISA_SCALAR = 1, /* portable C only */
+  FLASHCPU_ISA_AVX2 = 2,   /* x86-64 AVX2 + FMA + F16C */
+  FLASHCPU_ISA_AVX512 = 3, /* x86-64 AVX-512 F/BW/VL/DQ (+BF16/FP16/AMX) */
+  FLASHCPU_ISA_NEON = 4    /* aarch64 Advanced SIMD */
+} flashcpu_isa;
+
+/* "auto", "scalar", "avx2", "avx512", "neon"; "unknown" otherwise. */
+FLASHCPU_API const char *flashcpu_isa_name(flashcpu_isa isa);
+
 typedef struct flashcpu_context_options {
   /* sizeof(flashcpu_context_options) as the caller compiled it; set by
    * flashcpu_context_options_init. Lets later versions add fields. */
   size_t struct_size;
   /* Worker threads for each call. 0: OMP_NUM_THREADS if set, else one
-   * thread per core the process may run on (not per hyperthread). */
+   * thread per core the process may run on (not per hyperthread). Threads
+   * are pinned one per core (then to further hyperthreads) where the OS
+   * supports binding. */
   int num_threads;
+  /* Team shape; FLASHCPU_TEAM_AUTO by default. */
+  flashcpu_team_level team_level;
+  /* At most this many threads per team (0: no limit beyond the level). */
+  int max_team_size;
+  /* Highest ISA to use. FLASHCPU_ISA_AUTO (default) means the best present;
+   * the environment variable FLASHCPU_ISA=scalar|avx2|avx512|neon lowers
+   * it further. Asking for an ISA the CPU lacks is an error. */
+  flashcpu_isa max_isa;
 } flashcpu_context_options;
 
 /* Fills *options with the defaults. */
@@ -146,6 +180,18 @@ FLASHCPU_API void flashcpu_context_destroy(flashcpu_context *ctx);
 
 /* Threads a call on this context uses. */
 FLASHCPU_API int flashcpu_context_num_threads(const flashcpu_context *ctx);
+/* Teams the context's threads form. */
+FLASHCPU_API int flashcpu_context_num_teams(const flashcpu_context *ctx);
+/* The ISA the context's kernel table was filled for. */
+FLASHCPU_API flashcpu_isa flashcpu_context_isa(const flashcpu_context *ctx);
+/* Writes a human-readable description of the context's plan (topology,
+ * teams with their threads, cores, shared cache, scratch size and NUMA node,
+ * and the kernel table) into buffer, truncated to size bytes including the
+ * terminating NUL. Returns the length the full text needs (like snprintf).
+ * FLASHCPU_VERBOSE=1 in the environment prints the same to stderr when a
+ * context is created. */
+FLASHCPU_API size_t flashcpu_context_describe(const flashcpu_context *ctx,
+                                             char *buffer, size_t size);
 
 /* The message of the last failed call on ctx ("" after a successful call).
  * With ctx NULL: the last failure on this thread of a call that had no

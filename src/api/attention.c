@@ -1,4 +1,6 @@
-/* The public entry point: check, then run a kernel. */
+/* The public entry point: check, pick the kernel, run it on the teams. */
+#include <stdio.h>
+
 #include "api/check.h"
 #include "api/context_internal.h"
 #include "api/errors.h"
@@ -14,7 +16,16 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   flashcpu_status status =
       fc_check_attention(ctx, q, k, v, out, lse, params, &problem);
   if (status != FLASHCPU_OK) return status;
-  status = fc_ref_attention(ctx, &problem, ctx->num_threads);
+  if (ctx->verbose)
+    fprintf(stderr,
+            "[flashcpu] attention B=%lld L=%lld S=%lld Hq=%lld Hkv=%lld "
+            "D=%lld: %s, row loads %s\n",
+            (long long)problem.batch, (long long)problem.q_len,
+            (long long)problem.kv_capacity, (long long)problem.q_heads,
+            (long long)problem.kv_heads, (long long)problem.head_dim,
+            ctx->table.attention_name,
+            ctx->table.row_to_f32_names[problem.k.dtype]);
+  status = fc_ref_attention(ctx, &ctx->runtime, &ctx->table, &problem);
   if (status == FLASHCPU_OK) fc_clear_error(ctx);
   return status;
 }

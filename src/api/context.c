@@ -1,11 +1,15 @@
-/* Context lifetime and the thread count it resolves. */
+/* Context lifetime: resolves the thread count, loads the topology and the
+ * team plan once, fills the kernel table once. */
 #include <errno.h>
-#include <hwloc.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/context_internal.h"
+#include "api/describe.h"
 #include "api/errors.h"
+
+#define CALL "flashcpu_context_create"
 
 void flashcpu_context_options_init(flashcpu_context_options *options) {
   if (!options) return;
@@ -13,77 +17,149 @@ void flashcpu_context_options_init(flashcpu_context_options *options) {
   options->struct_size = sizeof *options;
 }
 
-/* Cores (not hyperthreads) that this process may run on: the intersection
- * of hwloc's allowed set (cgroup cpuset) with the process binding (taskset). */
-static int count_allowed_cores(void) {
-  hwloc_topology_t topology;
-  if (hwloc_topology_init(&topology) != 0) return 1;
-  int cores = 0;
-  if (hwloc_topology_load(topology) == 0) {
-    hwloc_bitmap_t allowed = hwloc_bitmap_dup(
-        hwloc_topology_get_allowed_cpuset(topology));
-    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
-    if (allowed && bound &&
-        hwloc_get_cpubind(topology, bound, HWLOC_CPUBIND_PROCESS) == 0)
-      hwloc_bitmap_and(allowed, allowed, bound);
-    int n = hwloc_get_nbobjs_by_type(topology, HWLOC_OBJ_CORE);
-    for (int i = 0; i < n && allowed; i++) {
-      hwloc_obj_t core = hwloc_get_obj_by_type(topology, HWLOC_OBJ_CORE, i);
-      if (hwloc_bitmap_intersects(core->cpuset, allowed)) cores++;
-    }
-    hwloc_bitmap_free(bound);
-    hwloc_bitmap_free(allowed);
-  }
-  hwloc_topology_destroy(topology);
-  return cores > 0 ? cores : 1;
-}
-
-/* OMP_NUM_THREADS's first value ("8" or "8,2"), or 0 when unset or invalid. */
-static int omp_num_threads_from_env(void) {
-  const char *text = getenv("OMP_NUM_THREADS");
+/* A positive integer from the environment, 0 when unset, -1 when invalid. */
+static int positive_from_env(const char *name) {
+  const char *text = getenv(name);
   if (!text || !*text) return 0;
   char *end = NULL;
   errno = 0;
   long value = strtol(text, &end, 10);
-  if (errno || end == text || value <= 0 || value > 65536) return 0;
+  /* OMP_NUM_THREADS may list nesting levels ("8,2"): the first one counts. */
+  if (errno || end == text || (*end && *end != ',') || value <= 0 ||
+      value > 65536)
+    return -1;
   return (int)value;
 }
 
-flashcpu_status flashcpu_context_create(const flashcpu_context_options *options,
-                                        flashcpu_context **ctx) {
+/* Lower of two caps; NEON and the x86 ISAs never meet on one machine. */
+static flashcpu_isa lower_cap(flashcpu_isa a, flashcpu_isa b) {
+  if (a == FLASHCPU_ISA_AUTO) return b;
+  if (b == FLASHCPU_ISA_AUTO) return a;
+  return a < b ? a : b;
+}
+
+static flashcpu_status check_options(const flashcpu_context_options *options) {
+  if (options->struct_size != sizeof(flashcpu_context_options))
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": options->struct_size is %zu, expected %zu (call "
+                   "flashcpu_context_options_init first)",
+                   options->struct_size, sizeof(flashcpu_context_options));
+  if (options->num_threads < 0)
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": num_threads is %d; it must be 0 (all allowed cores) "
+                   "or positive",
+                   options->num_threads);
+  if ((int)options->team_level < FLASHCPU_TEAM_AUTO ||
+      (int)options->team_level > FLASHCPU_TEAM_NUMA)
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": team_level is %d; expected a flashcpu_team_level",
+                   (int)options->team_level);
+  if (options->max_team_size < 0)
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": max_team_size is %d; it must be 0 (no limit) or "
+                   "positive",
+                   options->max_team_size);
+  if ((int)options->max_isa < FLASHCPU_ISA_AUTO ||
+      (int)options->max_isa > FLASHCPU_ISA_NEON)
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": max_isa is %d; expected a flashcpu_isa",
+                   (int)options->max_isa);
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status resolve_isa(const flashcpu_context_options *options,
+                                   flashcpu_isa *isa) {
+  const fc_cpu_features *features = fc_cpu_features_get();
+  const char *env = getenv("FLASHCPU_ISA");
+  int env_isa = fc_isa_parse(env);
+  if (env_isa < 0)
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": FLASHCPU_ISA=%s names no ISA (scalar, avx2, avx512, "
+                   "neon)",
+                   env);
+  flashcpu_isa caps[2] = {options->max_isa, (flashcpu_isa)env_isa};
+  const char *where[2] = {"max_isa", "FLASHCPU_ISA"};
+  for (int i = 0; i < 2; i++)
+    if (!fc_isa_supported(features, caps[i]))
+      return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": %s asks for %s, which this CPU (or OS) does not "
+                     "support",
+                     where[i], flashcpu_isa_name(caps[i]));
+  *isa = fc_best_isa(features, lower_cap(caps[0], caps[1]));
+  return FLASHCPU_OK;
+}
+
+flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
+                                     const fc_topology_source *source,
+                                     flashcpu_context **ctx) {
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER,
-                   "flashcpu_context_create: ctx (the output pointer) is NULL");
+                   CALL ": ctx (the output pointer) is NULL");
   *ctx = NULL;
   flashcpu_context_options defaults;
   flashcpu_context_options_init(&defaults);
   if (!options) options = &defaults;
-  if (options->struct_size != sizeof(flashcpu_context_options))
+  flashcpu_status status = check_options(options);
+  flashcpu_isa isa;
+  if (status != FLASHCPU_OK || (status = resolve_isa(options, &isa)))
+    return status;
+  int threads = options->num_threads;
+  if (threads == 0) threads = positive_from_env("OMP_NUM_THREADS");
+  if (threads < 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   "flashcpu_context_create: options->struct_size is %zu, "
-                   "expected %zu (call flashcpu_context_options_init first)",
-                   options->struct_size, sizeof(flashcpu_context_options));
-  if (options->num_threads < 0)
-    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   "flashcpu_context_create: num_threads is %d; it must be 0 "
-                   "(all allowed cores) or positive",
-                   options->num_threads);
+                   CALL ": OMP_NUM_THREADS=%s is not a positive number",
+                   getenv("OMP_NUM_THREADS"));
 
   flashcpu_context *created = calloc(1, sizeof *created);
   if (!created)
-    return fc_fail(NULL, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_context_create: out of memory");
-  int threads = options->num_threads;
-  if (threads == 0) threads = omp_num_threads_from_env();
-  if (threads == 0) threads = count_allowed_cores();
-  created->num_threads = threads;
+    return fc_fail(NULL, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": out of memory");
+  char error[256];
+  fc_topology probe;
+  /* With no count given: one thread per allowed core. */
+  if (threads == 0) {
+    if (fc_topology_load(source, &probe, error, sizeof error) != 0) {
+      free(created);
+      return fc_fail(NULL, FLASHCPU_ERROR_INTERNAL, CALL ": %s", error);
+    }
+    threads = probe.core_count;
+    fc_topology_free(&probe);
+  }
+  fc_runtime_options runtime_options = {source, threads, options->team_level,
+                                        options->max_team_size};
+  if (fc_runtime_create(&created->runtime, &runtime_options, error,
+                        sizeof error) != 0) {
+    free(created);
+    return fc_fail(NULL, FLASHCPU_ERROR_INTERNAL,
+                   CALL ": cannot set up the runtime: %s", error);
+  }
+  fc_kernel_table_fill(&created->table, isa);
+  const char *verbose = getenv("FLASHCPU_VERBOSE");
+  created->verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
+  if (created->verbose) fc_describe_to_stderr(created);
   *ctx = created;
   fc_clear_error(NULL);
   return FLASHCPU_OK;
 }
 
-void flashcpu_context_destroy(flashcpu_context *ctx) { free(ctx); }
+flashcpu_status flashcpu_context_create(const flashcpu_context_options *options,
+                                        flashcpu_context **ctx) {
+  return fc_context_create_on(options, NULL, ctx);
+}
+
+void flashcpu_context_destroy(flashcpu_context *ctx) {
+  if (!ctx) return;
+  fc_runtime_destroy(&ctx->runtime);
+  free(ctx);
+}
 
 int flashcpu_context_num_threads(const flashcpu_context *ctx) {
-  return ctx ? ctx->num_threads : 0;
+  return ctx ? ctx->runtime.plan.thread_count : 0;
+}
+
+int flashcpu_context_num_teams(const flashcpu_context *ctx) {
+  return ctx ? ctx->runtime.plan.team_count : 0;
+}
+
+flashcpu_isa flashcpu_context_isa(const flashcpu_context *ctx) {
+  return ctx ? ctx->table.isa : FLASHCPU_ISA_AUTO;
 }

@@ -2,13 +2,25 @@
 #ifndef FLASHCPU_API_CONTEXT_INTERNAL_H
 #define FLASHCPU_API_CONTEXT_INTERNAL_H
 
+#include <stdbool.h>
+
+#include "dispatch/kernel_table.h"
 #include "flashcpu/flashcpu.h"
+#include "runtime/runtime.h"
 
 #define FC_ERROR_MESSAGE_SIZE 512
 
 struct flashcpu_context {
-  int num_threads;
+  fc_runtime runtime;    /* topology, teams, scratch: how to run */
+  fc_kernel_table table; /* what to run */
+  bool verbose;          /* FLASHCPU_VERBOSE=1: log plan and choices */
   char last_error[FC_ERROR_MESSAGE_SIZE];
 };
+
+/* Creates a context on a given topology source (NULL: this machine); the
+ * public create calls it, tests use it with synthetic topologies. */
+flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
+                                     const fc_topology_source *source,
+                                     flashcpu_context **ctx);
 
 #endif

@@ -7,12 +7,17 @@
  * full (no mask work) or partial (rows clamp to their key range, tree bits
  * per key). Scores live in the log2 domain: when there is no softcap or
  * additive mask, Q is pre-scaled by scale * log2(e) on load, so the inner
- * loop is a dot product and an exp2. Workspace is O(tile) per thread; there
- * is no L x S buffer. */
+ * loop is a dot product and an exp2.
+ *
+ * It runs on the runtime's launch API like a GPU kernel: the threads of a
+ * team convert each K/V block together into the team's scratch (the
+ * threadgroup memory), wait at the team barrier, then each thread works on
+ * its share of the tile's (head, row) slots. A slot is computed by one thread
+ * in a fixed order, so the output does not depend on the team size or the
+ * thread count. Workspace is O(tile) per team; there is no L x S buffer. */
 #include "ref/ref_attention.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,18 +39,25 @@ typedef struct ref_plan {
   int64_t rows_per_tile;
   int64_t tiles_per_head;
   int64_t tile_count;
-  size_t floats_per_thread;
-  float q_factor;    /* applied to Q on load */
-  bool scores_final; /* Q carries log2(e): scores need no more work */
+  int64_t slots_per_tile; /* group heads x rows_per_tile */
+  float q_factor;         /* applied to Q on load */
+  bool scores_final;      /* Q carries log2(e): scores need no more work */
 } ref_plan;
 
+typedef struct ref_args {
+  const fc_problem *p;
+  const fc_kernel_table *table;
+  ref_plan plan;
+} ref_args;
+
+/* One team's scratch: shared K/V block, then each thread's slots. */
 typedef struct ref_workspace {
-  float *q; /* [group][rows][D] */
-  float *o; /* [group][rows][Dv] unnormalised output */
-  float *m; /* [group][rows] running max, log2 domain */
-  float *l; /* [group][rows] running sum */
-  float *k; /* [REF_KV_BLOCK][D] */
-  float *v; /* [REF_KV_BLOCK][Dv] */
+  float *k; /* [REF_KV_BLOCK][D], shared by the team */
+  float *v; /* [REF_KV_BLOCK][Dv], shared by the team */
+  float *q; /* [my slots][D] */
+  float *o; /* [my slots][Dv] unnormalised output */
+  float *m; /* [my slots] running max, log2 domain */
+  float *l; /* [my slots] running sum */
   float *s; /* [REF_KV_BLOCK] scores of one row */
 } ref_workspace;
 
@@ -57,28 +69,48 @@ static ref_plan make_plan(const fc_problem *p) {
   plan.rows_per_tile = rows;
   plan.tiles_per_head = (p->q_len + rows - 1) / rows;
   plan.tile_count = p->batch * p->kv_heads * plan.tiles_per_head;
-  int64_t heads_rows = p->group * rows;
-  plan.floats_per_thread =
-      (size_t)(heads_rows * (p->head_dim + p->v_head_dim + 2) +
-               REF_KV_BLOCK * (p->head_dim + p->v_head_dim + 1));
-  /* Keep each thread's slice on its own cache lines. */
-  plan.floats_per_thread = (plan.floats_per_thread + 15) & ~(size_t)15;
+  plan.slots_per_tile = p->group * rows;
   plan.scores_final = p->softcap == 0.0f && p->additive == NULL;
   plan.q_factor = plan.scores_final ? p->scale * LOG2E_F : p->scale;
   return plan;
 }
 
+static size_t round_floats(size_t floats) { return (floats + 15) & ~(size_t)15; }
+
+static size_t slots_of_rank(const ref_plan *plan, int team_size) {
+  return (size_t)((plan->slots_per_tile + team_size - 1) / team_size);
+}
+
+static size_t shared_floats(const fc_problem *p) {
+  return round_floats((size_t)(REF_KV_BLOCK * (p->head_dim + p->v_head_dim)));
+}
+
+static size_t rank_floats(const fc_problem *p, const ref_plan *plan,
+                          int team_size) {
+  size_t slots = slots_of_rank(plan, team_size);
+  return round_floats(slots * (size_t)(p->head_dim + p->v_head_dim + 2) +
+                      REF_KV_BLOCK);
+}
+
+static size_t team_scratch_bytes(const fc_problem *p, const ref_plan *plan,
+                                 int team_size) {
+  return (shared_floats(p) + (size_t)team_size * rank_floats(p, plan, team_size)) *
+         sizeof(float);
+}
+
 static ref_workspace carve_workspace(const fc_problem *p, const ref_plan *plan,
-                                     float *base) {
-  int64_t heads_rows = p->group * plan->rows_per_tile;
+                                     const fc_team_view *team) {
+  float *base = team->scratch;
+  size_t slots = slots_of_rank(plan, team->size);
   ref_workspace w;
-  w.q = base;
-  w.o = w.q + heads_rows * p->head_dim;
-  w.m = w.o + heads_rows * p->v_head_dim;
-  w.l = w.m + heads_rows;
-  w.k = w.l + heads_rows;
+  w.k = base;
   w.v = w.k + REF_KV_BLOCK * p->head_dim;
-  w.s = w.v + REF_KV_BLOCK * p->v_head_dim;
+  w.q = base + shared_floats(p) +
+        (size_t)team->rank * rank_floats(p, plan, team->size);
+  w.o = w.q + slots * (size_t)p->head_dim;
+  w.m = w.o + slots * (size_t)p->v_head_dim;
+  w.l = w.m + slots;
+  w.s = w.l + slots;
   return w;
 }
 
@@ -127,12 +159,16 @@ static void online_softmax_update(float *m, float *l, float *o,
   *m = m_new;
 }
 
-static void load_block(const fc_view *view, int64_t b, int64_t kv_head,
-                       int64_t key_begin, int64_t key_end, int64_t dim,
-                       float *destination) {
-  for (int64_t j = key_begin; j < key_end; j++)
-    fc_load_row_f32(fc_view_row(view, b, j, kv_head), view->dtype, dim, 1.0f,
-                    destination + (j - key_begin) * dim);
+/* The team converts keys [key_begin, key_end) together: thread r takes
+ * every size-th row starting at r. */
+static void load_block_shared(const ref_args *args, const fc_view *view,
+                              int64_t b, int64_t kv_head, int64_t key_begin,
+                              int64_t key_end, int64_t dim,
+                              const fc_team_view *team, float *destination) {
+  fc_row_to_f32_fn convert = args->table->row_to_f32[view->dtype];
+  for (int64_t j = key_begin + team->rank; j < key_end; j += team->size)
+    convert(fc_view_row(view, b, j, kv_head), dim, 1.0f,
+            destination + (j - key_begin) * dim);
 }
 
 static void write_row(const fc_problem *p, int64_t b, int64_t row,
@@ -149,8 +185,13 @@ static void write_row(const fc_problem *p, int64_t b, int64_t row,
   if (p->lse) p->lse[(b * p->q_heads + head) * p->q_len + row] = lse;
 }
 
-static void run_tile(const fc_problem *p, const ref_plan *plan, int64_t tile,
-                     const ref_workspace *w) {
+/* Slot `slot` of a tile is (group head slot / rows, row slot % rows); this
+ * thread owns slots rank, rank + size, ... */
+static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
+  const ref_args *args = opaque;
+  const fc_problem *p = args->p;
+  const ref_plan *plan = &args->plan;
+  const ref_workspace w = carve_workspace(p, plan, team);
   const int64_t rows = plan->rows_per_tile;
   const int64_t per_batch = p->kv_heads * plan->tiles_per_head;
   const int64_t b = tile / per_batch;
@@ -162,17 +203,19 @@ static void run_tile(const fc_problem *p, const ref_plan *plan, int64_t tile,
   const int64_t kv_length = fc_problem_kv_length(p, b);
   const int64_t tree_begin = fc_tree_begin(p, kv_length);
   const int64_t D = p->head_dim, Dv = p->v_head_dim;
+  const int64_t slot_count = p->group * rows;
+  fc_row_to_f32_fn convert_q = args->table->row_to_f32[p->q.dtype];
 
-  for (int64_t g = 0; g < p->group; g++)
-    for (int64_t r = 0; r < row_count; r++) {
-      int64_t slot = g * rows + r;
-      fc_load_row_f32(fc_view_row(&p->q, b, row_begin + r,
-                                  kv_head * p->group + g),
-                      p->q.dtype, D, plan->q_factor, w->q + slot * D);
-      w->m[slot] = -INFINITY;
-      w->l[slot] = 0.0f;
-      memset(w->o + slot * Dv, 0, (size_t)Dv * sizeof(float));
-    }
+  for (int64_t slot = team->rank, mine = 0; slot < slot_count;
+       slot += team->size, mine++) {
+    int64_t g = slot / rows, r = slot % rows;
+    if (r >= row_count) continue;
+    convert_q(fc_view_row(&p->q, b, row_begin + r, kv_head * p->group + g), D,
+              plan->q_factor, w.q + mine * D);
+    w.m[mine] = -INFINITY;
+    w.l[mine] = 0.0f;
+    memset(w.o + mine * Dv, 0, (size_t)Dv * sizeof(float));
+  }
 
   fc_key_range first = fc_row_key_range(p, kv_length, row_begin);
   fc_key_range last = fc_row_key_range(p, kv_length, row_end - 1);
@@ -182,69 +225,90 @@ static void run_tile(const fc_problem *p, const ref_plan *plan, int64_t tile,
     fc_tile_kind kind =
         fc_classify_tile(p, kv_length, row_begin, row_end, j0, j1);
     if (kind == FC_TILE_EMPTY) continue;
-    load_block(&p->k, b, kv_head, j0, j1, D, w->k);
-    load_block(&p->v, b, kv_head, j0, j1, Dv, w->v);
+    fc_barrier_wait(team->barrier); /* everyone is done with the last block */
+    load_block_shared(args, &p->k, b, kv_head, j0, j1, D, team, w.k);
+    load_block_shared(args, &p->v, b, kv_head, j0, j1, Dv, team, w.v);
+    fc_barrier_wait(team->barrier); /* the block is complete */
 
-    for (int64_t g = 0; g < p->group; g++) {
-      int64_t head = kv_head * p->group + g;
-      for (int64_t r = 0; r < row_count; r++) {
-        int64_t row = row_begin + r, slot = g * rows + r;
-        int64_t a = j0, e = j1;
-        if (kind == FC_TILE_PARTIAL) {
-          fc_key_range range = fc_row_key_range(p, kv_length, row);
-          if (range.begin > a) a = range.begin;
-          if (range.end < e) e = range.end;
-          if (a >= e) continue;
-        }
-        const float *q_row = w->q + slot * D;
-        const float *mask_row =
-            p->additive ? p->additive->data + b * p->additive->strides[0] +
-                              head * p->additive->strides[1] +
-                              row * p->additive->strides[2]
-                        : NULL;
-        for (int64_t j = a; j < e; j++) {
-          float score = dot(q_row, w->k + (j - j0) * D, D);
-          if (!plan->scores_final) score = finish_score(p, score, mask_row, j);
-          if (kind == FC_TILE_PARTIAL && j >= tree_begin &&
-              !fc_tree_allows(p, b, row, j, tree_begin))
-            score = -INFINITY;
-          w->s[j - a] = score;
-        }
-        online_softmax_update(&w->m[slot], &w->l[slot], w->o + slot * Dv,
-                              w->s, w->v + (a - j0) * Dv, e - a, Dv);
+    for (int64_t slot = team->rank, mine = 0; slot < slot_count;
+         slot += team->size, mine++) {
+      int64_t g = slot / rows, r = slot % rows;
+      if (r >= row_count) continue;
+      int64_t head = kv_head * p->group + g, row = row_begin + r;
+      int64_t a = j0, e = j1;
+      if (kind == FC_TILE_PARTIAL) {
+        fc_key_range range = fc_row_key_range(p, kv_length, row);
+        if (range.begin > a) a = range.begin;
+        if (range.end < e) e = range.end;
+        if (a >= e) continue;
       }
+      const float *q_row = w.q + mine * D;
+      const float *mask_row =
+          p->additive ? p->additive->data + b * p->additive->strides[0] +
+                            head * p->additive->strides[1] +
+                            row * p->additive->strides[2]
+                      : NULL;
+      for (int64_t j = a; j < e; j++) {
+        float score = dot(q_row, w.k + (j - j0) * D, D);
+        if (!plan->scores_final) score = finish_score(p, score, mask_row, j);
+        if (kind == FC_TILE_PARTIAL && j >= tree_begin &&
+            !fc_tree_allows(p, b, row, j, tree_begin))
+          score = -INFINITY;
+        w.s[j - a] = score;
+      }
+      online_softmax_update(&w.m[mine], &w.l[mine], w.o + mine * Dv, w.s,
+                            w.v + (a - j0) * Dv, e - a, Dv);
     }
   }
 
-  for (int64_t g = 0; g < p->group; g++)
-    for (int64_t r = 0; r < row_count; r++) {
-      int64_t slot = g * rows + r;
-      write_row(p, b, row_begin + r, kv_head * p->group + g, w->m[slot],
-                w->l[slot], w->o + slot * Dv);
-    }
+  for (int64_t slot = team->rank, mine = 0; slot < slot_count;
+       slot += team->size, mine++) {
+    int64_t g = slot / rows, r = slot % rows;
+    if (r >= row_count) continue;
+    write_row(p, b, row_begin + r, kv_head * p->group + g, w.m[mine],
+              w.l[mine], w.o + mine * Dv);
+  }
 }
 
-flashcpu_status fc_ref_attention(flashcpu_context *ctx, const fc_problem *p,
-                                 int num_threads) {
-  ref_plan plan = make_plan(p);
-  if (num_threads > plan.tile_count) num_threads = (int)plan.tile_count;
-  if (num_threads < 1) num_threads = 1;
-  size_t bytes = plan.floats_per_thread * sizeof(float) * (size_t)num_threads;
-  float *workspace = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-  if (!workspace)
+/* Keys a tile's rows see: what the heaviest-first order sorts by. */
+static int64_t tile_weight(const void *opaque, int64_t tile) {
+  const ref_args *args = opaque;
+  const fc_problem *p = args->p;
+  const ref_plan *plan = &args->plan;
+  int64_t per_batch = p->kv_heads * plan->tiles_per_head;
+  int64_t b = tile / per_batch;
+  int64_t row_begin = (tile % plan->tiles_per_head) * plan->rows_per_tile;
+  int64_t row_end = row_begin + plan->rows_per_tile < p->q_len
+                        ? row_begin + plan->rows_per_tile
+                        : p->q_len;
+  int64_t kv_length = fc_problem_kv_length(p, b);
+  fc_key_range first = fc_row_key_range(p, kv_length, row_begin);
+  fc_key_range last = fc_row_key_range(p, kv_length, row_end - 1);
+  return (last.end - first.begin) * (row_end - row_begin);
+}
+
+flashcpu_status fc_ref_attention(flashcpu_context *ctx, fc_runtime *runtime,
+                                 const fc_kernel_table *table,
+                                 const fc_problem *p) {
+  ref_args args = {p, table, make_plan(p)};
+  size_t needed = 0;
+  for (int t = 0; t < runtime->plan.team_count; t++) {
+    size_t bytes = team_scratch_bytes(p, &args.plan, runtime->plan.teams[t].size);
+    if (bytes > needed) needed = bytes;
+  }
+  if (fc_runtime_reserve_scratch(runtime, needed) != 0)
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
                    "flashcpu_attention: out of memory allocating %zu bytes of "
-                   "workspace",
-                   bytes);
-#pragma omp parallel num_threads(num_threads)
-  {
-    ref_workspace w = carve_workspace(
-        p, &plan,
-        workspace + plan.floats_per_thread * (size_t)omp_get_thread_num());
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t tile = 0; tile < plan.tile_count; tile++)
-      run_tile(p, &plan, tile, &w);
-  }
-  free(workspace);
+                   "team scratch",
+                   needed);
+  /* Masks that limit rows unevenly make tiles uneven: heaviest first. */
+  bool uneven = p->causal || p->window_left >= 0 || p->window_right >= 0 ||
+                p->kv_lengths;
+  fc_launch launch = {run_tile, &args, args.plan.tile_count, false,
+                      uneven ? tile_weight : NULL};
+  if (fc_runtime_launch(runtime, &launch) != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                   "flashcpu_attention: out of memory ordering %lld tiles",
+                   (long long)args.plan.tile_count);
   return FLASHCPU_OK;
 }

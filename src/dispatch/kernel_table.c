@@ -1,0 +1,78 @@
+#include "dispatch/kernel_table.h"
+
+#include <string.h>
+
+const char *flashcpu_isa_name(flashcpu_isa isa) {
+  switch (isa) {
+  case FLASHCPU_ISA_AUTO: return "auto";
+  case FLASHCPU_ISA_SCALAR: return "scalar";
+  case FLASHCPU_ISA_AVX2: return "avx2";
+  case FLASHCPU_ISA_AVX512: return "avx512";
+  case FLASHCPU_ISA_NEON: return "neon";
+  }
+  return "unknown";
+}
+
+int fc_isa_supported(const fc_cpu_features *f, flashcpu_isa isa) {
+  switch (isa) {
+  case FLASHCPU_ISA_AUTO:
+  case FLASHCPU_ISA_SCALAR: return 1;
+#if defined(__x86_64__)
+  case FLASHCPU_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+  case FLASHCPU_ISA_AVX512:
+    return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw &&
+           f->avx512vl && f->avx512dq;
+#endif
+#if defined(__aarch64__)
+  case FLASHCPU_ISA_NEON: return f->neon;
+#endif
+  default: return 0;
+  }
+}
+
+flashcpu_isa fc_best_isa(const fc_cpu_features *features, flashcpu_isa cap) {
+  /* From the best down; the cap is an upper bound in this order. */
+  static const flashcpu_isa ranked[] = {FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2,
+                                        FLASHCPU_ISA_NEON, FLASHCPU_ISA_SCALAR};
+  int capped = cap != FLASHCPU_ISA_AUTO;
+  for (size_t i = 0; i < sizeof ranked / sizeof ranked[0]; i++) {
+    if (capped && ranked[i] != cap) continue;
+    capped = 0; /* everything below the cap is allowed */
+    if (fc_isa_supported(features, ranked[i])) return ranked[i];
+  }
+  return FLASHCPU_ISA_SCALAR;
+}
+
+int fc_isa_parse(const char *text) {
+  if (!text || !*text) return FLASHCPU_ISA_AUTO;
+  for (int isa = FLASHCPU_ISA_AUTO; isa <= FLASHCPU_ISA_NEON; isa++)
+    if (strcmp(text, flashcpu_isa_name((flashcpu_isa)isa)) == 0) return isa;
+  return -1;
+}
+
+#define FILL_CONVERTERS(table, isa)                                            \
+  do {                                                                         \
+    (table)->row_to_f32[FLASHCPU_DTYPE_F32] = fc_f32_row_to_f32__##isa;        \
+    (table)->row_to_f32[FLASHCPU_DTYPE_F16] = fc_f16_row_to_f32__##isa;        \
+    (table)->row_to_f32[FLASHCPU_DTYPE_BF16] = fc_bf16_row_to_f32__##isa;      \
+    (table)->row_to_f32_names[FLASHCPU_DTYPE_F32] = "fc_f32_row_to_f32__" #isa; \
+    (table)->row_to_f32_names[FLASHCPU_DTYPE_F16] = "fc_f16_row_to_f32__" #isa; \
+    (table)->row_to_f32_names[FLASHCPU_DTYPE_BF16] =                           \
+        "fc_bf16_row_to_f32__" #isa;                                           \
+  } while (0)
+
+void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
+  memset(table, 0, sizeof *table);
+  table->isa = isa;
+  table->attention_name = "fc_attention_tiled__scalar";
+  switch (isa) {
+#if defined(__x86_64__)
+  case FLASHCPU_ISA_AVX512: FILL_CONVERTERS(table, avx512); break;
+  case FLASHCPU_ISA_AVX2: FILL_CONVERTERS(table, avx2); break;
+#endif
+#if defined(__aarch64__)
+  case FLASHCPU_ISA_NEON: FILL_CONVERTERS(table, neon); break;
+#endif
+  default: FILL_CONVERTERS(table, scalar); break;
+  }
+}

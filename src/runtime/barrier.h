@@ -1,0 +1,19 @@
+/* A team barrier (the CPU's threadgroup_barrier): only the threads of one
+ * team wait. Sense by generation counter; spins briefly, then yields. */
+#ifndef FLASHCPU_RUNTIME_BARRIER_H
+#define FLASHCPU_RUNTIME_BARRIER_H
+
+#include <stdatomic.h>
+
+typedef struct fc_barrier {
+  _Alignas(64) atomic_int arrived;
+  _Alignas(64) atomic_int generation;
+  int size;
+} fc_barrier;
+
+void fc_barrier_init(fc_barrier *barrier, int size);
+/* Returns when all `size` threads have called it. Acts as a full memory
+ * fence between what the threads wrote before and read after. */
+void fc_barrier_wait(fc_barrier *barrier);
+
+#endif

@@ -1,0 +1,223 @@
+/* Runtime: one OpenMP parallel region per launch. Thread i of the region is
+ * thread i of the team plan; it binds itself to its PU the first time it
+ * serves this runtime, so later launches pay no binding cost. */
+#include "runtime/runtime.h"
+
+#include <omp.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_ullong next_runtime_id = 1;
+
+/* Which runtime and PU this OS thread was last bound for. */
+static _Thread_local uint64_t bound_runtime_id;
+static _Thread_local int bound_pu = -1;
+
+static void *scratch_alloc(const fc_runtime *runtime, int team, size_t bytes,
+                           bool *numa_bound) {
+  const fc_team_info *info = &runtime->plan.teams[team];
+  *numa_bound = false;
+  if (runtime->topology.can_bind_memory && info->numa_os_index >= 0) {
+    hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(
+        runtime->topology.hw, (unsigned)info->numa_os_index);
+    if (node) {
+      void *memory = hwloc_alloc_membind(runtime->topology.hw, bytes,
+                                         node->nodeset, HWLOC_MEMBIND_BIND,
+                                         HWLOC_MEMBIND_BYNODESET);
+      if (memory) {
+        *numa_bound = true;
+        return memory;
+      }
+    }
+  }
+  return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+static void scratch_free(const fc_runtime *runtime, fc_team_state *team) {
+  if (!team->scratch) return;
+  if (team->scratch_numa_bound)
+    hwloc_free(runtime->topology.hw, team->scratch, team->scratch_bytes);
+  else
+    free(team->scratch);
+  team->scratch = NULL;
+  team->scratch_bytes = 0;
+}
+
+int fc_runtime_reserve_scratch(fc_runtime *runtime, size_t bytes) {
+  for (int t = 0; t < runtime->plan.team_count; t++) {
+    fc_team_state *team = &runtime->teams[t];
+    if (team->scratch_bytes >= bytes) continue;
+    bool numa_bound;
+    void *memory = scratch_alloc(runtime, t, bytes, &numa_bound);
+    if (!memory) return -1;
+    scratch_free(runtime, team);
+    team->scratch = memory;
+    team->scratch_bytes = bytes;
+    team->scratch_numa_bound = numa_bound;
+  }
+  return 0;
+}
+
+int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
+                      char *error, size_t error_size) {
+  memset(runtime, 0, sizeof *runtime);
+  runtime->id = atomic_fetch_add(&next_runtime_id, 1);
+  if (fc_topology_load(options->source, &runtime->topology, error,
+                       error_size) != 0)
+    return -1;
+  if (fc_team_plan_build(&runtime->topology, options->thread_count,
+                         options->level, options->max_team_size,
+                         &runtime->plan, error, error_size) != 0) {
+    fc_runtime_destroy(runtime);
+    return -1;
+  }
+  runtime->teams = calloc((size_t)runtime->plan.team_count,
+                          sizeof *runtime->teams);
+  if (!runtime->teams) {
+    fc_runtime_destroy(runtime);
+    return -1;
+  }
+  size_t smallest = runtime->plan.teams[0].scratch_bytes;
+  for (int t = 0; t < runtime->plan.team_count; t++) {
+    fc_barrier_init(&runtime->teams[t].barrier, runtime->plan.teams[t].size);
+    if (runtime->plan.teams[t].scratch_bytes < smallest)
+      smallest = runtime->plan.teams[t].scratch_bytes;
+  }
+  if (fc_runtime_reserve_scratch(runtime, smallest) != 0) {
+    fc_runtime_destroy(runtime);
+    return -1;
+  }
+  return 0;
+}
+
+void fc_runtime_destroy(fc_runtime *runtime) {
+  if (!runtime) return;
+  for (int t = 0; runtime->teams && t < runtime->plan.team_count; t++)
+    scratch_free(runtime, &runtime->teams[t]);
+  free(runtime->teams);
+  free(runtime->tile_order);
+  fc_team_plan_free(&runtime->plan);
+  fc_topology_free(&runtime->topology);
+  memset(runtime, 0, sizeof *runtime);
+}
+
+static void bind_this_thread(const fc_runtime *runtime, int pu) {
+  if (bound_runtime_id == runtime->id && bound_pu == pu) return;
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (!set) return;
+  hwloc_bitmap_only(set, (unsigned)pu);
+  /* Binding is an optimisation: on failure the thread just runs unpinned. */
+  if (hwloc_set_cpubind(runtime->topology.hw, set, HWLOC_CPUBIND_THREAD) == 0) {
+    bound_runtime_id = runtime->id;
+    bound_pu = pu;
+  }
+  hwloc_bitmap_free(set);
+}
+
+typedef struct weighted_tile {
+  int64_t weight, tile;
+} weighted_tile;
+
+/* Heaviest first; ties by tile index so that the order is reproducible. */
+static int heavier_first(const void *a, const void *b) {
+  const weighted_tile *x = a, *y = b;
+  if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
+  return x->tile < y->tile ? -1 : (x->tile > y->tile);
+}
+
+/* Fills runtime->tile_order with the tiles heaviest first. */
+static int prepare_order(fc_runtime *runtime, const fc_launch *launch) {
+  if (!launch->weight || launch->static_schedule) return 0;
+  int64_t count = launch->tile_count;
+  if (runtime->tile_order_capacity < count) {
+    weighted_tile *grown =
+        realloc(runtime->tile_order, (size_t)count * sizeof(weighted_tile));
+    if (!grown) return -1;
+    runtime->tile_order = grown;
+    runtime->tile_order_capacity = count;
+  }
+  weighted_tile *order = runtime->tile_order;
+  for (int64_t i = 0; i < count; i++)
+    order[i] = (weighted_tile){launch->weight(launch->args, i), i};
+  qsort(order, (size_t)count, sizeof *order, heavier_first);
+  return 0;
+}
+
+/* What one thread does in a launch. */
+static void serve(fc_runtime *runtime, const fc_launch *launch,
+                  const fc_team_view *view, atomic_llong *next_tile,
+                  const weighted_tile *order) {
+  fc_team_state *state = &runtime->teams[view->team];
+  if (launch->static_schedule) {
+    for (int64_t tile = view->team; tile < launch->tile_count;
+         tile += view->team_count)
+      launch->kernel(launch->args, tile, view);
+    return;
+  }
+  for (;;) {
+    if (view->rank == 0)
+      state->current_tile = atomic_fetch_add_explicit(next_tile, 1,
+                                                      memory_order_relaxed);
+    fc_barrier_wait(view->barrier); /* publishes current_tile */
+    int64_t slot = state->current_tile;
+    fc_barrier_wait(view->barrier); /* all read it before rank 0 moves on */
+    if (slot >= launch->tile_count) return;
+    launch->kernel(launch->args, order ? order[slot].tile : slot, view);
+  }
+}
+
+int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
+  if (launch->tile_count <= 0) return 0;
+  if (prepare_order(runtime, launch) != 0) return -1;
+  const weighted_tile *order =
+      launch->weight && !launch->static_schedule ? runtime->tile_order : NULL;
+  const fc_team_plan *plan = &runtime->plan;
+  atomic_llong next_tile;
+  atomic_init(&next_tile, 0);
+  /* The caller's thread becomes thread 0 and gets pinned for the launch;
+   * its own binding is put back afterwards. */
+  hwloc_bitmap_t caller_binding = NULL;
+  if (plan->pinned) {
+    caller_binding = hwloc_bitmap_alloc();
+    if (caller_binding && hwloc_get_cpubind(runtime->topology.hw,
+                                            caller_binding,
+                                            HWLOC_CPUBIND_THREAD) != 0) {
+      hwloc_bitmap_free(caller_binding);
+      caller_binding = NULL;
+    }
+  }
+
+#pragma omp parallel num_threads(plan->thread_count)
+  {
+    int thread = omp_get_thread_num();
+    if (omp_get_num_threads() == plan->thread_count) {
+      const fc_thread_place *place = &plan->threads[thread];
+      if (plan->pinned && (thread != 0 || caller_binding))
+        bind_this_thread(runtime, place->pu_os_index);
+      fc_team_state *state = &runtime->teams[place->team];
+      fc_team_view view = {place->team, plan->team_count,
+                           plan->teams[place->team].size, place->rank,
+                           state->scratch, state->scratch_bytes,
+                           &state->barrier};
+      serve(runtime, launch, &view, &next_tile, order);
+    } else if (thread == 0) {
+      /* OpenMP gave fewer threads (nested region, thread limit): thread 0
+       * runs everything as a team of one with team 0's scratch. */
+      fc_barrier solo;
+      fc_barrier_init(&solo, 1);
+      fc_team_view view = {0, 1, 1, 0, runtime->teams[0].scratch,
+                           runtime->teams[0].scratch_bytes, &solo};
+      for (int64_t slot = 0; slot < launch->tile_count; slot++)
+        launch->kernel(launch->args, order ? order[slot].tile : slot, &view);
+    }
+  }
+
+  if (caller_binding) {
+    hwloc_set_cpubind(runtime->topology.hw, caller_binding,
+                      HWLOC_CPUBIND_THREAD);
+    hwloc_bitmap_free(caller_binding);
+    bound_runtime_id = 0; /* thread 0 must re-pin next launch */
+  }
+  return 0;
+}

@@ -1,0 +1,52 @@
+/* The runtime a context owns: topology, team plan, per-team scratch and
+ * barriers, and the launcher that runs tile kernels on the teams. */
+#ifndef FLASHCPU_RUNTIME_RUNTIME_H
+#define FLASHCPU_RUNTIME_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/launch.h"
+#include "runtime/team_plan.h"
+#include "runtime/topology.h"
+
+typedef struct fc_team_state {
+  fc_barrier barrier;
+  _Alignas(64) int64_t current_tile; /* written by rank 0, read after a
+                                        barrier by the others */
+  void *scratch;
+  size_t scratch_bytes;
+  bool scratch_numa_bound;
+} fc_team_state;
+
+typedef struct fc_runtime {
+  fc_topology topology;
+  fc_team_plan plan;
+  fc_team_state *teams;
+  struct weighted_tile *tile_order; /* heaviest first, grown on demand */
+  int64_t tile_order_capacity;
+  uint64_t id; /* tells pinned threads which runtime pinned them */
+} fc_runtime;
+
+typedef struct fc_runtime_options {
+  const fc_topology_source *source; /* NULL: this machine */
+  int thread_count;                 /* resolved, >= 1 */
+  flashcpu_team_level level;
+  int max_team_size;
+} fc_runtime_options;
+
+/* Returns 0, or -1 with a message. */
+int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
+                      char *error, size_t error_size);
+void fc_runtime_destroy(fc_runtime *runtime);
+
+/* Makes every team's scratch at least bytes large (allocating only when it
+ * grows). Returns 0, or -1 when out of memory (scratch is then unchanged). */
+int fc_runtime_reserve_scratch(fc_runtime *runtime, size_t bytes);
+
+/* Runs the launch on all teams and returns when every tile is done.
+ * Returns 0, or -1 when out of memory for the tile order (nothing ran). */
+int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch);
+
+#endif
