@@ -15,10 +15,11 @@
  * neighbouring cores, so waits are short unless the machine is oversubscribed. */
 enum { SPINS_BEFORE_YIELD = 4096 };
 
-void fc_barrier_init(fc_barrier *barrier, int size) {
+void fc_barrier_init(fc_barrier *barrier, int size, int oversubscribed) {
   atomic_init(&barrier->arrived, 0);
   atomic_init(&barrier->generation, 0);
   barrier->size = size;
+  barrier->spins_before_yield = oversubscribed ? 16 : SPINS_BEFORE_YIELD;
 }
 
 void fc_barrier_wait(fc_barrier *barrier) {
@@ -35,7 +36,7 @@ void fc_barrier_wait(fc_barrier *barrier) {
   int spins = 0;
   while (atomic_load_explicit(&barrier->generation, memory_order_acquire) ==
          generation) {
-    if (++spins < SPINS_BEFORE_YIELD) {
+    if (++spins < barrier->spins_before_yield) {
       CPU_RELAX();
     } else {
       sched_yield();

@@ -9,9 +9,12 @@ typedef struct fc_barrier {
   _Alignas(64) atomic_int arrived;
   _Alignas(64) atomic_int generation;
   int size;
+  int spins_before_yield; /* short when threads outnumber the PUs */
 } fc_barrier;
 
-void fc_barrier_init(fc_barrier *barrier, int size);
+/* oversubscribed: more threads than PUs, so a waiter should yield at once
+ * rather than spin on a PU the thread it waits for needs. */
+void fc_barrier_init(fc_barrier *barrier, int size, int oversubscribed);
 /* Returns when all `size` threads have called it. Acts as a full memory
  * fence between what the threads wrote before and read after. */
 void fc_barrier_wait(fc_barrier *barrier);

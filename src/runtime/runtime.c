@@ -79,8 +79,14 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
     return -1;
   }
   size_t smallest = runtime->plan.teams[0].scratch_bytes;
+  /* A synthetic topology may promise more PUs than the machine has. */
+  int oversubscribed =
+      runtime->plan.thread_count >
+          hwloc_bitmap_weight(runtime->topology.allowed) ||
+      runtime->plan.thread_count > omp_get_num_procs();
   for (int t = 0; t < runtime->plan.team_count; t++) {
-    fc_barrier_init(&runtime->teams[t].barrier, runtime->plan.teams[t].size);
+    fc_barrier_init(&runtime->teams[t].barrier, runtime->plan.teams[t].size,
+                    oversubscribed);
     if (runtime->plan.teams[t].scratch_bytes < smallest)
       smallest = runtime->plan.teams[t].scratch_bytes;
   }
@@ -205,7 +211,7 @@ int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
       /* OpenMP gave fewer threads (nested region, thread limit): thread 0
        * runs everything as a team of one with team 0's scratch. */
       fc_barrier solo;
-      fc_barrier_init(&solo, 1);
+      fc_barrier_init(&solo, 1, 0);
       fc_team_view view = {0, 1, 1, 0, runtime->teams[0].scratch,
                            runtime->teams[0].scratch_bytes, &solo};
       for (int64_t slot = 0; slot < launch->tile_count; slot++)
