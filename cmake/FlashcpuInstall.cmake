@@ -1,9 +1,11 @@
 # Installs the header, both libraries, a CMake package (flashcpu::flashcpu,
-# flashcpu::flashcpu_static) and flashcpu.pc.
+# flashcpu::flashcpu_static) and flashcpu.pc. tests/install checks all of it
+# from a consumer's side.
 include(CMakePackageConfigHelpers)
 
 set(FLASHCPU_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/flashcpu)
-install(DIRECTORY include/flashcpu DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/flashcpu
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS flashcpu flashcpu_static EXPORT flashcpuTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -11,20 +13,41 @@ install(TARGETS flashcpu flashcpu_static EXPORT flashcpuTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT flashcpuTargets NAMESPACE flashcpu::
   DESTINATION ${FLASHCPU_CMAKE_DIR})
-configure_package_config_file(cmake/flashcpuConfig.cmake.in
-  ${CMAKE_CURRENT_BINARY_DIR}/flashcpuConfig.cmake
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/flashcpuConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/flashcpuConfig.cmake
   INSTALL_DESTINATION ${FLASHCPU_CMAKE_DIR})
 write_basic_package_version_file(
-  ${CMAKE_CURRENT_BINARY_DIR}/flashcpuConfigVersion.cmake
+  ${PROJECT_BINARY_DIR}/flashcpuConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/flashcpuConfig.cmake
-              ${CMAKE_CURRENT_BINARY_DIR}/flashcpuConfigVersion.cmake
+install(FILES ${PROJECT_BINARY_DIR}/flashcpuConfig.cmake
+              ${PROJECT_BINARY_DIR}/flashcpuConfigVersion.cmake
   DESTINATION ${FLASHCPU_CMAKE_DIR})
 
 # pkg-config: -lflashcpu links the shared library; --static adds what the
 # static archive needs (OpenMP as the compiler spells it, hwloc, libm).
+#
+# The file is written at install time, not at configure time, so that its
+# prefix is the one actually installed to: `cmake --install --prefix DIR`
+# changes CMAKE_INSTALL_PREFIX only then. (A ${pcfiledir}-relative prefix
+# would also relocate, but gives -I/usr/lib/<triplet>/pkgconfig/../../include
+# for a /usr install, which pkg-config does not recognise as a system folder.)
 set(FLASHCPU_PC_OPENMP_LIBS "${OpenMP_C_FLAGS}")
-configure_file(cmake/flashcpu.pc.in ${CMAKE_CURRENT_BINARY_DIR}/flashcpu.pc
-  @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/flashcpu.pc
+foreach(dir LIBDIR INCLUDEDIR)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${dir}}")
+    set(FLASHCPU_PC_${dir} "${CMAKE_INSTALL_${dir}}")
+  else()
+    set(FLASHCPU_PC_${dir} "\${prefix}/${CMAKE_INSTALL_${dir}}")
+  endif()
+endforeach()
+set(FLASHCPU_PC_FILE ${PROJECT_BINARY_DIR}/flashcpu.pc)
+install(CODE "
+  set(PROJECT_DESCRIPTION [==[${PROJECT_DESCRIPTION}]==])
+  set(PROJECT_VERSION [==[${PROJECT_VERSION}]==])
+  set(FLASHCPU_PC_LIBDIR [==[${FLASHCPU_PC_LIBDIR}]==])
+  set(FLASHCPU_PC_INCLUDEDIR [==[${FLASHCPU_PC_INCLUDEDIR}]==])
+  set(FLASHCPU_PC_OPENMP_LIBS [==[${FLASHCPU_PC_OPENMP_LIBS}]==])
+  configure_file([==[${PROJECT_SOURCE_DIR}/cmake/flashcpu.pc.in]==]
+                 [==[${FLASHCPU_PC_FILE}]==] @ONLY)
+")
+install(FILES ${FLASHCPU_PC_FILE}
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
