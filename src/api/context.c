@@ -11,6 +11,9 @@
 
 #define CALL "flashcpu_context_create"
 
+/* Measured with bench/ (launch overhead); see bench/NOTES.md. */
+#define FC_DEFAULT_LAUNCH_MODE FC_LAUNCH_REGION
+
 void flashcpu_context_options_init(flashcpu_context_options *options) {
   if (!options) return;
   memset(options, 0, sizeof *options);
@@ -89,6 +92,23 @@ static flashcpu_status resolve_isa(const flashcpu_context_options *options,
   return FLASHCPU_OK;
 }
 
+/* FLASHCPU_LAUNCH=region|pool picks how launches get their threads. */
+static flashcpu_status resolve_launch_mode(fc_launch_mode *mode) {
+  const char *text = getenv("FLASHCPU_LAUNCH");
+  *mode = FC_DEFAULT_LAUNCH_MODE;
+  if (!text || !*text) return FLASHCPU_OK;
+  if (strcmp(text, "region") == 0) {
+    *mode = FC_LAUNCH_REGION;
+  } else if (strcmp(text, "pool") == 0) {
+    *mode = FC_LAUNCH_POOL;
+  } else {
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": FLASHCPU_LAUNCH=%s is neither region nor pool",
+                   text);
+  }
+  return FLASHCPU_OK;
+}
+
 flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
                                      const fc_topology_source *source,
                                      flashcpu_context **ctx) {
@@ -124,8 +144,13 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
     threads = probe.core_count;
     fc_topology_free(&probe);
   }
+  fc_launch_mode mode;
+  if ((status = resolve_launch_mode(&mode)) != FLASHCPU_OK) {
+    free(created);
+    return status;
+  }
   fc_runtime_options runtime_options = {source, threads, options->team_level,
-                                        options->max_team_size};
+                                        options->max_team_size, mode};
   if (fc_runtime_create(&created->runtime, &runtime_options, error,
                         sizeof error) != 0) {
     free(created);

@@ -1,6 +1,6 @@
-/* Runtime: one OpenMP parallel region per launch. Thread i of the region is
- * thread i of the team plan; it binds itself to its PU the first time it
- * serves this runtime, so later launches pay no binding cost. */
+/* Runtime: thread i of a launch (from a parallel region or the persistent
+ * pool) is thread i of the team plan; it binds itself to its PU the first
+ * time it serves this runtime, so later launches pay no binding cost. */
 #include "runtime/runtime.h"
 
 #include <omp.h>
@@ -94,11 +94,17 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
     fc_runtime_destroy(runtime);
     return -1;
   }
+  runtime->mode = FC_LAUNCH_REGION;
+  if (options->mode == FC_LAUNCH_POOL) {
+    runtime->pool = fc_pool_start(runtime->plan.thread_count);
+    if (runtime->pool) runtime->mode = FC_LAUNCH_POOL;
+  }
   return 0;
 }
 
 void fc_runtime_destroy(fc_runtime *runtime) {
   if (!runtime) return;
+  fc_pool_stop(runtime->pool);
   for (int t = 0; runtime->teams && t < runtime->plan.team_count; t++)
     scratch_free(runtime, &runtime->teams[t]);
   free(runtime->teams);
@@ -173,14 +179,52 @@ static void serve(fc_runtime *runtime, const fc_launch *launch,
   }
 }
 
+/* Everything a launch's threads share. */
+typedef struct launch_state {
+  fc_runtime *runtime;
+  const fc_launch *launch;
+  const weighted_tile *order;
+  atomic_llong next_tile;
+  bool pin_caller;
+} launch_state;
+
+static void launch_thread(void *opaque, int thread) {
+  launch_state *state = opaque;
+  fc_runtime *runtime = state->runtime;
+  const fc_team_plan *plan = &runtime->plan;
+  const fc_thread_place *place = &plan->threads[thread];
+  if (plan->pinned && (thread != 0 || state->pin_caller))
+    bind_this_thread(runtime, place->pu_os_index);
+  fc_team_state *team = &runtime->teams[place->team];
+  fc_team_view view = {place->team, plan->team_count,
+                       plan->teams[place->team].size, place->rank,
+                       team->scratch, team->scratch_bytes, &team->barrier};
+  serve(runtime, state->launch, &view, &state->next_tile, state->order);
+}
+
+/* OpenMP gave fewer threads (nested region, thread limit): the calling
+ * thread runs every tile as a team of one with team 0's scratch. */
+static void launch_alone(launch_state *state) {
+  fc_barrier solo;
+  fc_barrier_init(&solo, 1, 0);
+  fc_team_state *team = &state->runtime->teams[0];
+  fc_team_view view = {0, 1, 1, 0, team->scratch, team->scratch_bytes, &solo};
+  const fc_launch *launch = state->launch;
+  for (int64_t slot = 0; slot < launch->tile_count; slot++)
+    launch->kernel(launch->args,
+                   state->order ? state->order[slot].tile : slot, &view);
+}
+
 int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
   if (launch->tile_count <= 0) return 0;
   if (prepare_order(runtime, launch) != 0) return -1;
-  const weighted_tile *order =
+  launch_state state;
+  state.runtime = runtime;
+  state.launch = launch;
+  state.order =
       launch->weight && !launch->static_schedule ? runtime->tile_order : NULL;
+  atomic_init(&state.next_tile, 0);
   const fc_team_plan *plan = &runtime->plan;
-  atomic_llong next_tile;
-  atomic_init(&next_tile, 0);
   /* The caller's thread becomes thread 0 and gets pinned for the launch;
    * its own binding is put back afterwards. */
   hwloc_bitmap_t caller_binding = NULL;
@@ -193,29 +237,19 @@ int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
       caller_binding = NULL;
     }
   }
+  state.pin_caller = caller_binding != NULL;
 
+  if (runtime->mode == FC_LAUNCH_POOL) {
+    fc_pool_run(runtime->pool, launch_thread, &state);
+  } else if (plan->thread_count == 1) {
+    launch_thread(&state, 0);
+  } else {
 #pragma omp parallel num_threads(plan->thread_count)
-  {
-    int thread = omp_get_thread_num();
-    if (omp_get_num_threads() == plan->thread_count) {
-      const fc_thread_place *place = &plan->threads[thread];
-      if (plan->pinned && (thread != 0 || caller_binding))
-        bind_this_thread(runtime, place->pu_os_index);
-      fc_team_state *state = &runtime->teams[place->team];
-      fc_team_view view = {place->team, plan->team_count,
-                           plan->teams[place->team].size, place->rank,
-                           state->scratch, state->scratch_bytes,
-                           &state->barrier};
-      serve(runtime, launch, &view, &next_tile, order);
-    } else if (thread == 0) {
-      /* OpenMP gave fewer threads (nested region, thread limit): thread 0
-       * runs everything as a team of one with team 0's scratch. */
-      fc_barrier solo;
-      fc_barrier_init(&solo, 1, 0);
-      fc_team_view view = {0, 1, 1, 0, runtime->teams[0].scratch,
-                           runtime->teams[0].scratch_bytes, &solo};
-      for (int64_t slot = 0; slot < launch->tile_count; slot++)
-        launch->kernel(launch->args, order ? order[slot].tile : slot, &view);
+    {
+      if (omp_get_num_threads() == plan->thread_count)
+        launch_thread(&state, omp_get_thread_num());
+      else if (omp_get_thread_num() == 0)
+        launch_alone(&state);
     }
   }
 

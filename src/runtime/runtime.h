@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "runtime/launch.h"
+#include "runtime/pool.h"
 #include "runtime/team_plan.h"
 #include "runtime/topology.h"
 
@@ -20,8 +21,16 @@ typedef struct fc_team_state {
   bool scratch_numa_bound;
 } fc_team_state;
 
+/* How a launch gets its threads. */
+typedef enum fc_launch_mode {
+  FC_LAUNCH_REGION, /* an OpenMP parallel region per launch */
+  FC_LAUNCH_POOL    /* persistent OpenMP threads parked between launches */
+} fc_launch_mode;
+
 typedef struct fc_runtime {
   fc_topology topology;
+  fc_launch_mode mode;
+  fc_pool *pool; /* FC_LAUNCH_POOL only */
   fc_team_plan plan;
   fc_team_state *teams;
   struct weighted_tile *tile_order; /* heaviest first, grown on demand */
@@ -34,6 +43,7 @@ typedef struct fc_runtime_options {
   int thread_count;                 /* resolved, >= 1 */
   flashcpu_team_level level;
   int max_team_size;
+  fc_launch_mode mode; /* falls back to REGION if the pool cannot start */
 } fc_runtime_options;
 
 /* Returns 0, or -1 with a message. */

@@ -16,8 +16,8 @@ struct Runtime {
   fc_runtime runtime{};
   bool ok = false;
   Runtime(int threads, int max_team, flashcpu_team_level level,
-          const fc_topology_source *source = nullptr) {
-    fc_runtime_options options{source, threads, level, max_team};
+          fc_launch_mode mode = FC_LAUNCH_REGION) {
+    fc_runtime_options options{nullptr, threads, level, max_team, mode};
     char error[256] = "";
     ok = fc_runtime_create(&runtime, &options, error, sizeof error) == 0;
     EXPECT_TRUE(ok) << error;
@@ -52,13 +52,16 @@ int Nproc() {
 }
 
 class LaunchCoverage
-    : public ::testing::TestWithParam<std::tuple<int, int, bool>> {};
+    : public ::testing::TestWithParam<
+          std::tuple<int, int, bool, fc_launch_mode>> {};
 
 TEST_P(LaunchCoverage, EveryTileOnceByAWholeTeam) {
-  auto [threads, max_team, static_schedule] = GetParam();
+  auto [threads, max_team, static_schedule, mode] = GetParam();
   if (threads == 0) threads = Nproc();
-  Runtime r(threads, max_team, FLASHCPU_TEAM_L3);
+  Runtime r(threads, max_team, FLASHCPU_TEAM_L3, mode);
   ASSERT_TRUE(r.ok);
+  // The pool starts wherever OpenMP gives the threads; 1 thread needs none.
+  if (threads > 1) EXPECT_EQ(r.runtime.mode, mode);
   for (int64_t tiles : {1, 5, 64, 1001}) {
     Visits visits(tiles);
     fc_launch launch{CountVisit, &visits, tiles, static_schedule, nullptr};
@@ -75,7 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
     ThreadsAndTeams, LaunchCoverage,
     ::testing::Combine(::testing::Values(1, 2, 3, 7, 0),  // 0: nproc
                        ::testing::Values(1, 2, 3, 0),     // 0: no limit
-                       ::testing::Bool()));
+                       ::testing::Bool(),
+                       ::testing::Values(FC_LAUNCH_REGION, FC_LAUNCH_POOL)));
 
 // Each rank writes its slot, waits, then checks every other rank's slot:
 // a barrier that does not wait or does not publish fails this.
@@ -91,7 +95,7 @@ void ExchangeThroughScratch(void *args, int64_t tile, const fc_team_view *team) 
 
 TEST(TeamBarrier, PublishesWritesWithinTheTeam) {
   for (int threads : {2, 3, 7}) {
-    Runtime r(threads, 0, FLASHCPU_TEAM_L3);
+    Runtime r(threads, 0, FLASHCPU_TEAM_L3, FC_LAUNCH_POOL);
     ASSERT_TRUE(r.ok);
     std::atomic<int> failures{0};
     fc_launch launch{ExchangeThroughScratch, &failures, 500, false, nullptr};
@@ -134,6 +138,17 @@ TEST(Launch, StaticScheduleGivesTeamsStridedTiles) {
   ASSERT_EQ(fc_runtime_launch(&r.runtime, &launch), 0);
   for (int t = 0; t < 30; t++)
     EXPECT_EQ(team_of[t].load(), t % r.runtime.plan.team_count);
+}
+
+TEST(Launch, PoolSurvivesManyLaunches) {
+  Runtime r(3, 0, FLASHCPU_TEAM_CORE, FC_LAUNCH_POOL);
+  ASSERT_TRUE(r.ok);
+  for (int round = 0; round < 200; round++) {
+    Visits visits(9);
+    fc_launch launch{CountVisit, &visits, 9, round % 2 == 0, nullptr};
+    ASSERT_EQ(fc_runtime_launch(&r.runtime, &launch), 0);
+    for (int t = 0; t < 9; t++) ASSERT_EQ(visits.by_rank0[t].load(), 1);
+  }
 }
 
 TEST(Launch, NestedInsideAParallelRegionStillRunsEveryTile) {

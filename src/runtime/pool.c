@@ -1,0 +1,142 @@
+#include "runtime/pool.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ volatile("yield")
+#else
+#define CPU_RELAX() ((void)0)
+#endif
+
+/* Workers spin this long for the next launch before sleeping: decode steps
+ * come back to back, and a wake-up from sleep costs tens of microseconds. */
+enum { SPINS_BEFORE_SLEEP = 1 << 16 };
+
+struct fc_pool {
+  int thread_count;
+  pthread_t host;
+  _Alignas(64) atomic_uint generation; /* bumped once per run */
+  _Alignas(64) atomic_int pending;     /* workers still in this run */
+  atomic_int ready;                    /* workers that entered the loop */
+  atomic_int sleepers;
+  atomic_bool stopping;
+  atomic_bool failed; /* OpenMP gave the host fewer threads */
+  fc_pool_work work;  /* written before the generation bump (release) */
+  void *args;
+  pthread_mutex_t mutex;
+  pthread_cond_t wake;
+};
+
+static void wait_for_generation(fc_pool *pool, unsigned seen) {
+  for (int spins = 0; spins < SPINS_BEFORE_SLEEP; spins++) {
+    if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen)
+      return;
+    CPU_RELAX();
+  }
+  pthread_mutex_lock(&pool->mutex);
+  atomic_fetch_add(&pool->sleepers, 1);
+  /* seq_cst with the runner's bump-then-check: one of us sees the other. */
+  while (atomic_load(&pool->generation) == seen)
+    pthread_cond_wait(&pool->wake, &pool->mutex);
+  atomic_fetch_sub(&pool->sleepers, 1);
+  pthread_mutex_unlock(&pool->mutex);
+}
+
+static void worker_loop(fc_pool *pool, int thread) {
+  unsigned seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+  atomic_fetch_add(&pool->ready, 1);
+  for (;;) {
+    wait_for_generation(pool, seen);
+    seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+    if (atomic_load(&pool->stopping)) return;
+    pool->work(pool->args, thread);
+    atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+  }
+}
+
+static void *host_main(void *opaque) {
+  fc_pool *pool = opaque;
+  int workers = pool->thread_count - 1;
+#pragma omp parallel num_threads(workers)
+  {
+    if (omp_get_num_threads() != workers) {
+      atomic_store(&pool->failed, true);
+    } else {
+      worker_loop(pool, omp_get_thread_num() + 1);
+    }
+  }
+  return NULL;
+}
+
+static void wake_all(fc_pool *pool) {
+  atomic_fetch_add(&pool->generation, 1); /* seq_cst: see wait_for_generation */
+  if (atomic_load(&pool->sleepers) > 0) {
+    pthread_mutex_lock(&pool->mutex);
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->mutex);
+  }
+}
+
+fc_pool *fc_pool_start(int thread_count) {
+  if (thread_count < 2) return NULL; /* nothing to keep alive */
+  fc_pool *pool = calloc(1, sizeof *pool);
+  if (!pool) return NULL;
+  pool->thread_count = thread_count;
+  atomic_init(&pool->generation, 0);
+  atomic_init(&pool->pending, 0);
+  atomic_init(&pool->ready, 0);
+  atomic_init(&pool->sleepers, 0);
+  atomic_init(&pool->stopping, false);
+  atomic_init(&pool->failed, false);
+  pthread_mutex_init(&pool->mutex, NULL);
+  pthread_cond_init(&pool->wake, NULL);
+  if (pthread_create(&pool->host, NULL, host_main, pool) != 0) {
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->mutex);
+    free(pool);
+    return NULL;
+  }
+  /* Wait until every worker is parked, or OpenMP said no. */
+  while (atomic_load(&pool->ready) < thread_count - 1 &&
+         !atomic_load(&pool->failed))
+    sched_yield();
+  if (atomic_load(&pool->failed)) {
+    fc_pool_stop(pool);
+    return NULL;
+  }
+  return pool;
+}
+
+void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args) {
+  pool->work = work;
+  pool->args = args;
+  atomic_store_explicit(&pool->pending, pool->thread_count - 1,
+                        memory_order_relaxed);
+  wake_all(pool);
+  work(args, 0);
+  int spins = 0;
+  while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
+    if (++spins < SPINS_BEFORE_SLEEP) {
+      CPU_RELAX();
+    } else {
+      sched_yield();
+    }
+}
+
+void fc_pool_stop(fc_pool *pool) {
+  if (!pool) return;
+  atomic_store(&pool->stopping, true);
+  wake_all(pool);
+  pthread_join(pool->host, NULL);
+  pthread_cond_destroy(&pool->wake);
+  pthread_mutex_destroy(&pool->mutex);
+  free(pool);
+}

@@ -1,0 +1,21 @@
+/* A persistent pool: OpenMP threads that stay in one long-lived parallel
+ * region (opened by a host thread the pool owns) and wait between launches,
+ * spinning briefly and then sleeping. The caller's thread is thread 0. The
+ * alternative is a parallel region per launch; the runtime measures both
+ * (bench/) and uses the faster by default. */
+#ifndef FLASHCPU_RUNTIME_POOL_H
+#define FLASHCPU_RUNTIME_POOL_H
+
+typedef struct fc_pool fc_pool;
+typedef void (*fc_pool_work)(void *args, int thread);
+
+/* Starts thread_count - 1 workers. Returns NULL when they cannot all be had
+ * (OpenMP gave fewer, out of memory); the caller then uses regions. */
+fc_pool *fc_pool_start(int thread_count);
+/* Runs work(args, t) for every t in [0, thread_count), t = 0 on the calling
+ * thread, and returns when all are done. One run at a time per pool. */
+void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args);
+/* Stops and joins the workers. NULL is accepted. */
+void fc_pool_stop(fc_pool *pool);
+
+#endif
