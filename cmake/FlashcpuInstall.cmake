@@ -51,3 +51,14 @@ install(CODE "
 ")
 install(FILES ${FLASHCPU_PC_FILE}
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# Installed programs (the flashcpu tool) find libflashcpu.so in the libdir
+# beside their bindir, whatever the prefix: without this, a prefix outside
+# the loader's search path gives "libflashcpu.so.0: cannot open shared
+# object file".
+if(UNIX AND NOT APPLE AND TARGET flashcpu_cli)
+  file(RELATIVE_PATH FLASHCPU_BIN_TO_LIB
+    ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR})
+  set_property(TARGET flashcpu_cli APPEND PROPERTY
+    INSTALL_RPATH "$ORIGIN/${FLASHCPU_BIN_TO_LIB}")
+endif()

@@ -8,6 +8,7 @@
 #   readme        compile and run the C block of README.md that sits between
 #                 <!-- api-example:begin --> and <!-- api-example:end -->
 #   example       compile and run SOURCE (a program of examples/)
+#   cli           run the installed tool: PREFIX/bin/flashcpu info
 # Any failure ends with FATAL_ERROR saying which command failed and its output.
 cmake_minimum_required(VERSION 3.18)
 
@@ -192,6 +193,14 @@ elseif(STEP STREQUAL "example")
   get_filename_component(name "${SOURCE}" NAME_WE)
   compile_with_pkg_config(${SOURCE} ${WORK_DIR}/${name} shared)
   run_consumer(${WORK_DIR}/${name})
+
+elseif(STEP STREQUAL "cli")
+  set(tool "${PREFIX}/${BINDIR}/flashcpu")
+  if(NOT EXISTS "${tool}")
+    fail("cmake --install did not install the flashcpu tool (${tool})")
+  endif()
+  run_checked("running the installed tool: ${tool} info" ${tool} info)
+  message("${run_output}")
 
 else()
   message(FATAL_ERROR "install_test.cmake: unknown STEP '${STEP}'")
