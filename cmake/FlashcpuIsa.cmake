@@ -24,13 +24,28 @@
 #   endif()
 #
 # On other targets (aarch64, ...) flashcpu_isa_flags does nothing.
+# Also: flashcpu_target_is_x86_64(<out-var>) and
+# flashcpu_isa_compile_flags(<ISA> <out-var>) (the flag list itself).
 
 include_guard(GLOBAL)
 
-set(FLASHCPU_ISA_FLAGS_avx2 -mavx2 -mfma -mf16c)
-set(FLASHCPU_ISA_FLAGS_avx512
-    -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c)
-set(FLASHCPU_ISA_FLAGS_avx512bf16 ${FLASHCPU_ISA_FLAGS_avx512} -mavx512bf16)
+# The flags of one ISA, or FATAL_ERROR for an unknown name. A function, not
+# variables, because include_guard(GLOBAL) would hide variables from every
+# directory but the first that includes this file.
+function(flashcpu_isa_compile_flags isa out_var)
+  set(avx512 -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c)
+  if(isa STREQUAL "avx2")
+    set(flags -mavx2 -mfma -mf16c)
+  elseif(isa STREQUAL "avx512")
+    set(flags ${avx512})
+  elseif(isa STREQUAL "avx512bf16")
+    set(flags ${avx512} -mavx512bf16)
+  else()
+    message(FATAL_ERROR "flashcpu: unknown ISA '${isa}' "
+                        "(expected avx2, avx512 or avx512bf16)")
+  endif()
+  set(${out_var} ${flags} PARENT_SCOPE)
+endfunction()
 
 # TRUE when CMAKE_SYSTEM_PROCESSOR names an x86-64 target (the processor
 # being built for, which differs from the host's when cross-compiling).
@@ -44,10 +59,7 @@ function(flashcpu_target_is_x86_64 out_var)
 endfunction()
 
 function(flashcpu_isa_supported isa out_var)
-  if(NOT DEFINED FLASHCPU_ISA_FLAGS_${isa})
-    message(FATAL_ERROR "flashcpu_isa_supported: unknown ISA '${isa}' "
-                        "(expected avx2, avx512 or avx512bf16)")
-  endif()
+  flashcpu_isa_compile_flags(${isa} unused) # validates the name
   flashcpu_target_is_x86_64(is_x86_64)
   set(${out_var} ${is_x86_64} PARENT_SCOPE)
 endfunction()
@@ -58,14 +70,11 @@ function(flashcpu_isa_flags)
     message(FATAL_ERROR
             "flashcpu_isa_flags: unexpected arguments ${ARG_UNPARSED_ARGUMENTS}")
   endif()
-  if(NOT ARG_ISA OR NOT DEFINED FLASHCPU_ISA_FLAGS_${ARG_ISA})
-    message(FATAL_ERROR "flashcpu_isa_flags: ISA must be avx2, avx512 or "
-                        "avx512bf16 (got '${ARG_ISA}')")
-  endif()
+  flashcpu_isa_compile_flags("${ARG_ISA}" flags)
   flashcpu_target_is_x86_64(is_x86_64)
   if(NOT is_x86_64)
     return()
   endif()
   set_property(SOURCE ${ARG_SOURCES} APPEND PROPERTY
-               COMPILE_OPTIONS ${FLASHCPU_ISA_FLAGS_${ARG_ISA}})
+               COMPILE_OPTIONS ${flags})
 endfunction()

@@ -1,0 +1,158 @@
+// The timed loop. One flashcpu_attention call per iteration; decode calls
+// rotate over the workload's layer-sized KV caches, one layer per
+// iteration, so each call reads its K and V from memory as a real decode
+// step does. Timing is wall clock (UseRealTime): the calling thread's CPU
+// time says nothing about an OpenMP call.
+#include "attention_benchmark.h"
+
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <string>
+
+#include "common/timer.h"
+
+namespace {
+
+// The last workload built. Cases that differ only in thread count are
+// registered next to each other and share it; keeping only one bounds
+// memory (a decode workload may take a quarter of RAM).
+class WorkloadCache {
+public:
+  const toolkit_workload *Get(const toolkit_workload_spec &spec,
+                              std::string *error) {
+    if (valid_ && SameSpec(spec, workload_.spec)) return &workload_;
+    Release();
+    char message[256] = "";
+    if (toolkit_workload_build(&spec, &workload_, message, sizeof message)) {
+      *error = message;
+      return nullptr;
+    }
+    valid_ = true;
+    return &workload_;
+  }
+  void Release() {
+    if (valid_) toolkit_workload_free(&workload_);
+    valid_ = false;
+  }
+
+private:
+  static bool SameSpec(const toolkit_workload_spec &a,
+                       const toolkit_workload_spec &b) {
+    return a.preset == b.preset && a.phase == b.phase && a.batch == b.batch &&
+           a.q_rows == b.q_rows && a.kv_rows == b.kv_rows &&
+           a.q_dtype == b.q_dtype && a.kv_dtype == b.kv_dtype &&
+           a.out_dtype == b.out_dtype && a.causal == b.causal &&
+           a.window_left == b.window_left &&
+           a.window_right == b.window_right && a.softcap == b.softcap &&
+           a.layers == b.layers && a.seed == b.seed;
+  }
+  bool valid_ = false;
+  toolkit_workload workload_{};
+};
+
+WorkloadCache workload_cache;
+std::map<int, flashcpu_context *> contexts; // by num_threads
+std::string warmed_case;                    // the case warmed up last
+
+flashcpu_context *ContextFor(int threads, std::string *error) {
+  auto found = contexts.find(threads);
+  if (found != contexts.end()) return found->second;
+  flashcpu_context_options options;
+  flashcpu_context_options_init(&options);
+  options.num_threads = threads;
+  flashcpu_context *ctx = nullptr;
+  flashcpu_status status = flashcpu_context_create(&options, &ctx);
+  if (status != FLASHCPU_OK) {
+    *error = std::string("flashcpu_context_create: ") +
+             flashcpu_status_name(status) + ": " + flashcpu_last_error(nullptr);
+    return nullptr;
+  }
+  contexts[threads] = ctx;
+  return ctx;
+}
+
+flashcpu_status CallLayer(flashcpu_context *ctx,
+                          const toolkit_workload *workload, int layer) {
+  flashcpu_tensor q, k, v, out;
+  toolkit_workload_tensors(workload, layer, &q, &k, &v, &out);
+  return flashcpu_attention(ctx, &q, &k, &v, &out, nullptr,
+                            &workload->params);
+}
+
+void RunCase(benchmark::State &state, const BenchCase &bench_case,
+             const toolkit_ceilings &ceilings) {
+  std::string error;
+  flashcpu_context *ctx = ContextFor(bench_case.threads, &error);
+  toolkit_workload_spec spec =
+      toolkit_workload_spec_make(bench_case.preset, bench_case.phase,
+                                 bench_case.rows, bench_case.kv,
+                                 bench_case.dtype);
+  const toolkit_workload *workload =
+      ctx ? workload_cache.Get(spec, &error) : nullptr;
+  if (!workload) {
+    state.SkipWithError(error.c_str());
+    return;
+  }
+  int layer = 0;
+  // google-benchmark calls this several times per case while it sizes the
+  // iteration count; one warm-up call per case is enough.
+  const std::string name = BenchCaseName(bench_case);
+  if (warmed_case != name) {
+    if (CallLayer(ctx, workload, layer++) != FLASHCPU_OK) {
+      state.SkipWithError(flashcpu_last_error(ctx));
+      return;
+    }
+    warmed_case = name;
+  }
+  // Wall time of the whole loop, measured here too so that the counters
+  // are plain numbers (google-benchmark prints its rate counters as "/s").
+  const double start = toolkit_now_seconds();
+  for (auto _ : state) {
+    if (CallLayer(ctx, workload, layer++) != FLASHCPU_OK) {
+      state.SkipWithError(flashcpu_last_error(ctx));
+      break;
+    }
+  }
+  const double seconds = toolkit_now_seconds() - start;
+  if (state.error_occurred() || seconds <= 0.0) return;
+
+  const double calls = static_cast<double>(state.iterations());
+  const double gbps = workload->bytes_per_call * calls / seconds * 1e-9;
+  const double gflops = workload->flops_per_call * calls / seconds * 1e-9;
+  const bool decode = bench_case.phase == TOOLKIT_PHASE_DECODE;
+  state.counters["GBps"] = gbps;
+  state.counters["GFLOPs"] = gflops;
+  state.counters["ceiling_pct"] = decode ? 100.0 * gbps / ceilings.read_gbps
+                                         : 100.0 * gflops / ceilings.fma_gflops;
+  state.SetBytesProcessed(
+      static_cast<int64_t>(workload->bytes_per_call * calls));
+  // Items are query rows (tokens) of one layer.
+  state.SetItemsProcessed(static_cast<int64_t>(
+      calls * static_cast<double>(spec.batch * spec.q_rows)));
+  state.SetLabel(std::string("layers:") +
+                 std::to_string(workload->layer_count));
+}
+
+} // namespace
+
+void RegisterAttentionBenchmarks(
+    const std::vector<BenchCase> &cases,
+    const std::map<int, toolkit_ceilings> &ceilings_by_threads) {
+  for (const BenchCase &bench_case : cases) {
+    const toolkit_ceilings ceilings = ceilings_by_threads.at(bench_case.threads);
+    benchmark::RegisterBenchmark(
+        BenchCaseName(bench_case).c_str(),
+        [bench_case, ceilings](benchmark::State &state) {
+          RunCase(state, bench_case, ceilings);
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+void ReleaseAttentionBenchmarks() {
+  workload_cache.Release();
+  for (auto &entry : contexts) flashcpu_context_destroy(entry.second);
+  contexts.clear();
+}

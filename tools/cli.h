@@ -1,0 +1,44 @@
+/* The flashcpu command-line tool: subcommands and their options. */
+#ifndef FLASHCPU_TOOLS_CLI_H
+#define FLASHCPU_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/presets.h"
+#include "flashcpu/flashcpu.h"
+
+/* Exit codes: 0 success, 1 a check failed or the library returned an
+ * error, 2 bad usage. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
+
+typedef struct run_options {
+  const toolkit_preset *preset;
+  bool run_decode, run_prefill;
+  int64_t rows;  /* 0: decode 1, prefill = kv */
+  int64_t kv;    /* 0: decode 8192, prefill 2048 */
+  int64_t batch;
+  flashcpu_dtype q_dtype, kv_dtype, out_dtype;
+  int threads;   /* 0: the library's default */
+  flashcpu_isa max_isa;
+  int causal;    /* -1: the preset's; 0 off; 1 on */
+  bool window_set;
+  int64_t window_left, window_right;
+  bool softcap_set;
+  float softcap;
+  int reps;       /* 0: at least 5, more while under a second */
+  int check_rows; /* sampled rows checked against the oracle; 0: none */
+  int layers;     /* KV caches rotated in decode; 0: enough for the LLC */
+} run_options;
+
+/* Parses `flashcpu run` arguments (argv[0] is "run"). Returns -1 when the
+ * options are valid, otherwise the exit code to return (0 after --help,
+ * CLI_EXIT_USAGE after an error message on stderr). */
+int cli_parse_run_options(int argc, char **argv, run_options *options);
+void cli_print_run_help(FILE *stream);
+int cli_run(const run_options *options);
+
+int cli_info(int argc, char **argv);
+
+#endif

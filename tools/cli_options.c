@@ -1,0 +1,261 @@
+/* Option parsing for `flashcpu run`: --name VALUE or --name=VALUE. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+void cli_print_run_help(FILE *stream) {
+  fprintf(stream,
+"usage: flashcpu run [options]\n"
+"\n"
+"Times flashcpu_attention on a model-shaped workload, checks sampled rows\n"
+"against a float64 oracle and reports GB/s, GFLOP/s and the percent of the\n"
+"machine's ceiling that binds (decode: read bandwidth; prefill: fp32 FMA),\n"
+"both measured at start-up. Defaults: llama3-8b, bf16, one decode at kv 8192\n"
+"and one causal prefill at 2048.\n"
+"\n"
+"  --preset NAME        model shape (see below; default llama3-8b)\n"
+"  --phase P            decode | prefill | both (default both)\n"
+"  --rows L             query rows (decode default 1, prefill default = kv)\n"
+"  --kv S               keys/values (decode default 8192, prefill 2048)\n"
+"  --batch B            sequences (default 1)\n"
+"  --dtype T            f32 | f16 | bf16 for q, k, v and out (default bf16)\n"
+"  --kv-dtype T         dtype of k and v (default --dtype)\n"
+"  --out-dtype T        dtype of the output (default --dtype)\n"
+"  --threads N          worker threads; 0 = library default (default 0)\n"
+"  --isa I              highest ISA: auto | scalar | avx2 | avx512 | neon\n"
+"  --causal, --no-causal  override the preset's causal mask\n"
+"  --window L,R         sliding window, -1 = unbounded (default: preset's)\n"
+"  --softcap X          score softcap, 0 = off (default: preset's)\n"
+"  --reps N             timed repetitions; 0 = at least 5, more while the\n"
+"                       total stays under a second (default 0)\n"
+"  --check-rows N       output rows checked against the oracle (default 16)\n"
+"  --layers N           KV caches rotated in decode; 0 = enough to exceed the\n"
+"                       last-level cache 4 times, at least 32 (default 0)\n"
+"  -h, --help           this help\n"
+"\n"
+"presets:\n");
+  int count;
+  const toolkit_preset *presets = toolkit_presets(&count);
+  for (int i = 0; i < count; i++)
+    fprintf(stream, "  %-12s Hq %3lld  Hkv %3lld  D %3lld  %s\n",
+            presets[i].name, (long long)presets[i].q_heads,
+            (long long)presets[i].kv_heads, (long long)presets[i].head_dim,
+            presets[i].notes);
+}
+
+static int usage_error(const char *format, ...)
+    __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *format, ...) {
+  va_list arguments;
+  va_start(arguments, format);
+  fprintf(stderr, "flashcpu run: ");
+  vfprintf(stderr, format, arguments);
+  fprintf(stderr, "\n(see flashcpu run --help)\n");
+  va_end(arguments);
+  return CLI_EXIT_USAGE;
+}
+
+static bool is_valued_flag(const char *flag) {
+  static const char *const flags[] = {
+      "--preset", "--phase",   "--rows",    "--kv",      "--batch",
+      "--dtype",  "--kv-dtype", "--out-dtype", "--threads", "--isa",
+      "--window", "--softcap", "--reps",    "--check-rows", "--layers"};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (strcmp(flag, flags[i]) == 0) return true;
+  return false;
+}
+
+static bool parse_int64(const char *text, int64_t min, int64_t max,
+                        int64_t *value) {
+  char *end = NULL;
+  errno = 0;
+  long long parsed = strtoll(text, &end, 10);
+  if (errno || end == text || *end != '\0' || parsed < min || parsed > max)
+    return false;
+  *value = parsed;
+  return true;
+}
+
+/* Parses an integer option into *value; -1 or an exit code. */
+static int integer_option(const char *flag, const char *value, int64_t min,
+                          int64_t max, int64_t *parsed) {
+  if (parse_int64(value, min, max, parsed)) return -1;
+  return usage_error("%s takes an integer from %lld to %lld, not '%s'", flag,
+                     (long long)min, (long long)max, value);
+}
+
+static int int_option(const char *flag, const char *value, int min, int max,
+                      int *parsed) {
+  int64_t wide = 0;
+  int status = integer_option(flag, value, min, max, &wide);
+  *parsed = (int)wide;
+  return status;
+}
+
+static bool parse_dtype(const char *text, flashcpu_dtype *dtype) {
+  static const flashcpu_dtype all[] = {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
+                                       FLASHCPU_DTYPE_BF16};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(text, flashcpu_dtype_name(all[i])) == 0) {
+      *dtype = all[i];
+      return true;
+    }
+  return false;
+}
+
+static bool parse_isa(const char *text, flashcpu_isa *isa) {
+  static const flashcpu_isa all[] = {FLASHCPU_ISA_AUTO, FLASHCPU_ISA_SCALAR,
+                                     FLASHCPU_ISA_AVX2, FLASHCPU_ISA_AVX512,
+                                     FLASHCPU_ISA_NEON};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(text, flashcpu_isa_name(all[i])) == 0) {
+      *isa = all[i];
+      return true;
+    }
+  return false;
+}
+
+/* "L,R" with each -1 or a non-negative count. */
+static bool parse_window(const char *text, int64_t *left, int64_t *right) {
+  const char *comma = strchr(text, ',');
+  if (!comma || comma == text) return false;
+  char left_text[32];
+  size_t length = (size_t)(comma - text);
+  if (length >= sizeof left_text) return false;
+  memcpy(left_text, text, length);
+  left_text[length] = '\0';
+  return parse_int64(left_text, -1, INT64_C(1) << 40, left) &&
+         parse_int64(comma + 1, -1, INT64_C(1) << 40, right);
+}
+
+static bool parse_softcap(const char *text, float *softcap) {
+  char *end = NULL;
+  errno = 0;
+  double parsed = strtod(text, &end);
+  if (errno || end == text || *end != '\0' || !isfinite(parsed) ||
+      parsed < 0.0 || parsed > 1e30)
+    return false;
+  *softcap = (float)parsed;
+  return true;
+}
+
+static void set_defaults(run_options *options) {
+  memset(options, 0, sizeof *options);
+  options->preset = toolkit_preset_find("llama3-8b");
+  options->run_decode = options->run_prefill = true;
+  options->batch = 1;
+  options->q_dtype = options->kv_dtype = options->out_dtype =
+      FLASHCPU_DTYPE_BF16;
+  options->max_isa = FLASHCPU_ISA_AUTO;
+  options->causal = -1;
+  options->check_rows = 16;
+}
+
+/* Applies one option that takes a value. Returns -1 or an exit code. */
+static int apply_valued(run_options *options, const char *flag,
+                        const char *value, bool *kv_dtype_set,
+                        bool *out_dtype_set) {
+  if (strcmp(flag, "--preset") == 0) {
+    options->preset = toolkit_preset_find(value);
+    if (!options->preset)
+      return usage_error("unknown preset for %s: '%s'", flag, value);
+  } else if (strcmp(flag, "--phase") == 0) {
+    options->run_decode = strcmp(value, "decode") == 0;
+    options->run_prefill = strcmp(value, "prefill") == 0;
+    if (strcmp(value, "both") == 0)
+      options->run_decode = options->run_prefill = true;
+    if (!options->run_decode && !options->run_prefill)
+      return usage_error("%s must be decode, prefill or both, not '%s'", flag,
+                         value);
+  } else if (strcmp(flag, "--rows") == 0) {
+    return integer_option(flag, value, 1, INT64_C(1) << 24, &options->rows);
+  } else if (strcmp(flag, "--kv") == 0) {
+    return integer_option(flag, value, 1, INT64_C(1) << 26, &options->kv);
+  } else if (strcmp(flag, "--batch") == 0) {
+    return integer_option(flag, value, 1, 65536, &options->batch);
+  } else if (strcmp(flag, "--dtype") == 0) {
+    if (!parse_dtype(value, &options->q_dtype))
+      return usage_error("%s must be f32, f16 or bf16, not '%s'", flag, value);
+    if (!*kv_dtype_set) options->kv_dtype = options->q_dtype;
+    if (!*out_dtype_set) options->out_dtype = options->q_dtype;
+  } else if (strcmp(flag, "--kv-dtype") == 0) {
+    if (!parse_dtype(value, &options->kv_dtype))
+      return usage_error("%s must be f32, f16 or bf16, not '%s'", flag, value);
+    *kv_dtype_set = true;
+  } else if (strcmp(flag, "--out-dtype") == 0) {
+    if (!parse_dtype(value, &options->out_dtype))
+      return usage_error("%s must be f32, f16 or bf16, not '%s'", flag, value);
+    *out_dtype_set = true;
+  } else if (strcmp(flag, "--threads") == 0) {
+    return int_option(flag, value, 0, 65536, &options->threads);
+  } else if (strcmp(flag, "--isa") == 0) {
+    if (!parse_isa(value, &options->max_isa))
+      return usage_error("%s must be auto, scalar, avx2, avx512 or neon, "
+                         "not '%s'", flag, value);
+  } else if (strcmp(flag, "--window") == 0) {
+    if (!parse_window(value, &options->window_left, &options->window_right))
+      return usage_error("%s takes LEFT,RIGHT (each -1 or >= 0), not '%s'",
+                         flag, value);
+    options->window_set = true;
+  } else if (strcmp(flag, "--softcap") == 0) {
+    if (!parse_softcap(value, &options->softcap))
+      return usage_error("%s must be a finite number >= 0, not '%s'", flag,
+                         value);
+    options->softcap_set = true;
+  } else if (strcmp(flag, "--reps") == 0) {
+    return int_option(flag, value, 0, 1000000, &options->reps);
+  } else if (strcmp(flag, "--check-rows") == 0) {
+    return int_option(flag, value, 0, 1000000, &options->check_rows);
+  } else if (strcmp(flag, "--layers") == 0) {
+    return int_option(flag, value, 0, 100000, &options->layers);
+  }
+  return -1;
+}
+
+int cli_parse_run_options(int argc, char **argv, run_options *options) {
+  set_defaults(options);
+  bool kv_dtype_set = false, out_dtype_set = false;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      cli_print_run_help(stdout);
+      return CLI_EXIT_OK;
+    }
+    if (strcmp(arg, "--causal") == 0) {
+      options->causal = 1;
+      continue;
+    }
+    if (strcmp(arg, "--no-causal") == 0) {
+      options->causal = 0;
+      continue;
+    }
+    if (strncmp(arg, "--", 2) != 0)
+      return usage_error("unexpected argument '%s'", arg);
+    /* --name=value or --name value */
+    char flag[64];
+    const char *value = NULL;
+    const char *equals = strchr(arg, '=');
+    size_t length = equals ? (size_t)(equals - arg) : strlen(arg);
+    if (length >= sizeof flag) length = sizeof flag - 1;
+    memcpy(flag, arg, length);
+    flag[length] = '\0';
+    if (!is_valued_flag(flag))
+      return usage_error("unknown option '%s'", flag);
+    if (equals) {
+      value = equals + 1;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return usage_error("option %s needs a value", flag);
+    }
+    int status =
+        apply_valued(options, flag, value, &kv_dtype_set, &out_dtype_set);
+    if (status >= 0) return status;
+  }
+  return -1;
+}

@@ -1,0 +1,236 @@
+/* `flashcpu run`: time model-shaped attention calls, check sampled rows,
+ * report the fraction of the measured ceiling that binds. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/ceilings.h"
+#include "common/cpu_info.h"
+#include "common/timer.h"
+#include "common/workload.h"
+#include "output_check.h"
+
+enum {
+  WARMUP_CALLS = 2, /* the second only when the first was quick */
+  AUTO_MIN_REPS = 5,
+  AUTO_MAX_REPS = 1000,
+  DEFAULT_DECODE_KV = 8192,
+  DEFAULT_PREFILL_KV = 2048
+};
+static const double AUTO_SECONDS = 1.0;
+static const double QUICK_CALL_SECONDS = 0.1;
+static const uint64_t CHECK_SEED = 0xc4ec5eedull;
+
+typedef struct timing {
+  int reps;
+  double median, min, max; /* seconds */
+  int last_layer;          /* the layer whose result out holds */
+} timing;
+
+static toolkit_workload_spec make_spec(const run_options *options,
+                                       toolkit_phase phase) {
+  int64_t kv = options->kv;
+  if (kv == 0)
+    kv = phase == TOOLKIT_PHASE_DECODE ? DEFAULT_DECODE_KV : DEFAULT_PREFILL_KV;
+  int64_t rows = options->rows;
+  if (rows == 0) rows = phase == TOOLKIT_PHASE_DECODE ? 1 : kv;
+  toolkit_workload_spec spec = toolkit_workload_spec_make(
+      options->preset, phase, rows, kv, options->q_dtype);
+  spec.batch = options->batch;
+  spec.kv_dtype = options->kv_dtype;
+  spec.out_dtype = options->out_dtype;
+  if (options->causal >= 0) spec.causal = options->causal == 1;
+  if (options->window_set) {
+    spec.window_left = options->window_left;
+    spec.window_right = options->window_right;
+  }
+  if (options->softcap_set) spec.softcap = options->softcap;
+  spec.layers = options->layers;
+  return spec;
+}
+
+static void print_case(const toolkit_workload *workload) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const toolkit_preset *preset = spec->preset;
+  char layers_size[32];
+  toolkit_format_bytes((uint64_t)workload->layer_count * 2 * workload->kv_bytes,
+                       layers_size, sizeof layers_size);
+  printf("\n%s %s: batch %lld, rows %lld, kv %lld, heads %lld/%lld, "
+         "head_dim %lld, q/kv/out %s/%s/%s",
+         toolkit_phase_name(spec->phase), preset->name,
+         (long long)spec->batch, (long long)spec->q_rows,
+         (long long)spec->kv_rows, (long long)preset->q_heads,
+         (long long)preset->kv_heads, (long long)preset->head_dim,
+         flashcpu_dtype_name(spec->q_dtype),
+         flashcpu_dtype_name(spec->kv_dtype),
+         flashcpu_dtype_name(spec->out_dtype));
+  printf("%s", spec->causal ? ", causal" : ", not causal");
+  if (spec->window_left >= 0 || spec->window_right >= 0)
+    printf(", window %lld,%lld", (long long)spec->window_left,
+           (long long)spec->window_right);
+  if (spec->softcap > 0.0f) printf(", softcap %g", (double)spec->softcap);
+  printf("\n  kv caches  %d rotated, %s in all\n", workload->layer_count,
+         layers_size);
+}
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static flashcpu_status call_layer(flashcpu_context *ctx,
+                                  const toolkit_workload *workload,
+                                  int layer) {
+  flashcpu_tensor q, k, v, out;
+  toolkit_workload_tensors(workload, layer, &q, &k, &v, &out);
+  return flashcpu_attention(ctx, &q, &k, &v, &out, NULL, &workload->params);
+}
+
+/* Warm-up, then timed calls, each on the next KV layer. */
+static flashcpu_status time_calls(flashcpu_context *ctx,
+                                  const toolkit_workload *workload,
+                                  int requested_reps, timing *result) {
+  const int capacity = requested_reps > 0 ? requested_reps : AUTO_MAX_REPS;
+  double *seconds = malloc((size_t)capacity * sizeof(double));
+  if (!seconds) return FLASHCPU_ERROR_OUT_OF_MEMORY;
+  flashcpu_status status = FLASHCPU_OK;
+  int layer = 0, reps = 0;
+  for (int i = 0; i < WARMUP_CALLS && status == FLASHCPU_OK; i++) {
+    double start = toolkit_now_seconds();
+    status = call_layer(ctx, workload, layer++);
+    if (toolkit_now_seconds() - start > QUICK_CALL_SECONDS) break;
+  }
+  double total = 0.0;
+  while (status == FLASHCPU_OK && reps < capacity) {
+    if (requested_reps == 0 && reps >= AUTO_MIN_REPS && total >= AUTO_SECONDS)
+      break;
+    result->last_layer = layer % workload->layer_count;
+    double start = toolkit_now_seconds();
+    status = call_layer(ctx, workload, layer++);
+    seconds[reps] = toolkit_now_seconds() - start;
+    total += seconds[reps++];
+  }
+  if (status == FLASHCPU_OK) {
+    qsort(seconds, (size_t)reps, sizeof(double), compare_doubles);
+    result->reps = reps;
+    result->min = seconds[0];
+    result->max = seconds[reps - 1];
+    result->median = reps % 2 ? seconds[reps / 2]
+                              : 0.5 * (seconds[reps / 2 - 1] + seconds[reps / 2]);
+  }
+  free(seconds);
+  return status;
+}
+
+static void format_time(double seconds, char *buffer, size_t size) {
+  if (seconds >= 1.0)
+    snprintf(buffer, size, "%.3f s", seconds);
+  else if (seconds >= 1e-3)
+    snprintf(buffer, size, "%.3f ms", seconds * 1e3);
+  else
+    snprintf(buffer, size, "%.1f us", seconds * 1e6);
+}
+
+static void print_timing(const toolkit_workload *workload, const timing *t,
+                         const toolkit_ceilings *ceilings) {
+  char median[32], min[32], max[32];
+  format_time(t->median, median, sizeof median);
+  format_time(t->min, min, sizeof min);
+  format_time(t->max, max, sizeof max);
+  printf("  time       median %s, min %s, max %s (%d reps)\n", median, min,
+         max, t->reps);
+  const double gbps = workload->bytes_per_call / t->median * 1e-9;
+  const double gflops = workload->flops_per_call / t->median * 1e-9;
+  const double read_pct = 100.0 * gbps / ceilings->read_gbps;
+  const double fma_pct = 100.0 * gflops / ceilings->fma_gflops;
+  const bool decode = workload->spec.phase == TOOLKIT_PHASE_DECODE;
+  printf("  rate       %.2f GB/s (%.1f%% of read), %.2f GFLOP/s (%.1f%% of "
+         "fma)\n",
+         gbps, read_pct, gflops, fma_pct);
+  printf("  ceiling    %.1f%% of %s (binds %s)\n", decode ? read_pct : fma_pct,
+         decode ? "read bandwidth" : "fp32 FMA peak",
+         decode ? "decode" : "prefill");
+}
+
+static bool print_check(const toolkit_workload *workload, int layer,
+                        int rows) {
+  if (rows == 0) {
+    printf("  check      skipped (--check-rows 0)\n");
+    return true;
+  }
+  output_check_result check =
+      output_check_rows(workload, layer, rows, CHECK_SEED);
+  printf("  check      %s  %d rows vs float64 oracle, max error %.2e "
+         "(tolerance %.2e)",
+         check.passed ? "PASS" : "FAIL", check.rows_checked, check.max_error,
+         check.max_tolerance);
+  if (!check.passed) printf(", worst error %.3gx its tolerance",
+                            check.worst_ratio);
+  printf("\n");
+  return check.passed;
+}
+
+static int run_case(flashcpu_context *ctx, const run_options *options,
+                    toolkit_phase phase, const toolkit_ceilings *ceilings) {
+  toolkit_workload_spec spec = make_spec(options, phase);
+  toolkit_workload workload;
+  char error[256];
+  if (toolkit_workload_build(&spec, &workload, error, sizeof error) != 0) {
+    fprintf(stderr, "flashcpu run: %s workload: %s\n",
+            toolkit_phase_name(phase), error);
+    return CLI_EXIT_FAILURE;
+  }
+  print_case(&workload);
+  fflush(stdout);
+  timing measured = {0, 0.0, 0.0, 0.0, 0};
+  flashcpu_status status = time_calls(ctx, &workload, options->reps, &measured);
+  int exit_code = CLI_EXIT_OK;
+  if (status != FLASHCPU_OK) {
+    fprintf(stderr, "flashcpu run: flashcpu_attention failed: %s: %s\n",
+            flashcpu_status_name(status), flashcpu_last_error(ctx));
+    exit_code = CLI_EXIT_FAILURE;
+  } else {
+    print_timing(&workload, &measured, ceilings);
+    if (!print_check(&workload, measured.last_layer, options->check_rows))
+      exit_code = CLI_EXIT_FAILURE;
+  }
+  toolkit_workload_free(&workload);
+  return exit_code;
+}
+
+int cli_run(const run_options *options) {
+  flashcpu_context_options context_options;
+  flashcpu_context_options_init(&context_options);
+  context_options.num_threads = options->threads;
+  context_options.max_isa = options->max_isa;
+  flashcpu_context *ctx = NULL;
+  flashcpu_status status = flashcpu_context_create(&context_options, &ctx);
+  if (status != FLASHCPU_OK) {
+    fprintf(stderr, "flashcpu run: flashcpu_context_create failed: %s: %s\n",
+            flashcpu_status_name(status), flashcpu_last_error(NULL));
+    return CLI_EXIT_FAILURE;
+  }
+  const int threads = flashcpu_context_num_threads(ctx);
+  toolkit_cpu_info info;
+  toolkit_cpu_info_query(&info);
+  printf("flashcpu %s on %s: %d threads, %s kernels\n",
+         flashcpu_version_string(), info.model, threads,
+         flashcpu_isa_name(flashcpu_context_isa(ctx)));
+  toolkit_ceilings ceilings;
+  if (toolkit_measure_ceilings(threads, &ceilings) != 0) {
+    fprintf(stderr, "flashcpu run: cannot allocate the bandwidth buffer\n");
+    flashcpu_context_destroy(ctx);
+    return CLI_EXIT_FAILURE;
+  }
+  printf("ceilings   ");
+  toolkit_print_ceilings(stdout, &ceilings);
+  int exit_code = CLI_EXIT_OK;
+  if (options->run_decode &&
+      run_case(ctx, options, TOOLKIT_PHASE_DECODE, &ceilings) != CLI_EXIT_OK)
+    exit_code = CLI_EXIT_FAILURE;
+  if (options->run_prefill &&
+      run_case(ctx, options, TOOLKIT_PHASE_PREFILL, &ceilings) != CLI_EXIT_OK)
+    exit_code = CLI_EXIT_FAILURE;
+  flashcpu_context_destroy(ctx);
+  return exit_code;
+}

@@ -1,0 +1,163 @@
+/* Ceiling measurements. Every pass is timed between barriers of one
+ * parallel region, so the time covers the slowest thread and no fork/join;
+ * the best pass is kept because the machines are shared and noise only ever
+ * makes a pass slower. */
+#include "common/ceilings.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ceiling_kernels.h"
+#include "common/cpu_info.h"
+#include "common/timer.h"
+
+enum {
+  READ_PASSES = 6,
+  FMA_PASSES = 3,
+  FLOATS_PER_STEP = 64 /* one kernel iteration; 4 cache lines */
+};
+static const double FMA_PASS_SECONDS = 0.03;
+static const uint64_t MIN_READ_BUFFER = 64ull << 20;
+
+static toolkit_ceiling_kernels select_kernels(void) {
+#if defined(TOOLKIT_HAVE_X86_ISA_KERNELS)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return toolkit_ceiling_kernels_avx512();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return toolkit_ceiling_kernels_avx2();
+#endif
+  return toolkit_ceiling_kernels_portable();
+}
+
+/* Four times every last-level cache of the machine together, so no pass
+ * can be served from cache; capped at an eighth of RAM. */
+static uint64_t read_buffer_bytes(void) {
+  toolkit_cpu_info info;
+  toolkit_cpu_info_query(&info);
+  uint64_t bytes = 4 * info.llc_total_bytes;
+  if (bytes < MIN_READ_BUFFER) bytes = MIN_READ_BUFFER;
+  if (info.memory_bytes && bytes > info.memory_bytes / 8)
+    bytes = info.memory_bytes / 8;
+  return bytes & ~(uint64_t)(FLOATS_PER_STEP * sizeof(float) - 1);
+}
+
+/* Thread t's share [*begin, *end) of count floats, in whole steps. */
+static void thread_share(size_t count, int threads, int t, size_t *begin,
+                         size_t *end) {
+  size_t steps = count / FLOATS_PER_STEP;
+  *begin = steps * (size_t)t / (size_t)threads * FLOATS_PER_STEP;
+  *end = steps * (size_t)(t + 1) / (size_t)threads * FLOATS_PER_STEP;
+}
+
+static double measure_read(const toolkit_ceiling_kernels *kernels, int threads,
+                           uint64_t bytes) {
+  size_t count = (size_t)(bytes / sizeof(float));
+  float *buffer = aligned_alloc(4096, (size_t)bytes);
+  if (!buffer) return 0.0;
+  double best = 1e30, start = 0.0;
+  float sink = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  {
+    size_t begin, end;
+    thread_share(count, omp_get_num_threads(), omp_get_thread_num(), &begin,
+                 &end);
+    /* First touch by the thread that reads it: pages land on its node. */
+    for (size_t i = begin; i < end; i++) buffer[i] = 1.0f / (float)(i % 7 + 1);
+    for (int pass = 0; pass < READ_PASSES; pass++) {
+#pragma omp barrier
+#pragma omp single
+      start = toolkit_now_seconds();
+      sink += kernels->read_sum(buffer + begin, end - begin);
+#pragma omp barrier
+#pragma omp single
+      {
+        double elapsed = toolkit_now_seconds() - start;
+        if (elapsed < best) best = elapsed;
+      }
+    }
+  }
+  free(buffer);
+  /* A result the compiler cannot see through keeps the loads alive. */
+  volatile float keep = sink;
+  (void)keep;
+  return (double)bytes / best * 1e-9;
+}
+
+/* Iterations that take about FMA_PASS_SECONDS on one thread. */
+static int64_t calibrate_fma_iterations(const toolkit_ceiling_kernels *kernels,
+                                        float multiplier, float addend) {
+  int64_t iterations = 1 << 14;
+  for (;;) {
+    double start = toolkit_now_seconds();
+    volatile float keep = kernels->fma_loop(iterations, multiplier, addend);
+    (void)keep;
+    double elapsed = toolkit_now_seconds() - start;
+    if (elapsed > FMA_PASS_SECONDS / 8 || iterations > (INT64_C(1) << 40))
+      return (int64_t)((double)iterations * FMA_PASS_SECONDS / elapsed) + 1;
+    iterations *= 4;
+  }
+}
+
+static double measure_fma(const toolkit_ceiling_kernels *kernels,
+                          int threads) {
+  /* Runtime values, so the compiler cannot fold the chains. */
+  volatile float multiplier_source = 0.999999f, addend_source = 1e-6f;
+  const float multiplier = multiplier_source, addend = addend_source;
+  const int64_t iterations =
+      calibrate_fma_iterations(kernels, multiplier, addend);
+  double best = 1e30, start = 0.0;
+  float sink = 0.0f;
+  int team = 1;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+    for (int pass = 0; pass < FMA_PASSES; pass++) {
+#pragma omp barrier
+#pragma omp single
+      start = toolkit_now_seconds();
+      sink += kernels->fma_loop(iterations, multiplier, addend);
+#pragma omp barrier
+#pragma omp single
+      {
+        double elapsed = toolkit_now_seconds() - start;
+        if (elapsed < best) best = elapsed;
+      }
+    }
+  }
+  volatile float keep = sink;
+  (void)keep;
+  double flops = 2.0 * (double)kernels->fma_lanes * TOOLKIT_FMA_CHAINS *
+                 (double)iterations * team;
+  return flops / best * 1e-9;
+}
+
+int toolkit_measure_ceilings(int threads, toolkit_ceilings *ceilings) {
+  memset(ceilings, 0, sizeof *ceilings);
+  if (threads < 1) threads = 1;
+  const double start = toolkit_now_seconds();
+  const toolkit_ceiling_kernels kernels = select_kernels();
+  const uint64_t bytes = read_buffer_bytes();
+  ceilings->threads = threads;
+  ceilings->read_isa = kernels.isa;
+  ceilings->fma_isa = kernels.isa;
+  ceilings->read_buffer_bytes = (double)bytes;
+  ceilings->read_gbps = measure_read(&kernels, threads, bytes);
+  ceilings->fma_gflops = measure_fma(&kernels, threads);
+  ceilings->seconds = toolkit_now_seconds() - start;
+  return ceilings->read_gbps > 0.0 ? 0 : -1;
+}
+
+void toolkit_print_ceilings(FILE *stream, const toolkit_ceilings *ceilings) {
+  char buffer_size[32];
+  toolkit_format_bytes((uint64_t)ceilings->read_buffer_bytes, buffer_size,
+                       sizeof buffer_size);
+  fprintf(stream,
+          "threads %d: read %.1f GB/s (%s loads, %s buffer), fma %.1f "
+          "GFLOP/s (%s fp32), measured in %.2f s\n",
+          ceilings->threads, ceilings->read_gbps, ceilings->read_isa,
+          buffer_size, ceilings->fma_gflops, ceilings->fma_isa,
+          ceilings->seconds);
+}

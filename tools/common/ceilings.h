@@ -1,0 +1,36 @@
+/* The machine's two ceilings, measured in the same run as the attention
+ * they judge (PERF.md): sustained read bandwidth (binds decode) and fp32 FMA
+ * throughput (binds prefill), at a given OpenMP thread count. */
+#ifndef FLASHCPU_TOOLS_CEILINGS_H
+#define FLASHCPU_TOOLS_CEILINGS_H
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct toolkit_ceilings {
+  int threads;
+  double read_gbps;         /* GB/s, 1e9 bytes */
+  double read_buffer_bytes; /* >= 4x the last-level cache */
+  const char *read_isa;     /* vector loads used: "avx512", "avx2", ... */
+  double fma_gflops;        /* fp32, 2 flops per FMA lane */
+  const char *fma_isa;
+  double seconds;           /* what measuring took */
+} toolkit_ceilings;
+
+/* Measures both ceilings with `threads` OpenMP threads (best of several
+ * short passes; well under a second in all). Returns 0, or -1 when the
+ * buffer cannot be allocated (then read_gbps is 0). */
+int toolkit_measure_ceilings(int threads, toolkit_ceilings *ceilings);
+
+/* One line: "threads 2: read 24.1 GB/s (avx512, 128 MiB), fma 301.3
+ * GFLOP/s (avx512)". */
+void toolkit_print_ceilings(FILE *stream, const toolkit_ceilings *ceilings);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

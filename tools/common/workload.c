@@ -1,0 +1,234 @@
+/* Workload buffers and their accounting. Values are drawn as bit patterns:
+ * a random sign, a random binade in [1/16, 1) and random mantissa bits, so
+ * every value is exactly representable in its dtype, never zero and below
+ * 1 in magnitude, with no float conversion code. */
+#include "common/workload.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cpu_info.h"
+
+enum { MIN_DECODE_LAYERS = 32, CACHE_MULTIPLE = 4 };
+static const uint64_t DEFAULT_MEMORY_BUDGET = 4ull << 30;
+
+const char *toolkit_phase_name(toolkit_phase phase) {
+  return phase == TOOLKIT_PHASE_DECODE ? "decode" : "prefill";
+}
+
+toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
+                                                 toolkit_phase phase,
+                                                 int64_t q_rows,
+                                                 int64_t kv_rows,
+                                                 flashcpu_dtype dtype) {
+  toolkit_workload_spec spec;
+  memset(&spec, 0, sizeof spec);
+  spec.preset = preset;
+  spec.phase = phase;
+  spec.batch = 1;
+  spec.q_rows = q_rows;
+  spec.kv_rows = kv_rows;
+  spec.q_dtype = spec.kv_dtype = spec.out_dtype = dtype;
+  spec.causal = preset->causal;
+  spec.window_left = preset->window;
+  spec.window_right = preset->window >= 0 ? 0 : -1;
+  spec.softcap = preset->softcap;
+  spec.layers = 0;
+  spec.seed = 0x5eed0f1a5c9ull;
+  return spec;
+}
+
+/* splitmix64 of a counter: stateless, so any thread can fill any chunk and
+ * the values do not depend on the thread count. */
+static uint64_t random_bits(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + (index + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* sign | exponent (one of the 4 binades below 1) | mantissa. */
+static uint32_t random_pattern(uint64_t bits, int exponent_bits,
+                               int mantissa_bits, int bias) {
+  uint32_t mantissa = (uint32_t)(bits & ((1u << mantissa_bits) - 1));
+  uint32_t exponent = (uint32_t)(bias - 1 - (int)((bits >> mantissa_bits) & 3));
+  uint32_t sign = (uint32_t)((bits >> (mantissa_bits + 2)) & 1);
+  return (sign << (exponent_bits + mantissa_bits)) |
+         (exponent << mantissa_bits) | mantissa;
+}
+
+static void fill_random(void *data, flashcpu_dtype dtype, size_t count,
+                        uint64_t seed) {
+  const int64_t n = (int64_t)count;
+  if (dtype == FLASHCPU_DTYPE_F32) {
+    uint32_t *words = data;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++)
+      words[i] = random_pattern(random_bits(seed, (uint64_t)i), 8, 23, 127);
+  } else {
+    /* One 64-bit draw gives four 16-bit values. */
+    uint16_t *halves = data;
+    const int mantissa_bits = dtype == FLASHCPU_DTYPE_F16 ? 10 : 7;
+    const int exponent_bits = dtype == FLASHCPU_DTYPE_F16 ? 5 : 8;
+    const int bias = dtype == FLASHCPU_DTYPE_F16 ? 15 : 127;
+#pragma omp parallel for schedule(static)
+    for (int64_t group = 0; group < (n + 3) / 4; group++) {
+      uint64_t bits = random_bits(seed, (uint64_t)group);
+      for (int64_t i = group * 4; i < group * 4 + 4 && i < n; i++, bits >>= 16)
+        halves[i] = (uint16_t)random_pattern(bits & 0xffff, exponent_bits,
+                                             mantissa_bits, bias);
+    }
+  }
+}
+
+void toolkit_visible_keys(const toolkit_workload_spec *spec, int64_t row,
+                          int64_t *begin, int64_t *end) {
+  const int64_t position = row + (spec->kv_rows - spec->q_rows);
+  int64_t first = 0, last = spec->kv_rows; /* [first, last) */
+  if (spec->causal && position + 1 < last) last = position + 1;
+  if (spec->window_left >= 0 && position - spec->window_left > first)
+    first = position - spec->window_left;
+  if (spec->window_right >= 0 && position + spec->window_right + 1 < last)
+    last = position + spec->window_right + 1;
+  *begin = first;
+  *end = last > first ? last : first;
+}
+
+/* Rows of K/V some query row sees, and (query, key) pairs, per head. */
+static void count_visible(const toolkit_workload_spec *spec,
+                          int64_t *union_rows, int64_t *pairs) {
+  int64_t lowest = spec->kv_rows, highest = 0;
+  *pairs = 0;
+  for (int64_t row = 0; row < spec->q_rows; row++) {
+    int64_t begin, end;
+    toolkit_visible_keys(spec, row, &begin, &end);
+    if (begin >= end) continue;
+    *pairs += end - begin;
+    if (begin < lowest) lowest = begin;
+    if (end > highest) highest = end;
+  }
+  /* Consecutive rows' ranges overlap or touch, so their union is one range. */
+  *union_rows = highest > lowest ? highest - lowest : 0;
+}
+
+static int decide_layers(const toolkit_workload_spec *spec, size_t layer_bytes,
+                         size_t fixed_bytes) {
+  if (spec->layers > 0) return spec->layers;
+  if (spec->phase == TOOLKIT_PHASE_PREFILL || layer_bytes == 0) return 1;
+  toolkit_cpu_info info;
+  toolkit_cpu_info_query(&info);
+  uint64_t target = CACHE_MULTIPLE * info.llc_total_bytes;
+  uint64_t layers = (target + layer_bytes - 1) / layer_bytes;
+  if (layers < MIN_DECODE_LAYERS) layers = MIN_DECODE_LAYERS;
+  /* Stay within a quarter of RAM: other jobs share these machines. */
+  uint64_t budget =
+      info.memory_bytes ? info.memory_bytes / 4 : DEFAULT_MEMORY_BUDGET;
+  budget = budget > fixed_bytes ? budget - fixed_bytes : 0;
+  if (layers * layer_bytes > budget) layers = budget / layer_bytes;
+  return layers < 1 ? 1 : (int)layers;
+}
+
+static void *allocate(size_t bytes) {
+  return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+static int fail(toolkit_workload *workload, char *error, size_t error_size,
+                const char *what, size_t bytes) {
+  snprintf(error, error_size, "out of memory allocating %zu bytes for %s",
+           bytes, what);
+  toolkit_workload_free(workload);
+  return -1;
+}
+
+int toolkit_workload_build(const toolkit_workload_spec *spec,
+                           toolkit_workload *workload, char *error,
+                           size_t error_size) {
+  memset(workload, 0, sizeof *workload);
+  const toolkit_preset *preset = spec->preset;
+  if (!preset || spec->batch < 1 || spec->q_rows < 1 || spec->kv_rows < 1) {
+    snprintf(error, error_size, "batch, rows and kv must be at least 1");
+    return -1;
+  }
+  workload->spec = *spec;
+  const int64_t D = preset->head_dim;
+  const size_t q_count = (size_t)(spec->batch * spec->q_rows * preset->q_heads * D);
+  const size_t kv_count =
+      (size_t)(spec->batch * spec->kv_rows * preset->kv_heads * D);
+  workload->q_bytes = q_count * flashcpu_dtype_size(spec->q_dtype);
+  workload->out_bytes = q_count * flashcpu_dtype_size(spec->out_dtype);
+  workload->kv_bytes = kv_count * flashcpu_dtype_size(spec->kv_dtype);
+  workload->layer_count = decide_layers(spec, 2 * workload->kv_bytes,
+                                        workload->q_bytes + workload->out_bytes);
+
+  workload->q = allocate(workload->q_bytes);
+  if (!workload->q) return fail(workload, error, error_size, "q", workload->q_bytes);
+  workload->out = allocate(workload->out_bytes);
+  if (!workload->out)
+    return fail(workload, error, error_size, "out", workload->out_bytes);
+  workload->k_layers = calloc((size_t)workload->layer_count, sizeof(void *));
+  workload->v_layers = calloc((size_t)workload->layer_count, sizeof(void *));
+  if (!workload->k_layers || !workload->v_layers)
+    return fail(workload, error, error_size, "layer tables", 0);
+  fill_random(workload->q, spec->q_dtype, q_count, spec->seed);
+  /* Written once so its pages exist before timing; the library overwrites it. */
+  memset(workload->out, 0, workload->out_bytes);
+  for (int layer = 0; layer < workload->layer_count; layer++) {
+    workload->k_layers[layer] = allocate(workload->kv_bytes);
+    workload->v_layers[layer] = allocate(workload->kv_bytes);
+    if (!workload->k_layers[layer] || !workload->v_layers[layer])
+      return fail(workload, error, error_size, "a layer's K and V",
+                  2 * workload->kv_bytes);
+    uint64_t layer_seed = spec->seed + 0x1000ull * (uint64_t)(layer + 1);
+    fill_random(workload->k_layers[layer], spec->kv_dtype, kv_count, layer_seed);
+    fill_random(workload->v_layers[layer], spec->kv_dtype, kv_count,
+                layer_seed + 1);
+  }
+
+  flashcpu_attention_params_init(&workload->params);
+  workload->params.flags = spec->causal ? FLASHCPU_FLAG_CAUSAL : 0u;
+  workload->params.window_left = spec->window_left;
+  workload->params.window_right = spec->window_right;
+  workload->params.softcap = spec->softcap;
+
+  int64_t union_rows, pairs;
+  count_visible(spec, &union_rows, &pairs);
+  workload->visible_pairs = pairs;
+  workload->bytes_per_call =
+      (double)spec->batch * (double)preset->kv_heads * (double)union_rows *
+          (double)(2 * D) * (double)flashcpu_dtype_size(spec->kv_dtype) +
+      (double)workload->q_bytes + (double)workload->out_bytes;
+  workload->flops_per_call = 4.0 * (double)preset->q_heads * (double)D *
+                             (double)pairs * (double)spec->batch;
+  return 0;
+}
+
+void toolkit_workload_free(toolkit_workload *workload) {
+  for (int layer = 0; layer < workload->layer_count; layer++) {
+    if (workload->k_layers) free(workload->k_layers[layer]);
+    if (workload->v_layers) free(workload->v_layers[layer]);
+  }
+  free(workload->k_layers);
+  free(workload->v_layers);
+  free(workload->q);
+  free(workload->out);
+  memset(workload, 0, sizeof *workload);
+}
+
+void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
+                              flashcpu_tensor *q, flashcpu_tensor *k,
+                              flashcpu_tensor *v, flashcpu_tensor *out) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const toolkit_preset *preset = spec->preset;
+  layer %= workload->layer_count;
+  *q = flashcpu_tensor_bshd(workload->q, spec->q_dtype, spec->batch,
+                            spec->q_rows, preset->q_heads, preset->head_dim);
+  *k = flashcpu_tensor_bshd(workload->k_layers[layer], spec->kv_dtype,
+                            spec->batch, spec->kv_rows, preset->kv_heads,
+                            preset->head_dim);
+  *v = flashcpu_tensor_bshd(workload->v_layers[layer], spec->kv_dtype,
+                            spec->batch, spec->kv_rows, preset->kv_heads,
+                            preset->head_dim);
+  *out = flashcpu_tensor_bshd(workload->out, spec->out_dtype, spec->batch,
+                              spec->q_rows, preset->q_heads, preset->head_dim);
+}

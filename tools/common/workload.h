@@ -1,0 +1,95 @@
+/* A model-shaped attention workload: buffers filled with random values,
+ * parameters from the preset, and the bytes and FLOPs one call must move
+ * and compute (the numerators of GB/s and GFLOP/s).
+ *
+ * Decode allocates several layer-sized KV caches and the caller rotates
+ * through them, one per call, as a real decode step does; enough of them
+ * that the last-level cache cannot hold them (PERF.md, "Don't measure the
+ * cache"). */
+#ifndef FLASHCPU_TOOLS_WORKLOAD_H
+#define FLASHCPU_TOOLS_WORKLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/presets.h"
+#include "flashcpu/flashcpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum toolkit_phase {
+  TOOLKIT_PHASE_DECODE = 0,
+  TOOLKIT_PHASE_PREFILL = 1
+} toolkit_phase;
+
+/* "decode" / "prefill". */
+const char *toolkit_phase_name(toolkit_phase phase);
+
+typedef struct toolkit_workload_spec {
+  const toolkit_preset *preset;
+  toolkit_phase phase;
+  int64_t batch;
+  int64_t q_rows;  /* L */
+  int64_t kv_rows; /* S */
+  flashcpu_dtype q_dtype, kv_dtype, out_dtype;
+  bool causal;
+  int64_t window_left, window_right; /* -1: unbounded */
+  float softcap;                     /* 0: off */
+  int layers;    /* KV caches to rotate over; 0: decide (decode: enough to
+                    exceed the last-level cache, prefill: 1) */
+  uint64_t seed; /* of the random values */
+} toolkit_workload_spec;
+
+/* A spec with the preset's masks and softcap, batch 1, one dtype for all
+ * tensors, and the layer count left to the builder. */
+toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
+                                                 toolkit_phase phase,
+                                                 int64_t q_rows,
+                                                 int64_t kv_rows,
+                                                 flashcpu_dtype dtype);
+
+typedef struct toolkit_workload {
+  toolkit_workload_spec spec;
+  int layer_count;
+  void *q;        /* [B, L, Hq, D] BSHD */
+  void *out;      /* [B, L, Hq, D] */
+  void **k_layers; /* layer_count buffers [B, S, Hkv, D] */
+  void **v_layers;
+  size_t q_bytes, out_bytes, kv_bytes; /* kv_bytes: one K (or V) buffer */
+  flashcpu_attention_params params;
+  /* Per call: K and V rows some query row can see (read once), plus Q and
+   * the output written. */
+  double bytes_per_call;
+  /* Per call: 4 * Hq * D * visible (query, key) pairs * B. */
+  double flops_per_call;
+  int64_t visible_pairs; /* per batch and head */
+} toolkit_workload;
+
+/* Allocates and fills a workload. Returns 0, or -1 with a message in
+ * error (out of memory, bad shape); *workload is then empty. */
+int toolkit_workload_build(const toolkit_workload_spec *spec,
+                           toolkit_workload *workload, char *error,
+                           size_t error_size);
+
+/* Frees the buffers; accepts an empty (zeroed or failed) workload. */
+void toolkit_workload_free(toolkit_workload *workload);
+
+/* Views of layer `layer` (taken modulo layer_count). */
+void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
+                              flashcpu_tensor *q, flashcpu_tensor *k,
+                              flashcpu_tensor *v, flashcpu_tensor *out);
+
+/* Keys [*begin, *end) that query row `row` sees under the spec's causal
+ * flag and window (the header's bottom-right alignment); empty when
+ * *begin >= *end. */
+void toolkit_visible_keys(const toolkit_workload_spec *spec, int64_t row,
+                          int64_t *begin, int64_t *end);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

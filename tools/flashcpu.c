@@ -1,0 +1,137 @@
+/* The flashcpu command-line tool: `flashcpu info` describes the machine and
+ * what the library will use on it; `flashcpu run` times and checks
+ * attention on model-shaped workloads. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common/cpu_info.h"
+
+static void print_help(FILE *stream) {
+  fprintf(stream,
+          "usage: flashcpu <command> [options]\n"
+          "\n"
+          "Exact attention (FlashAttention) on multicore CPUs, version %s.\n"
+          "\n"
+          "commands:\n"
+          "  info    the CPU, its ISA features, cores and caches, and the\n"
+          "          plan a default context makes on it\n"
+          "  run     time attention on a model-shaped workload, check it\n"
+          "          against a float64 oracle, report %% of the machine's\n"
+          "          ceiling\n"
+          "\n"
+          "`flashcpu <command> --help` describes a command's options.\n",
+          flashcpu_version_string());
+}
+
+static void print_info_help(FILE *stream) {
+  fprintf(stream,
+          "usage: flashcpu info [--plan]\n"
+          "\n"
+          "Prints the library version, the CPU model, the ISA features the\n"
+          "CPU and OS support, cores and hardware threads, cache sizes, and\n"
+          "the threads and ISA a default context uses.\n"
+          "\n"
+          "  --plan      also print the default context's plan (teams,\n"
+          "              cores, scratch, kernel table)\n"
+          "  -h, --help  this help\n");
+}
+
+static void print_cache(const char *name, toolkit_cache_level level) {
+  if (level.count == 0) return;
+  char size[32];
+  toolkit_format_bytes(level.bytes, size, sizeof size);
+  printf(" %s %s x%d", name, size, level.count);
+}
+
+static int print_context(bool with_plan) {
+  flashcpu_context *ctx = NULL;
+  flashcpu_status status = flashcpu_context_create(NULL, &ctx);
+  if (status != FLASHCPU_OK) {
+    fprintf(stderr, "flashcpu info: flashcpu_context_create failed: %s: %s\n",
+            flashcpu_status_name(status), flashcpu_last_error(NULL));
+    return CLI_EXIT_FAILURE;
+  }
+  printf("default    %d threads in %d teams, %s kernels\n",
+         flashcpu_context_num_threads(ctx), flashcpu_context_num_teams(ctx),
+         flashcpu_isa_name(flashcpu_context_isa(ctx)));
+  if (with_plan) {
+    size_t length = flashcpu_context_describe(ctx, NULL, 0);
+    char *plan = malloc(length + 1);
+    if (plan) {
+      flashcpu_context_describe(ctx, plan, length + 1);
+      printf("\n%s%s", plan,
+             length && plan[length - 1] == '\n' ? "" : "\n");
+      free(plan);
+    }
+  }
+  flashcpu_context_destroy(ctx);
+  return CLI_EXIT_OK;
+}
+
+int cli_info(int argc, char **argv) {
+  bool with_plan = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+      print_info_help(stdout);
+      return CLI_EXIT_OK;
+    }
+    if (strcmp(argv[i], "--plan") == 0) {
+      with_plan = true;
+      continue;
+    }
+    fprintf(stderr,
+            "flashcpu info: unknown option '%s'\n(see flashcpu info --help)\n",
+            argv[i]);
+    return CLI_EXIT_USAGE;
+  }
+  toolkit_cpu_info info;
+  if (toolkit_cpu_info_query(&info) != 0)
+    fprintf(stderr, "flashcpu info: hwloc could not load the topology\n");
+  char features[256], memory[32];
+  toolkit_cpu_features(features, sizeof features);
+  toolkit_format_bytes(info.memory_bytes, memory, sizeof memory);
+  printf("flashcpu   %s\n", flashcpu_version_string());
+  printf("cpu        %s\n", info.model);
+  printf("isa        %s\n", features);
+  printf("cores      %d cores, %d hardware threads, %d package%s, %d NUMA "
+         "node%s\n",
+         info.cores, info.pus, info.packages, info.packages == 1 ? "" : "s",
+         info.numa_nodes, info.numa_nodes == 1 ? "" : "s");
+  printf("caches    ");
+  print_cache("L1d", info.l1d);
+  print_cache("L2", info.l2);
+  print_cache("L3", info.l3);
+  printf("\nmemory     %s\n", memory);
+  return print_context(with_plan);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    print_help(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *command = argv[1];
+  if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0 ||
+      strcmp(command, "help") == 0) {
+    print_help(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(command, "--version") == 0) {
+    printf("flashcpu %s\n", flashcpu_version_string());
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(command, "info") == 0) return cli_info(argc - 1, argv + 1);
+  if (strcmp(command, "run") == 0) {
+    run_options options;
+    int status = cli_parse_run_options(argc - 1, argv + 1, &options);
+    if (status >= 0) return status;
+    return cli_run(&options);
+  }
+  fprintf(stderr,
+          "flashcpu: unknown command '%s' (commands: info, run; see "
+          "flashcpu --help)\n",
+          command);
+  return CLI_EXIT_USAGE;
+}
