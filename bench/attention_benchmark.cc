@@ -1,6 +1,6 @@
-// The timed loop. One flashcpu_attention call per iteration; decode calls
-// rotate over the workload's layer-sized KV caches, one layer per
-// iteration, so each call reads its K and V from memory as a real decode
+// The timed loop. One flashcpu_attention call per iteration; decode and
+// verify calls rotate over the workload's layer-sized KV caches, one layer
+// per iteration, so each call reads its K and V from memory as a real decode
 // step does. Timing is wall clock (UseRealTime): the calling thread's CPU
 // time says nothing about an OpenMP call.
 #include "attention_benchmark.h"
@@ -120,11 +120,10 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
   const double calls = static_cast<double>(state.iterations());
   const double gbps = workload->bytes_per_call * calls / seconds * 1e-9;
   const double gflops = workload->flops_per_call * calls / seconds * 1e-9;
-  const bool decode = bench_case.phase == TOOLKIT_PHASE_DECODE;
   state.counters["GBps"] = gbps;
   state.counters["GFLOPs"] = gflops;
-  state.counters["ceiling_pct"] = decode ? 100.0 * gbps / ceilings.read_gbps
-                                         : 100.0 * gflops / ceilings.fma_gflops;
+  state.counters["ceiling_pct"] =
+      toolkit_ceiling_percent(workload, &ceilings, seconds / calls);
   state.SetBytesProcessed(
       static_cast<int64_t>(workload->bytes_per_call * calls));
   // Items are query rows (tokens) of one layer.

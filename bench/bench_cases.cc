@@ -1,7 +1,8 @@
 // Which shapes are measured. The default set stays runnable in a few minutes
 // on two cores with the portable kernels; the full set follows PERF.md
-// (decode KV 1K to 128K, prefill L = S = 512 to 16K, chunked prefill of 512
-// rows onto 8K) and is selected with --benchmark_filter.
+// (decode KV 1K to 128K, speculative verify of 4 and 16 draft rows, prefill
+// L = S = 512 to 16K, chunked prefill of 512 rows onto 8K) and is selected
+// with --benchmark_filter.
 #include "bench_cases.h"
 
 #include <cstring>
@@ -12,6 +13,8 @@ namespace {
 const flashcpu_dtype kAllDtypes[] = {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
                                      FLASHCPU_DTYPE_BF16};
 const int64_t kDecodeKv[] = {1024, 4096, 8192, 32768, 131072};
+const int64_t kVerifyRows[] = {4, 16};
+const int64_t kVerifyKv = 8192;
 const int64_t kPrefillLength[] = {512, 2048, 8192, 16384};
 const int64_t kChunkRows = 512, kChunkKv = 8192;
 
@@ -20,6 +23,8 @@ const std::set<std::string> kDefaultDecodePresets = {"llama3-8b", "qwen2.5-7b",
 const std::set<std::string> kDefaultPrefillPresets = {"llama3-8b",
                                                       "qwen2-0.5b"};
 const std::set<int64_t> kDefaultDecodeKv = {1024, 8192};
+const char *const kDefaultVerifyPreset = "llama3-8b";
+const int64_t kDefaultVerifyRows = 16;
 const std::set<int64_t> kDefaultPrefillLength = {512, 2048};
 
 bool DefaultDtype(flashcpu_dtype dtype) {
@@ -67,6 +72,20 @@ std::vector<BenchCase> AllBenchCases(const std::vector<int> &thread_counts) {
                           DefaultDtype(dtype) && kDefaultDecodeKv.count(kv);
         AddThreaded(cases,
                     {TOOLKIT_PHASE_DECODE, preset, dtype, 1, kv, 0, in_default},
+                    thread_counts);
+      }
+  }
+  for (int p = 0; p < preset_count; p++) {
+    const toolkit_preset *preset = &presets[p];
+    if (!preset->causal) continue;
+    for (flashcpu_dtype dtype : kAllDtypes)
+      for (int64_t rows : kVerifyRows) {
+        bool in_default = std::strcmp(preset->name, kDefaultVerifyPreset) == 0 &&
+                          dtype == FLASHCPU_DTYPE_BF16 &&
+                          rows == kDefaultVerifyRows;
+        AddThreaded(cases,
+                    {TOOLKIT_PHASE_VERIFY, preset, dtype, rows, kVerifyKv, 0,
+                     in_default},
                     thread_counts);
       }
   }

@@ -15,9 +15,9 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
 
 typedef struct run_options {
   const toolkit_preset *preset;
-  bool run_decode, run_prefill;
-  int64_t rows;  /* 0: decode 1, prefill = kv */
-  int64_t kv;    /* 0: decode 8192, prefill 2048 */
+  bool run_decode, run_prefill, run_verify;
+  int64_t rows;  /* 0: decode 1, verify 8, prefill = kv */
+  int64_t kv;    /* 0: decode and verify 8192, prefill 2048 */
   int64_t batch;
   flashcpu_dtype q_dtype, kv_dtype, out_dtype;
   int threads;   /* 0: the library's default */

@@ -18,9 +18,12 @@ void cli_print_run_help(FILE *stream) {
 "and one causal prefill at 2048.\n"
 "\n"
 "  --preset NAME        model shape (see below; default llama3-8b)\n"
-"  --phase P            decode | prefill | both (default both)\n"
-"  --rows L             query rows (decode default 1, prefill default = kv)\n"
-"  --kv S               keys/values (decode default 8192, prefill 2048)\n"
+"  --phase P            decode | prefill | verify | both (decode and\n"
+"                       prefill) | all (default both); verify is a\n"
+"                       speculative decoding step: L draft rows under a\n"
+"                       binary tree mask over the newest L keys\n"
+"  --rows L             query rows (decode 1, verify 8, prefill = kv)\n"
+"  --kv S               keys/values (decode, verify 8192; prefill 2048)\n"
 "  --batch B            sequences (default 1)\n"
 "  --dtype T            f32 | f16 | bf16 for q, k, v and out (default bf16)\n"
 "  --kv-dtype T         dtype of k and v (default --dtype)\n"
@@ -162,16 +165,26 @@ static int apply_valued(run_options *options, const char *flag,
                         bool *out_dtype_set) {
   if (strcmp(flag, "--preset") == 0) {
     options->preset = toolkit_preset_find(value);
-    if (!options->preset)
-      return usage_error("unknown preset for %s: '%s'", flag, value);
+    if (!options->preset) {
+      char names[256] = "";
+      int count;
+      const toolkit_preset *presets = toolkit_presets(&count);
+      for (int i = 0; i < count; i++) {
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                 presets[i].name);
+      }
+      return usage_error("unknown preset '%s' (presets: %s)", value, names);
+    }
   } else if (strcmp(flag, "--phase") == 0) {
-    options->run_decode = strcmp(value, "decode") == 0;
-    options->run_prefill = strcmp(value, "prefill") == 0;
-    if (strcmp(value, "both") == 0)
-      options->run_decode = options->run_prefill = true;
-    if (!options->run_decode && !options->run_prefill)
-      return usage_error("%s must be decode, prefill or both, not '%s'", flag,
-                         value);
+    const bool all = strcmp(value, "all") == 0;
+    const bool both = all || strcmp(value, "both") == 0;
+    options->run_decode = both || strcmp(value, "decode") == 0;
+    options->run_prefill = both || strcmp(value, "prefill") == 0;
+    options->run_verify = all || strcmp(value, "verify") == 0;
+    if (!options->run_decode && !options->run_prefill && !options->run_verify)
+      return usage_error("%s must be decode, prefill, verify, both or all, "
+                         "not '%s'", flag, value);
   } else if (strcmp(flag, "--rows") == 0) {
     return integer_option(flag, value, 1, INT64_C(1) << 24, &options->rows);
   } else if (strcmp(flag, "--kv") == 0) {

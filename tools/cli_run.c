@@ -15,7 +15,8 @@ enum {
   AUTO_MIN_REPS = 5,
   AUTO_MAX_REPS = 1000,
   DEFAULT_DECODE_KV = 8192,
-  DEFAULT_PREFILL_KV = 2048
+  DEFAULT_PREFILL_KV = 2048,
+  DEFAULT_VERIFY_ROWS = 8
 };
 static const double AUTO_SECONDS = 1.0;
 static const double QUICK_CALL_SECONDS = 0.1;
@@ -31,9 +32,12 @@ static toolkit_workload_spec make_spec(const run_options *options,
                                        toolkit_phase phase) {
   int64_t kv = options->kv;
   if (kv == 0)
-    kv = phase == TOOLKIT_PHASE_DECODE ? DEFAULT_DECODE_KV : DEFAULT_PREFILL_KV;
+    kv = phase == TOOLKIT_PHASE_PREFILL ? DEFAULT_PREFILL_KV : DEFAULT_DECODE_KV;
   int64_t rows = options->rows;
-  if (rows == 0) rows = phase == TOOLKIT_PHASE_DECODE ? 1 : kv;
+  if (rows == 0)
+    rows = phase == TOOLKIT_PHASE_DECODE   ? 1
+           : phase == TOOLKIT_PHASE_VERIFY ? DEFAULT_VERIFY_ROWS
+                                           : kv;
   toolkit_workload_spec spec = toolkit_workload_spec_make(
       options->preset, phase, rows, kv, options->q_dtype);
   spec.batch = options->batch;
@@ -69,6 +73,8 @@ static void print_case(const toolkit_workload *workload) {
     printf(", window %lld,%lld", (long long)spec->window_left,
            (long long)spec->window_right);
   if (spec->softcap > 0.0f) printf(", softcap %g", (double)spec->softcap);
+  if (spec->tree_mask) printf(", tree mask over the newest %lld keys",
+                              (long long)spec->q_rows);
   printf("\n  kv caches  %d rotated, %s in all\n", workload->layer_count,
          layers_size);
 }
@@ -141,15 +147,16 @@ static void print_timing(const toolkit_workload *workload, const timing *t,
          max, t->reps);
   const double gbps = workload->bytes_per_call / t->median * 1e-9;
   const double gflops = workload->flops_per_call / t->median * 1e-9;
-  const double read_pct = 100.0 * gbps / ceilings->read_gbps;
-  const double fma_pct = 100.0 * gflops / ceilings->fma_gflops;
-  const bool decode = workload->spec.phase == TOOLKIT_PHASE_DECODE;
-  printf("  rate       %.2f GB/s (%.1f%% of read), %.2f GFLOP/s (%.1f%% of "
+  printf("  rate       %.3g GB/s (%.3g%% of read), %.3g GFLOP/s (%.3g%% of "
          "fma)\n",
-         gbps, read_pct, gflops, fma_pct);
-  printf("  ceiling    %.1f%% of %s (binds %s)\n", decode ? read_pct : fma_pct,
-         decode ? "read bandwidth" : "fp32 FMA peak",
-         decode ? "decode" : "prefill");
+         gbps, 100.0 * gbps / ceilings->read_gbps, gflops,
+         100.0 * gflops / ceilings->fma_gflops);
+  const bool read_bound =
+      toolkit_workload_bound(workload, ceilings) == TOOLKIT_BOUND_READ;
+  printf("  ceiling    %.3g%% of the %s, which binds %s\n",
+         toolkit_ceiling_percent(workload, ceilings, t->median),
+         read_bound ? "read bandwidth" : "fp32 FMA peak",
+         toolkit_phase_name(workload->spec.phase));
 }
 
 static bool print_check(const toolkit_workload *workload, int layer,
@@ -227,6 +234,9 @@ int cli_run(const run_options *options) {
   int exit_code = CLI_EXIT_OK;
   if (options->run_decode &&
       run_case(ctx, options, TOOLKIT_PHASE_DECODE, &ceilings) != CLI_EXIT_OK)
+    exit_code = CLI_EXIT_FAILURE;
+  if (options->run_verify &&
+      run_case(ctx, options, TOOLKIT_PHASE_VERIFY, &ceilings) != CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
   if (options->run_prefill &&
       run_case(ctx, options, TOOLKIT_PHASE_PREFILL, &ceilings) != CLI_EXIT_OK)

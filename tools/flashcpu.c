@@ -38,11 +38,14 @@ static void print_info_help(FILE *stream) {
           "  -h, --help  this help\n");
 }
 
-static void print_cache(const char *name, toolkit_cache_level level) {
+/* " L1d 48 KiB x2" after a comma when something was printed before. */
+static void print_cache(const char *name, toolkit_cache_level level,
+                        bool *printed) {
   if (level.count == 0) return;
   char size[32];
   toolkit_format_bytes(level.bytes, size, sizeof size);
-  printf(" %s %s x%d", name, size, level.count);
+  printf("%s %s %s x%d", *printed ? "," : "", name, size, level.count);
+  *printed = true;
 }
 
 static int print_context(bool with_plan) {
@@ -100,10 +103,11 @@ int cli_info(int argc, char **argv) {
          info.cores, info.pus, info.packages, info.packages == 1 ? "" : "s",
          info.numa_nodes, info.numa_nodes == 1 ? "" : "s");
   printf("caches    ");
-  print_cache("L1d", info.l1d);
-  print_cache("L2", info.l2);
-  print_cache("L3", info.l3);
-  printf("\nmemory     %s\n", memory);
+  bool printed = false;
+  print_cache("L1d", info.l1d, &printed);
+  print_cache("L2", info.l2, &printed);
+  print_cache("L3", info.l3, &printed);
+  printf("%s\nmemory     %s\n", printed ? "" : " unknown", memory);
   return print_context(with_plan);
 }
 

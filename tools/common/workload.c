@@ -8,13 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ceilings.h"
 #include "common/cpu_info.h"
 
 enum { MIN_DECODE_LAYERS = 32, CACHE_MULTIPLE = 4 };
 static const uint64_t DEFAULT_MEMORY_BUDGET = 4ull << 30;
 
 const char *toolkit_phase_name(toolkit_phase phase) {
-  return phase == TOOLKIT_PHASE_DECODE ? "decode" : "prefill";
+  switch (phase) {
+  case TOOLKIT_PHASE_DECODE:
+    return "decode";
+  case TOOLKIT_PHASE_VERIFY:
+    return "verify";
+  default:
+    return "prefill";
+  }
 }
 
 toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
@@ -34,6 +42,7 @@ toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
   spec.window_left = preset->window;
   spec.window_right = preset->window >= 0 ? 0 : -1;
   spec.softcap = preset->softcap;
+  spec.tree_mask = phase == TOOLKIT_PHASE_VERIFY;
   spec.layers = 0;
   spec.seed = 0x5eed0f1a5c9ull;
   return spec;
@@ -95,16 +104,28 @@ void toolkit_visible_keys(const toolkit_workload_spec *spec, int64_t row,
   *end = last > first ? last : first;
 }
 
+bool toolkit_tree_allows(int64_t row, int64_t draft_key) {
+  for (int64_t node = row;; node = (node - 1) / 2) {
+    if (node == draft_key) return true;
+    if (node == 0) return false;
+  }
+}
+
 /* Rows of K/V some query row sees, and (query, key) pairs, per head. */
 static void count_visible(const toolkit_workload_spec *spec,
                           int64_t *union_rows, int64_t *pairs) {
   int64_t lowest = spec->kv_rows, highest = 0;
+  const int64_t tree_begin = spec->kv_rows - spec->q_rows;
   *pairs = 0;
   for (int64_t row = 0; row < spec->q_rows; row++) {
     int64_t begin, end;
     toolkit_visible_keys(spec, row, &begin, &end);
     if (begin >= end) continue;
     *pairs += end - begin;
+    if (spec->tree_mask) /* the tree hides draft keys off the row's path */
+      for (int64_t key = begin > tree_begin ? begin : tree_begin; key < end;
+           key++)
+        if (!toolkit_tree_allows(row, key - tree_begin)) *pairs -= 1;
     if (begin < lowest) lowest = begin;
     if (end > highest) highest = end;
   }
@@ -115,6 +136,8 @@ static void count_visible(const toolkit_workload_spec *spec,
 static int decide_layers(const toolkit_workload_spec *spec, size_t layer_bytes,
                          size_t fixed_bytes) {
   if (spec->layers > 0) return spec->layers;
+  /* Decode and verify read a whole KV cache per call, as a model reads one
+   * per layer; prefill reuses K and V across many rows. */
   if (spec->phase == TOOLKIT_PHASE_PREFILL || layer_bytes == 0) return 1;
   toolkit_cpu_info info;
   toolkit_cpu_info_query(&info);
@@ -141,6 +164,26 @@ static int fail(toolkit_workload *workload, char *error, size_t error_size,
   return -1;
 }
 
+/* The draft tree over the newest q_rows keys, shared across the batch. */
+static int build_tree(toolkit_workload *workload) {
+  const int64_t rows = workload->spec.q_rows;
+  const int64_t words = (rows + 63) / 64;
+  workload->tree_bits = calloc((size_t)(rows * words), sizeof(uint64_t));
+  workload->tree = calloc(1, sizeof *workload->tree);
+  if (!workload->tree_bits || !workload->tree) return -1;
+  for (int64_t row = 0; row < rows; row++)
+    for (int64_t key = 0; key <= row; key++)
+      if (toolkit_tree_allows(row, key))
+        workload->tree_bits[row * words + key / 64] |= 1ull << (key % 64);
+  workload->tree->bits = workload->tree_bits;
+  workload->tree->num_rows = rows;
+  workload->tree->num_keys = rows;
+  workload->tree->row_stride = words;
+  workload->tree->batch_stride = 0;
+  workload->params.tree_mask = workload->tree;
+  return 0;
+}
+
 int toolkit_workload_build(const toolkit_workload_spec *spec,
                            toolkit_workload *workload, char *error,
                            size_t error_size) {
@@ -148,6 +191,17 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   const toolkit_preset *preset = spec->preset;
   if (!preset || spec->batch < 1 || spec->q_rows < 1 || spec->kv_rows < 1) {
     snprintf(error, error_size, "batch, rows and kv must be at least 1");
+    return -1;
+  }
+  if (spec->tree_mask && spec->q_rows > spec->kv_rows) {
+    snprintf(error, error_size, "a tree mask needs rows <= kv");
+    return -1;
+  }
+  /* Far beyond any real model; also keeps the size arithmetic exact. */
+  if ((double)spec->batch * (double)(spec->q_rows + spec->kv_rows) *
+          (double)preset->q_heads * (double)preset->head_dim * 4.0 >
+      (double)(INT64_C(1) << 50)) {
+    snprintf(error, error_size, "the workload is too large");
     return -1;
   }
   workload->spec = *spec;
@@ -190,6 +244,8 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   workload->params.window_left = spec->window_left;
   workload->params.window_right = spec->window_right;
   workload->params.softcap = spec->softcap;
+  if (spec->tree_mask && build_tree(workload) != 0)
+    return fail(workload, error, error_size, "the tree mask", 0);
 
   int64_t union_rows, pairs;
   count_visible(spec, &union_rows, &pairs);
@@ -212,7 +268,34 @@ void toolkit_workload_free(toolkit_workload *workload) {
   free(workload->v_layers);
   free(workload->q);
   free(workload->out);
+  free(workload->tree);
+  free(workload->tree_bits);
   memset(workload, 0, sizeof *workload);
+}
+
+toolkit_bound toolkit_workload_bound(const toolkit_workload *workload,
+                                     const toolkit_ceilings *ceilings) {
+  switch (workload->spec.phase) {
+  case TOOLKIT_PHASE_DECODE:
+    return TOOLKIT_BOUND_READ;
+  case TOOLKIT_PHASE_PREFILL:
+    return TOOLKIT_BOUND_FMA;
+  default: {
+    double read_floor = workload->bytes_per_call / ceilings->read_gbps;
+    double fma_floor = workload->flops_per_call / ceilings->fma_gflops;
+    return read_floor >= fma_floor ? TOOLKIT_BOUND_READ : TOOLKIT_BOUND_FMA;
+  }
+  }
+}
+
+double toolkit_ceiling_percent(const toolkit_workload *workload,
+                               const toolkit_ceilings *ceilings,
+                               double seconds) {
+  if (toolkit_workload_bound(workload, ceilings) == TOOLKIT_BOUND_READ)
+    return 100.0 * workload->bytes_per_call * 1e-9 / seconds /
+           ceilings->read_gbps;
+  return 100.0 * workload->flops_per_call * 1e-9 / seconds /
+         ceilings->fma_gflops;
 }
 
 void toolkit_workload_tensors(const toolkit_workload *workload, int layer,

@@ -21,11 +21,13 @@ extern "C" {
 #endif
 
 typedef enum toolkit_phase {
-  TOOLKIT_PHASE_DECODE = 0,
-  TOOLKIT_PHASE_PREFILL = 1
+  TOOLKIT_PHASE_DECODE = 0,  /* one new row per sequence (or a few) */
+  TOOLKIT_PHASE_PREFILL = 1, /* many rows; L = S, or chunked L < S */
+  TOOLKIT_PHASE_VERIFY = 2   /* speculative verify: L draft rows under a
+                                tree mask over the newest L keys */
 } toolkit_phase;
 
-/* "decode" / "prefill". */
+/* "decode" / "prefill" / "verify". */
 const char *toolkit_phase_name(toolkit_phase phase);
 
 typedef struct toolkit_workload_spec {
@@ -38,13 +40,15 @@ typedef struct toolkit_workload_spec {
   bool causal;
   int64_t window_left, window_right; /* -1: unbounded */
   float softcap;                     /* 0: off */
+  bool tree_mask; /* draft tree over the newest q_rows keys (verify) */
   int layers;    /* KV caches to rotate over; 0: decide (decode: enough to
                     exceed the last-level cache, prefill: 1) */
   uint64_t seed; /* of the random values */
 } toolkit_workload_spec;
 
 /* A spec with the preset's masks and softcap, batch 1, one dtype for all
- * tensors, and the layer count left to the builder. */
+ * tensors, a tree mask for verify, and the layer count left to the
+ * builder. Decode and verify rotate KV caches; prefill uses one. */
 toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
                                                  toolkit_phase phase,
                                                  int64_t q_rows,
@@ -60,6 +64,8 @@ typedef struct toolkit_workload {
   void **v_layers;
   size_t q_bytes, out_bytes, kv_bytes; /* kv_bytes: one K (or V) buffer */
   flashcpu_attention_params params;
+  flashcpu_tree_mask *tree; /* params.tree_mask; NULL without one */
+  uint64_t *tree_bits;
   /* Per call: K and V rows some query row can see (read once), plus Q and
    * the output written. */
   double bytes_per_call;
@@ -84,9 +90,29 @@ void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
 
 /* Keys [*begin, *end) that query row `row` sees under the spec's causal
  * flag and window (the header's bottom-right alignment); empty when
- * *begin >= *end. */
+ * *begin >= *end. A tree mask may hide some of the newest of them. */
 void toolkit_visible_keys(const toolkit_workload_spec *spec, int64_t row,
                           int64_t *begin, int64_t *end);
+
+/* The draft tree of verify: row i is draft token i, its parent is
+ * (i - 1) / 2 (a binary tree, as a speculative decoder's top-k drafts
+ * branch); a row sees its ancestors and itself among the newest keys. */
+bool toolkit_tree_allows(int64_t row, int64_t draft_key);
+
+/* Which measured ceiling bounds a workload: decode the read bandwidth,
+ * prefill the FMA peak, verify whichever floor (bytes / bandwidth or
+ * FLOPs / FMA peak) is longer. */
+typedef enum toolkit_bound {
+  TOOLKIT_BOUND_READ = 0,
+  TOOLKIT_BOUND_FMA = 1
+} toolkit_bound;
+struct toolkit_ceilings;
+toolkit_bound toolkit_workload_bound(const toolkit_workload *workload,
+                                     const struct toolkit_ceilings *ceilings);
+/* Percent of the binding ceiling reached at `seconds` per call. */
+double toolkit_ceiling_percent(const toolkit_workload *workload,
+                               const struct toolkit_ceilings *ceilings,
+                               double seconds);
 
 #ifdef __cplusplus
 }
