@@ -51,7 +51,7 @@ function(run_consumer exe)
   message("${run_output}")
 endfunction()
 
-# pkg-config's flags for flashcpu from PREFIX, as a list in `flags`.
+# pkg-config ARGN flashcpu, with PREFIX's .pc file first, as a list in out_var.
 function(pkg_config_flags out_var)
   if(NOT PKG_CONFIG OR NOT EXISTS "${PKG_CONFIG}")
     fail("pkg-config not found (Debian: apt-get install pkg-config)")
