@@ -120,7 +120,7 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   flashcpu_context_options_init(&defaults);
   if (!options) options = &defaults;
   flashcpu_status status = check_options(options);
-  flashcpu_isa isa;
+  flashcpu_isa isa = FLASHCPU_ISA_SCALAR;
   if (status != FLASHCPU_OK || (status = resolve_isa(options, &isa)))
     return status;
   int threads = options->num_threads;
