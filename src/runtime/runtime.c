@@ -226,9 +226,10 @@ int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
   atomic_init(&state.next_tile, 0);
   const fc_team_plan *plan = &runtime->plan;
   /* The caller's thread becomes thread 0 and gets pinned for the launch;
-   * its own binding is put back afterwards. */
+   * its own binding is put back afterwards. A one-thread plan runs where the
+   * caller is, which saves the three system calls. */
   hwloc_bitmap_t caller_binding = NULL;
-  if (plan->pinned) {
+  if (plan->pinned && plan->thread_count > 1) {
     caller_binding = hwloc_bitmap_alloc();
     if (caller_binding && hwloc_get_cpubind(runtime->topology.hw,
                                             caller_binding,
