@@ -220,9 +220,9 @@ int cli_run(const run_options *options) {
   const int threads = flashcpu_context_num_threads(ctx);
   toolkit_cpu_info info;
   toolkit_cpu_info_query(&info);
-  printf("flashcpu %s on %s: %d threads, %s kernels\n",
+  printf("flashcpu %s on %s: %d thread%s, %s kernels\n",
          flashcpu_version_string(), info.model, threads,
-         flashcpu_isa_name(flashcpu_context_isa(ctx)));
+         threads == 1 ? "" : "s", flashcpu_isa_name(flashcpu_context_isa(ctx)));
   toolkit_ceilings ceilings;
   if (toolkit_measure_ceilings(threads, &ceilings) != 0) {
     fprintf(stderr, "flashcpu run: cannot allocate the bandwidth buffer\n");

@@ -56,8 +56,10 @@ static int print_context(bool with_plan) {
             flashcpu_status_name(status), flashcpu_last_error(NULL));
     return CLI_EXIT_FAILURE;
   }
-  printf("default    %d threads in %d teams, %s kernels\n",
-         flashcpu_context_num_threads(ctx), flashcpu_context_num_teams(ctx),
+  const int threads = flashcpu_context_num_threads(ctx);
+  const int teams = flashcpu_context_num_teams(ctx);
+  printf("default    %d thread%s in %d team%s, %s kernels\n", threads,
+         threads == 1 ? "" : "s", teams, teams == 1 ? "" : "s",
          flashcpu_isa_name(flashcpu_context_isa(ctx)));
   if (with_plan) {
     size_t length = flashcpu_context_describe(ctx, NULL, 0);
