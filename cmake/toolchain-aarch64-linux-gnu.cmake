@@ -15,6 +15,8 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PROGRAM NEVER)
 set(ENV{PKG_CONFIG_LIBDIR}
     "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
 set(ENV{PKG_CONFIG_PATH} "")
-set(CMAKE_CROSSCOMPILING_EMULATOR
-    qemu-aarch64 -L /usr/aarch64-linux-gnu -E
-    LD_LIBRARY_PATH=/usr/lib/aarch64-linux-gnu)
+# -L / runs the multiarch libc6:arm64 (pulled in by the :arm64 -dev
+# packages) with the multiarch libraries. The older cross libc under
+# /usr/aarch64-linux-gnu, mixed with those newer libraries, hangs every
+# program that starts a thread under qemu 7.2.
+set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64 -L /)

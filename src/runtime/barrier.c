@@ -1,6 +1,7 @@
 #include "runtime/barrier.h"
 
 #include <sched.h>
+#include <stdatomic.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>

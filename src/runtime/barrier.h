@@ -3,11 +3,11 @@
 #ifndef FLASHCPU_RUNTIME_BARRIER_H
 #define FLASHCPU_RUNTIME_BARRIER_H
 
-#include <stdatomic.h>
+#include "common/portable_atomic.h"
 
 typedef struct fc_barrier {
-  _Alignas(64) atomic_int arrived;
-  _Alignas(64) atomic_int generation;
+  FC_ALIGNAS(64) fc_atomic_int arrived;
+  FC_ALIGNAS(64) fc_atomic_int generation;
   int size;
   int spins_before_yield; /* short when threads outnumber the PUs */
 } fc_barrier;

@@ -14,7 +14,7 @@
 
 typedef struct fc_team_state {
   fc_barrier barrier;
-  _Alignas(64) int64_t current_tile; /* written by rank 0, read after a
+  FC_ALIGNAS(64) int64_t current_tile; /* written by rank 0, read after a
                                         barrier by the others */
   void *scratch;
   size_t scratch_bytes;

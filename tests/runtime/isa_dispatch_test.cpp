@@ -131,8 +131,8 @@ INSTANTIATE_TEST_SUITE_P(EveryIsa, RowConverters,
                                            FLASHCPU_ISA_AVX2,
                                            FLASHCPU_ISA_AVX512,
                                            FLASHCPU_ISA_NEON),
-                         [](const auto &info) {
-                           return std::string(flashcpu_isa_name(info.param));
+                         [](const auto &param_info) {
+                           return std::string(flashcpu_isa_name(param_info.param));
                          });
 
 TEST(IsaDispatch, DescribeNamesPlanAndKernels) {
