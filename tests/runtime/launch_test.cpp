@@ -61,7 +61,9 @@ TEST_P(LaunchCoverage, EveryTileOnceByAWholeTeam) {
   Runtime r(threads, max_team, FLASHCPU_TEAM_L3, mode);
   ASSERT_TRUE(r.ok);
   // The pool starts wherever OpenMP gives the threads; 1 thread needs none.
-  if (threads > 1) EXPECT_EQ(r.runtime.mode, mode);
+  if (threads > 1) {
+    EXPECT_EQ(r.runtime.mode, mode);
+  }
   for (int64_t tiles : {1, 5, 64, 1001}) {
     Visits visits(tiles);
     fc_launch launch{CountVisit, &visits, tiles, static_schedule, nullptr};
@@ -123,7 +125,9 @@ TEST(Launch, WeightsGiveHeaviestFirst) {
     int64_t before = WeightOfTile(nullptr, order.seen[i - 1]);
     int64_t now = WeightOfTile(nullptr, order.seen[i]);
     ASSERT_GE(before, now);
-    if (before == now) ASSERT_LT(order.seen[i - 1], order.seen[i]);
+    if (before == now) {
+      ASSERT_LT(order.seen[i - 1], order.seen[i]);
+    }
   }
 }
 
