@@ -46,7 +46,7 @@ void DescribeMachine() {
   toolkit_cpu_info info;
   toolkit_cpu_info_query(&info);
   char features[256], llc[32];
-  toolkit_cpu_features(features, sizeof features);
+  flashcpu_cpu_features(features, sizeof features);
   toolkit_format_bytes(info.llc_total_bytes, llc, sizeof llc);
   benchmark::AddCustomContext("flashcpu_version", flashcpu_version_string());
   benchmark::AddCustomContext("cpu_model", info.model);

@@ -27,14 +27,16 @@ static void print_help(FILE *stream) {
 
 static void print_info_help(FILE *stream) {
   fprintf(stream,
-          "usage: flashcpu info [--plan]\n"
+          "usage: flashcpu info [--brief]\n"
           "\n"
           "Prints the library version, the CPU model, the ISA features the\n"
           "CPU and OS support, cores and hardware threads, cache sizes, and\n"
-          "the threads and ISA a default context uses.\n"
+          "the plan a default context makes: the hwloc topology it sees, its\n"
+          "teams (threads, cores, shared cache, scratch, NUMA node) and its\n"
+          "kernel table with the ISA chosen. OMP_NUM_THREADS, FLASHCPU_ISA\n"
+          "and FLASHCPU_LAUNCH shape that default context as they would any.\n"
           "\n"
-          "  --plan      also print the default context's plan (teams,\n"
-          "              cores, scratch, kernel table)\n"
+          "  --brief     only the machine summary and the default's size\n"
           "  -h, --help  this help\n");
 }
 
@@ -76,14 +78,14 @@ static int print_context(bool with_plan) {
 }
 
 int cli_info(int argc, char **argv) {
-  bool with_plan = false;
+  bool with_plan = true;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       print_info_help(stdout);
       return CLI_EXIT_OK;
     }
-    if (strcmp(argv[i], "--plan") == 0) {
-      with_plan = true;
+    if (strcmp(argv[i], "--brief") == 0) {
+      with_plan = false;
       continue;
     }
     fprintf(stderr,
@@ -95,7 +97,7 @@ int cli_info(int argc, char **argv) {
   if (toolkit_cpu_info_query(&info) != 0)
     fprintf(stderr, "flashcpu info: hwloc could not load the topology\n");
   char features[256], memory[32];
-  toolkit_cpu_features(features, sizeof features);
+  flashcpu_cpu_features(features, sizeof features);
   toolkit_format_bytes(info.memory_bytes, memory, sizeof memory);
   printf("flashcpu   %s\n", flashcpu_version_string());
   printf("cpu        %s\n", info.model);

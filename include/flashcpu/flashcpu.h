@@ -145,6 +145,13 @@ typedef enum flashcpu_isa {
 
 /* "auto", "scalar", "avx2", "avx512", "neon"; "unknown" otherwise. */
 FLASHCPU_API const char *flashcpu_isa_name(flashcpu_isa isa);
+/* 1 when this CPU and its OS can run the ISA (AUTO and SCALAR: always),
+ * else 0. The OS check (XCR0 on x86) is included. */
+FLASHCPU_API int flashcpu_isa_supported(flashcpu_isa isa);
+/* Writes the CPU features flashcpu detected, space-separated (e.g.
+ * "avx2 fma f16c avx512f ..."), truncated to size bytes including the NUL.
+ * Returns the length the full text needs. */
+FLASHCPU_API size_t flashcpu_cpu_features(char *buffer, size_t size);
 
 typedef struct flashcpu_context_options {
   /* sizeof(flashcpu_context_options) as the caller compiled it; set by

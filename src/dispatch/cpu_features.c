@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "dispatch/cpu_features.h"
 
+#include "flashcpu/flashcpu.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <threads.h>
@@ -89,8 +91,8 @@ const fc_cpu_features *fc_cpu_features_get(void) {
   return &detected;
 }
 
-void fc_cpu_features_describe(const fc_cpu_features *f, char *buffer,
-                              unsigned long size) {
+size_t fc_cpu_features_describe(const fc_cpu_features *f, char *buffer,
+                                size_t size) {
   const struct {
     bool present;
     const char *name;
@@ -104,12 +106,18 @@ void fc_cpu_features_describe(const fc_cpu_features *f, char *buffer,
       {f->sve, "sve"},             {f->arm_bf16, "bf16"},
       {f->arm_fp16, "fp16"},
   };
-  size_t used = 0;
-  if (size) buffer[0] = '\0';
+  size_t needed = 0;
+  if (buffer && size) buffer[0] = '\0';
   for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
-    if (!list[i].present || used >= size) continue;
-    int n = snprintf(buffer + used, size - used, "%s%s", used ? " " : "",
-                     list[i].name);
-    if (n > 0) used += (size_t)n;
+    if (!list[i].present) continue;
+    size_t room = buffer && needed < size ? size - needed : 0;
+    int n = snprintf(room ? buffer + needed : NULL, room, "%s%s",
+                     needed ? " " : "", list[i].name);
+    if (n > 0) needed += (size_t)n;
   }
+  return needed;
+}
+
+size_t flashcpu_cpu_features(char *buffer, size_t size) {
+  return fc_cpu_features_describe(fc_cpu_features_get(), buffer, size);
 }

@@ -5,6 +5,7 @@
 #define FLASHCPU_DISPATCH_CPU_FEATURES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct fc_cpu_features {
   /* x86-64 */
@@ -20,8 +21,9 @@ typedef struct fc_cpu_features {
 /* The process-wide detection result (computed on first use, thread-safe). */
 const fc_cpu_features *fc_cpu_features_get(void);
 
-/* Writes a space-separated list of the features present into buffer. */
-void fc_cpu_features_describe(const fc_cpu_features *features, char *buffer,
-                              unsigned long size);
+/* Writes a space-separated list of the features present into buffer
+ * (truncated to size, NUL-terminated) and returns the full length. */
+size_t fc_cpu_features_describe(const fc_cpu_features *features, char *buffer,
+                                size_t size);
 
 #endif

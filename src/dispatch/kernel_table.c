@@ -13,6 +13,10 @@ const char *flashcpu_isa_name(flashcpu_isa isa) {
   return "unknown";
 }
 
+int flashcpu_isa_supported(flashcpu_isa isa) {
+  return fc_isa_supported(fc_cpu_features_get(), isa);
+}
+
 int fc_isa_supported(const fc_cpu_features *f, flashcpu_isa isa) {
   switch (isa) {
   case FLASHCPU_ISA_AUTO:

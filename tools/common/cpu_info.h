@@ -31,12 +31,6 @@ typedef struct toolkit_cpu_info {
  * holds safe defaults: one core, no caches). Cached after the first call. */
 int toolkit_cpu_info_query(toolkit_cpu_info *info);
 
-/* Space-separated ISA features this CPU and OS support, among those the
- * library cares about (x86: avx2 fma f16c avx512f avx512bw avx512vl
- * avx512dq avx512_bf16 avx512_fp16 amx_bf16; aarch64: neon fp16 bf16 sve).
- * "none" when none of them is present. */
-void toolkit_cpu_features(char *buffer, size_t size);
-
 /* "48 KiB", "2 MiB", "1.5 GiB": human sizes for reports. */
 void toolkit_format_bytes(uint64_t bytes, char *buffer, size_t size);
 
