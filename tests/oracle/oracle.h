@@ -23,6 +23,15 @@ void flashcpu_oracle_row(const flashcpu_tensor *q, const flashcpu_tensor *k,
                          const flashcpu_attention_params *params, int64_t b,
                          int64_t h, int64_t i, double *out_row, double *lse);
 
+/* Every row of (batch b, query head h) at once: out gets q->dims[1] rows
+ * of v->dims[3] doubles (row-major), lse q->dims[1] values. The same
+ * numbers as flashcpu_oracle_row, converting K and V to double only once.
+ * Returns 0, or -1 when it cannot allocate its workspace. */
+int flashcpu_oracle_head(const flashcpu_tensor *q, const flashcpu_tensor *k,
+                         const flashcpu_tensor *v,
+                         const flashcpu_attention_params *params, int64_t b,
+                         int64_t h, double *out, double *lse);
+
 /* An element of a view as double (f16/bf16 widened exactly). */
 double flashcpu_oracle_load(const flashcpu_tensor *t, int64_t b, int64_t s,
                             int64_t h, int64_t d);

@@ -1,0 +1,208 @@
+// The small public API around flashcpu_attention: version, status and dtype
+// names, context lifetime and options, tensor view helpers, params defaults.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "flashcpu/flashcpu.h"
+
+namespace {
+
+TEST(Version, MacrosMatchRuntimeQuery) {
+  EXPECT_EQ(flashcpu_version(), FLASHCPU_VERSION);
+  EXPECT_EQ(FLASHCPU_VERSION, FLASHCPU_VERSION_MAJOR * 10000 + FLASHCPU_VERSION_MINOR * 100 +
+                                  FLASHCPU_VERSION_PATCH);
+  EXPECT_STREQ(flashcpu_version_string(), FLASHCPU_VERSION_STRING);
+  const std::string expected = std::to_string(FLASHCPU_VERSION_MAJOR) + "." +
+                               std::to_string(FLASHCPU_VERSION_MINOR) + "." +
+                               std::to_string(FLASHCPU_VERSION_PATCH);
+  EXPECT_EQ(expected, flashcpu_version_string());
+}
+
+TEST(StatusName, NamesEveryStatusWithoutPrefix) {
+  // The values are pinned by the header: check them too.
+  struct {
+    flashcpu_status status;
+    int value;
+    const char *name;
+  } const cases[] = {
+      {FLASHCPU_OK, 0, "OK"},
+      {FLASHCPU_ERROR_NULL_POINTER, 1, "NULL_POINTER"},
+      {FLASHCPU_ERROR_INVALID_ARGUMENT, 2, "INVALID_ARGUMENT"},
+      {FLASHCPU_ERROR_SHAPE_MISMATCH, 3, "SHAPE_MISMATCH"},
+      {FLASHCPU_ERROR_BAD_LAYOUT, 4, "BAD_LAYOUT"},
+      {FLASHCPU_ERROR_OVERLAP, 5, "OVERLAP"},
+      {FLASHCPU_ERROR_UNSUPPORTED_DTYPE, 6, "UNSUPPORTED_DTYPE"},
+      {FLASHCPU_ERROR_SIZE_OVERFLOW, 7, "SIZE_OVERFLOW"},
+      {FLASHCPU_ERROR_OUT_OF_MEMORY, 8, "OUT_OF_MEMORY"},
+      {FLASHCPU_ERROR_INTERNAL, 9, "INTERNAL"},
+  };
+  for (const auto &c : cases) {
+    EXPECT_EQ(static_cast<int>(c.status), c.value) << c.name;
+    EXPECT_STREQ(flashcpu_status_name(c.status), c.name);
+  }
+}
+
+TEST(StatusName, UnknownValuesGetUnknownStatus) {
+  for (int value : {-1, 10, 11, 1000}) {
+    const char *name = flashcpu_status_name(static_cast<flashcpu_status>(value));
+    ASSERT_NE(name, nullptr);
+    EXPECT_STREQ(name, "UNKNOWN_STATUS") << value;
+  }
+}
+
+TEST(Dtype, NamesAndSizes) {
+  EXPECT_EQ(FLASHCPU_DTYPE_F32, 0);
+  EXPECT_EQ(FLASHCPU_DTYPE_F16, 1);
+  EXPECT_EQ(FLASHCPU_DTYPE_BF16, 2);
+  EXPECT_STREQ(flashcpu_dtype_name(FLASHCPU_DTYPE_F32), "f32");
+  EXPECT_STREQ(flashcpu_dtype_name(FLASHCPU_DTYPE_F16), "f16");
+  EXPECT_STREQ(flashcpu_dtype_name(FLASHCPU_DTYPE_BF16), "bf16");
+  EXPECT_EQ(flashcpu_dtype_size(FLASHCPU_DTYPE_F32), 4u);
+  EXPECT_EQ(flashcpu_dtype_size(FLASHCPU_DTYPE_F16), 2u);
+  EXPECT_EQ(flashcpu_dtype_size(FLASHCPU_DTYPE_BF16), 2u);
+}
+
+TEST(Dtype, UnknownValuesGetUnknownAndZeroSize) {
+  for (int value : {-1, 3, 7, 255}) {
+    const auto dtype = static_cast<flashcpu_dtype>(value);
+    EXPECT_STREQ(flashcpu_dtype_name(dtype), "unknown") << value;
+    EXPECT_EQ(flashcpu_dtype_size(dtype), 0u) << value;
+  }
+}
+
+TEST(Context, CreateWithDefaultsAndDestroy) {
+  flashcpu_context *ctx = nullptr;
+  ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
+  ASSERT_NE(ctx, nullptr);
+  EXPECT_GE(flashcpu_context_num_threads(ctx), 1);
+  EXPECT_STREQ(flashcpu_last_error(ctx), "");
+  flashcpu_context_destroy(ctx);
+}
+
+TEST(Context, DestroyAcceptsNull) { flashcpu_context_destroy(nullptr); }
+
+TEST(Context, OptionsInitSetsStructSizeAndDefaults) {
+  flashcpu_context_options options;
+  std::memset(&options, 0x5a, sizeof options);
+  flashcpu_context_options_init(&options);
+  EXPECT_EQ(options.struct_size, sizeof(flashcpu_context_options));
+  EXPECT_EQ(options.num_threads, 0);
+}
+
+TEST(Context, HonoursExplicitThreadCount) {
+  for (int threads : {1, 2, 3, 7}) {
+    flashcpu_context_options options;
+    flashcpu_context_options_init(&options);
+    options.num_threads = threads;
+    flashcpu_context *ctx = nullptr;
+    ASSERT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_OK);
+    EXPECT_EQ(flashcpu_context_num_threads(ctx), threads);
+    flashcpu_context_destroy(ctx);
+  }
+}
+
+TEST(Context, DefaultThreadCountFollowsOmpNumThreads) {
+  const char *saved = std::getenv("OMP_NUM_THREADS");
+  const std::string previous = saved ? saved : "";
+  setenv("OMP_NUM_THREADS", "5", 1);
+  flashcpu_context *ctx = nullptr;
+  ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
+  EXPECT_EQ(flashcpu_context_num_threads(ctx), 5);
+  flashcpu_context_destroy(ctx);
+  if (saved) setenv("OMP_NUM_THREADS", previous.c_str(), 1);
+  else unsetenv("OMP_NUM_THREADS");
+}
+
+TEST(Context, RejectsNegativeThreadCount) {
+  flashcpu_context_options options;
+  flashcpu_context_options_init(&options);
+  options.num_threads = -1;
+  flashcpu_context *ctx = reinterpret_cast<flashcpu_context *>(&options);  // not NULL
+  EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("num_threads"), std::string::npos)
+      << flashcpu_last_error(nullptr);
+}
+
+TEST(Context, RejectsWrongStructSize) {
+  for (size_t size : {size_t{0}, sizeof(flashcpu_context_options) - 1,
+                      sizeof(flashcpu_context_options) + 8}) {
+    flashcpu_context_options options;
+    flashcpu_context_options_init(&options);
+    options.struct_size = size;
+    flashcpu_context *ctx = reinterpret_cast<flashcpu_context *>(&options);
+    EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_ERROR_INVALID_ARGUMENT) << size;
+    EXPECT_EQ(ctx, nullptr);
+    EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("struct_size"), std::string::npos)
+        << flashcpu_last_error(nullptr);
+  }
+}
+
+TEST(Context, RejectsNullOutputPointer) {
+  EXPECT_EQ(flashcpu_context_create(nullptr, nullptr), FLASHCPU_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("ctx"), std::string::npos)
+      << flashcpu_last_error(nullptr);
+}
+
+TEST(Context, SuccessfulCreateClearsThreadError) {
+  flashcpu_context_create(nullptr, nullptr);  // leaves a message
+  ASSERT_STRNE(flashcpu_last_error(nullptr), "");
+  flashcpu_context *ctx = nullptr;
+  ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
+  EXPECT_STREQ(flashcpu_last_error(nullptr), "");
+  flashcpu_context_destroy(ctx);
+}
+
+TEST(Context, NumThreadsOfNullIsZero) { EXPECT_EQ(flashcpu_context_num_threads(nullptr), 0); }
+
+TEST(TensorHelpers, BshdIsContiguousBatchSeqHeadsHeadDim) {
+  int data = 0;
+  const flashcpu_tensor t = flashcpu_tensor_bshd(&data, FLASHCPU_DTYPE_F16, 2, 5, 3, 7);
+  EXPECT_EQ(t.data, &data);
+  EXPECT_EQ(t.dtype, FLASHCPU_DTYPE_F16);
+  const int64_t dims[4] = {2, 5, 3, 7}, strides[4] = {5 * 3 * 7, 3 * 7, 7, 1};
+  for (int d = 0; d < 4; d++) {
+    EXPECT_EQ(t.dims[d], dims[d]) << d;
+    EXPECT_EQ(t.strides[d], strides[d]) << d;
+  }
+}
+
+TEST(TensorHelpers, BhsdKeepsDimOrderButHeadsOutsideSeq) {
+  int data = 0;
+  // Arguments in memory order (batch, heads, seq, head_dim); dims stay in
+  // the API's order [batch, seq, heads, head_dim].
+  const flashcpu_tensor t = flashcpu_tensor_bhsd(&data, FLASHCPU_DTYPE_BF16, 2, 3, 5, 7);
+  EXPECT_EQ(t.dtype, FLASHCPU_DTYPE_BF16);
+  const int64_t dims[4] = {2, 5, 3, 7}, strides[4] = {3 * 5 * 7, 7, 5 * 7, 1};
+  for (int d = 0; d < 4; d++) {
+    EXPECT_EQ(t.dims[d], dims[d]) << d;
+    EXPECT_EQ(t.strides[d], strides[d]) << d;
+  }
+}
+
+TEST(TensorHelpers, DimIndexConstants) {
+  EXPECT_EQ(FLASHCPU_DIM_BATCH, 0);
+  EXPECT_EQ(FLASHCPU_DIM_SEQ, 1);
+  EXPECT_EQ(FLASHCPU_DIM_HEADS, 2);
+  EXPECT_EQ(FLASHCPU_DIM_HEAD_DIM, 3);
+}
+
+TEST(Params, InitGivesDocumentedDefaults) {
+  flashcpu_attention_params params;
+  std::memset(&params, 0x5a, sizeof params);
+  flashcpu_attention_params_init(&params);
+  EXPECT_EQ(params.struct_size, sizeof(flashcpu_attention_params));
+  EXPECT_EQ(params.scale, 0.0f);
+  EXPECT_EQ(params.flags, 0u);
+  EXPECT_EQ(params.window_left, -1);
+  EXPECT_EQ(params.window_right, -1);
+  EXPECT_EQ(params.softcap, 0.0f);
+  EXPECT_EQ(params.tree_mask, nullptr);
+  EXPECT_EQ(params.additive_mask, nullptr);
+  EXPECT_EQ(params.kv_lengths, nullptr);
+}
+
+}  // namespace
