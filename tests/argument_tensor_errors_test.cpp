@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "bad_call.h"
+#include "c_abi_helpers.h"
 
 namespace fctest {
 namespace {
@@ -196,7 +197,7 @@ std::vector<BadCallCase> DtypeCases() {
   for (const Named &t : kTensors)
     for (int value : {3, -1, 255})
       cases.push_back({std::string(t.name) + "_dtype_" + (value < 0 ? "minus1" : std::to_string(value)),
-                       [t, value](BadCall &c) { (c.*t.tensor).dtype = static_cast<flashcpu_dtype>(value); },
+                       [t, value](BadCall &c) { fctest_set_dtype(&(c.*t.tensor), value); },
                        kDtype,
                        {t.name, "dtype"}});
   return cases;

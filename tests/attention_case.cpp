@@ -305,8 +305,10 @@ std::vector<double> AttentionCase::OracleRow(int64_t b, int64_t h, int64_t i, do
 testing::AssertionResult AttentionCase::CheckAgainstOracle() const {
   if (q_.bytes() != q_before_ || k_.bytes() != k_before_ || v_.bytes() != v_before_ ||
       tree_bits_ != tree_before_ || kv_lengths_ != kv_lengths_before_ ||
-      std::memcmp(additive_values_.data(), additive_before_.data(),
-                  additive_values_.size() * sizeof(float)) != 0)
+      additive_values_.size() != additive_before_.size() ||
+      (!additive_values_.empty() &&  // memcmp: NaN != NaN for operator==
+       std::memcmp(additive_values_.data(), additive_before_.data(),
+                   additive_values_.size() * sizeof(float)) != 0))
     return testing::AssertionFailure() << "an input buffer changed; " << Describe();
   const std::string outside = CompareOutsideView(out_before_, out_.bytes(), out_.ViewBytes());
   if (!outside.empty()) return testing::AssertionFailure() << "out: " << outside << "; " << Describe();

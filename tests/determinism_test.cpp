@@ -86,8 +86,8 @@ TEST_P(Determinism, SameBytesForAnyThreadCountAndRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Determinism, testing::ValuesIn(kCases),
-                         [](const testing::TestParamInfo<DeterminismCase> &info) {
-                           return std::string(info.param.name);
+                         [](const testing::TestParamInfo<DeterminismCase> &param_info) {
+                           return std::string(param_info.param.name);
                          });
 
 }  // namespace

@@ -108,7 +108,9 @@ TEST_P(NanPropagation, NanInKeysARowDoesNotSeeIsIgnored) {
   // comparison covers them); every other row of batch 1 is finite.
   for (int64_t i = 0; i < kL; i++)
     for (int64_t h = 0; h < kHq; h++)
-      if (!(h < 2 && i >= 65 && i < kL - 1)) EXPECT_TRUE(RowFinite(c, 1, i, h)) << "row " << i;
+      if (!(h < 2 && i >= 65 && i < kL - 1)) {
+        EXPECT_TRUE(RowFinite(c, 1, i, h)) << "row " << i;
+      }
 }
 
 TEST_P(NanPropagation, NanVisibleAdditiveValuePoisonsThatRow) {
@@ -159,8 +161,8 @@ TEST_P(NanPropagation, NanQueryInRowHiddenByAdditiveMaskGivesEmptyRow) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, NanPropagation,
                          testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16),
-                         [](const testing::TestParamInfo<flashcpu_dtype> &info) {
-                           return std::string(flashcpu_dtype_name(info.param));
+                         [](const testing::TestParamInfo<flashcpu_dtype> &param_info) {
+                           return std::string(flashcpu_dtype_name(param_info.param));
                          });
 
 }  // namespace

@@ -120,8 +120,11 @@ TEST_P(StructuralExact, ZeroQueryGivesMeanOfVisibleValues) {
               << " expected mean " << expected << "; " << c.Describe();
         }
         // lse of k zero scores is log(k), exactly -inf for none.
-        if (lse == -INFINITY) EXPECT_EQ(c.lse_at(b, h, i), -INFINITY);
-        else EXPECT_NEAR(c.lse_at(b, h, i), lse, 4e-7 * std::fmax(1.0, lse));
+        if (lse == -INFINITY) {
+          EXPECT_EQ(c.lse_at(b, h, i), -INFINITY);
+        } else {
+          EXPECT_NEAR(c.lse_at(b, h, i), lse, 4e-7 * std::fmax(1.0, lse));
+        }
         rows_checked++;
       }
   EXPECT_EQ(rows_checked, config.batch * config.q_heads * config.q_len);
