@@ -96,6 +96,19 @@ AttentionCase &AttentionCase::kv_lengths(std::vector<int64_t> lengths) {
 AttentionCase &AttentionCase::magnitude(Magnitude magnitude) { magnitude_ = magnitude; return *this; }
 AttentionCase &AttentionCase::seed(uint64_t seed) { seed_ = seed; return *this; }
 AttentionCase &AttentionCase::with_lse(bool on) { with_lse_ = on; return *this; }
+AttentionCase &AttentionCase::values_alias_keys(bool on) { values_alias_keys_ = on; return *this; }
+AttentionCase &AttentionCase::queries_share_one_row(bool on) {
+  queries_share_one_row_ = on;
+  return *this;
+}
+
+flashcpu_tensor AttentionCase::QView() const {
+  flashcpu_tensor view = q_.View();
+  if (queries_share_one_row_) view.strides[FLASHCPU_DIM_SEQ] = 0;
+  return view;
+}
+
+flashcpu_tensor AttentionCase::VView() const { return values_alias_keys_ ? k_.View() : v_.View(); }
 
 int64_t AttentionCase::kv_length_of(int64_t b) const {
   return kv_lengths_.empty() ? kv_len_ : kv_lengths_[static_cast<size_t>(b)];
@@ -103,6 +116,10 @@ int64_t AttentionCase::kv_length_of(int64_t b) const {
 
 AttentionCase &AttentionCase::Build() {
   if (v_head_dim_ < 0) v_head_dim_ = head_dim_;
+  if (values_alias_keys_) {  // one view serves as both
+    v_dtype_ = k_dtype_;
+    v_head_dim_ = head_dim_;
+  }
   // KV caches are allocated for more rows than they hold; so are q and out
   // in that layout, whose extra rows must stay untouched.
   const bool cache = layout_ == Layout::kCache;
@@ -288,13 +305,13 @@ flashcpu_status AttentionCase::Run(flashcpu_context *ctx) {
   tree_before_ = tree_bits_;
   additive_before_ = additive_values_;
   kv_lengths_before_ = kv_lengths_;
-  const flashcpu_tensor q = q_.View(), k = k_.View(), v = v_.View(), out = out_.View();
+  const flashcpu_tensor q = QView(), k = k_.View(), v = VView(), out = out_.View();
   return flashcpu_attention(ctx, &q, &k, &v, &out,
                             with_lse_ ? lse_storage_.data() + kLseGuard : nullptr, &params_);
 }
 
 std::vector<double> AttentionCase::OracleRow(int64_t b, int64_t h, int64_t i, double *lse) const {
-  const flashcpu_tensor q = q_.View(), k = k_.View(), v = v_.View();
+  const flashcpu_tensor q = QView(), k = k_.View(), v = VView();
   std::vector<double> row(static_cast<size_t>(v_head_dim_));
   double row_lse;
   flashcpu_oracle_row(&q, &k, &v, &params_, b, h, i, row.data(), &row_lse);
@@ -317,7 +334,7 @@ testing::AssertionResult AttentionCase::CheckAgainstOracle() const {
     if (!SameBits(lse_storage_[g], NAN) || !SameBits(lse_storage_[kLseGuard + lse_count + g], NAN))
       return testing::AssertionFailure() << "a write landed outside lse; " << Describe();
 
-  const flashcpu_tensor q = q_.View(), k = k_.View(), v = v_.View();
+  const flashcpu_tensor q = QView(), k = k_.View(), v = VView();
   ToleranceRule out_rule("out", out_dtype_), lse_rule("lse", FLASHCPU_DTYPE_F32);
   const size_t row_count = static_cast<size_t>(q_len_), dv = static_cast<size_t>(v_head_dim_);
   std::vector<double> oracle(row_count * dv), oracle_lse(row_count);
@@ -387,6 +404,8 @@ std::string AttentionCase::Describe() const {
   if (params_.tree_mask)
     text << " tree(keys=" << tree_.num_keys << (tree_broadcast_ ? ",broadcast" : "") << ")";
   if (additive_on_) text << " additive(" << AdditivePatternName(additive_pattern_) << ")";
+  if (values_alias_keys_) text << " v=k";
+  if (queries_share_one_row_) text << " q_rows_shared";
   if (!kv_lengths_.empty()) {
     text << " kv_lengths=[";
     for (size_t b = 0; b < kv_lengths_.size(); b++) text << (b ? "," : "") << kv_lengths_[b];

@@ -2,6 +2,10 @@
 // element against the float64 oracle with VERIFY.md's tolerance rule
 // (in the style of XNNPACK's testers):
 //
+// Environment: FCTEST_SEED_OFFSET=n draws other random inputs for every case
+// (to explore beyond the fixed seeds); FCTEST_STATS=1 prints each case's
+// err_base and largest error.
+//
 //   AttentionCase().batch(2).q_len(65).kv_len(130).heads(8, 2).head_dim(72)
 //       .dtypes(F16, F16, F32).causal().window(16, 0).Test();
 //
@@ -73,6 +77,11 @@ class AttentionCase {
   AttentionCase &magnitude(Magnitude magnitude);
   AttentionCase &seed(uint64_t seed);
   AttentionCase &with_lse(bool on);
+  // Inputs may overlap each other (only out and lse may not): pass k's view
+  // as v too (needs equal dtypes and head_dims), or give q a seq stride of 0
+  // so that every query row reads row 0.
+  AttentionCase &values_alias_keys(bool on = true);
+  AttentionCase &queries_share_one_row(bool on = true);
 
   // Allocates buffers and draws the inputs. Test() builds when needed; call
   // it first to edit inputs through the accessors below.
@@ -110,6 +119,9 @@ class AttentionCase {
 
  private:
   void DrawInputs();
+  // The views the call (and the oracle) get.
+  flashcpu_tensor QView() const;
+  flashcpu_tensor VView() const;
   void BuildTree();
   void BuildAdditive();
 
@@ -132,6 +144,7 @@ class AttentionCase {
   Magnitude magnitude_ = Magnitude::kSmall;
   uint64_t seed_ = 1;
   bool with_lse_ = true;
+  bool values_alias_keys_ = false, queries_share_one_row_ = false;
 
   // Buffers and the call's arguments.
   bool built_ = false;

@@ -64,7 +64,7 @@ constexpr int Count(const T (&)[N]) { return static_cast<int>(N); }
 struct SweepCase {
   int dtypes = 0, mask = 0, layout = 0, gqa = 0, head_dim = 0, lengths = 0;
   int64_t batch = 2;
-  bool large = false, kv_lengths = false;
+  bool large = false, kv_lengths = false, lse = true;
   uint64_t seed = 0;
 };
 
@@ -104,6 +104,7 @@ SweepCase Draw(Rng &rng, uint64_t seed) {
   c.batch = rng.Chance(0.7) ? 2 : 1;
   c.large = rng.Chance(0.4);
   c.kv_lengths = rng.Chance(0.25);
+  c.lse = rng.Chance(0.85);
   c.seed = seed;
   return c;
 }
@@ -188,7 +189,8 @@ std::string CaseName(const testing::TestParamInfo<SweepCase> &info) {
          LayoutName(kLayouts[c.layout]) + "__h" + std::to_string(kGqas[c.gqa].q_heads) + "_" +
          std::to_string(kGqas[c.gqa].kv_heads) + "__d" + std::to_string(kHeadDims[c.head_dim]) +
          "__L" + std::to_string(n.q_len) + "_S" + std::to_string(n.kv_len) + "__b" +
-         std::to_string(c.batch) + (c.kv_lengths ? "_kvlen" : "") + (c.large ? "__large" : "__small") +
+         std::to_string(c.batch) + (c.kv_lengths ? "_kvlen" : "") + (c.lse ? "" : "_nolse") +
+         (c.large ? "__large" : "__small") +
          "__" + std::to_string(info.index);
 }
 
@@ -211,6 +213,7 @@ TEST_P(AttentionSweep, MatchesOracle) {
       .dtypes(dtypes.q, dtypes.k, dtypes.v, dtypes.out)
       .layout(kLayouts[c.layout])
       .magnitude(c.large ? Magnitude::kLarge : Magnitude::kSmall)
+      .with_lse(c.lse)
       .seed(c.seed);
   if (c.kv_lengths) {
     // Batch 0 uses every row; the others fewer, sometimes none.

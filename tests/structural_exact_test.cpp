@@ -168,7 +168,9 @@ INSTANTIATE_TEST_SUITE_P(Configs, StructuralExact, testing::ValuesIn(Params()), 
 // With one key per kv head and Q = 0, each output row is that kv head's V
 // row, so a wrong mapping is caught exactly.
 TEST(StructuralExactGqa, EachQueryHeadReadsItsKvHead) {
-  for (auto [q_heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 3}, {7, 7}, {14, 2}, {5, 1}}) {
+  // Groups above 64 leave one query row per tile.
+  for (auto [q_heads, kv_heads] :
+       {std::pair<int64_t, int64_t>{12, 3}, {7, 7}, {14, 2}, {5, 1}, {96, 1}, {130, 2}}) {
     AttentionCase c;
     c.q_len(70).kv_len(1).heads(q_heads, kv_heads).head_dim(4).Build();
     SetZeroQueries(c);
