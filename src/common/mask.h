@@ -18,10 +18,12 @@ static inline fc_key_range fc_row_key_range(const fc_problem *p,
                                             int64_t kv_length, int64_t row) {
   int64_t position = row + (kv_length - p->q_len); /* bottom-right aligned */
   fc_key_range range = {0, kv_length};
-  if (p->window_left >= 0 && position - p->window_left > range.begin)
+  /* Windows may be as wide as INT64_MAX: compare distances, never form
+   * position - left or position + right + 1 where they could overflow. */
+  if (p->window_left >= 0 && p->window_left < position)
     range.begin = position - p->window_left;
   if (p->causal && position + 1 < range.end) range.end = position + 1;
-  if (p->window_right >= 0 && position + p->window_right + 1 < range.end)
+  if (p->window_right >= 0 && p->window_right < range.end - 1 - position)
     range.end = position + p->window_right + 1;
   if (range.end < range.begin) range.end = range.begin;
   return range;

@@ -126,12 +126,14 @@ static float dot(const float *a, const float *b, int64_t n) {
   return sum;
 }
 
-/* Softcap and additive mask on a scaled score, then into the log2 domain. */
+/* Softcap and additive mask on a scaled score, then into the log2 domain.
+ * An additive -inf hides the key like any mask, even when the score is NaN. */
 static float finish_score(const fc_problem *p, float score,
                           const float *mask_row, int64_t key) {
+  float mask = mask_row ? mask_row[key * p->additive->strides[3]] : 0.0f;
+  if (mask == -INFINITY) return -INFINITY;
   if (p->softcap > 0.0f) score = p->softcap * tanhf(score / p->softcap);
-  if (mask_row) score += mask_row[key * p->additive->strides[3]];
-  return score * LOG2E_F;
+  return (score + mask) * LOG2E_F;
 }
 
 /* Folds scores s[0..count) of keys whose V rows start at v into one row's
