@@ -157,10 +157,13 @@ typedef struct flashcpu_context_options {
   /* sizeof(flashcpu_context_options) as the caller compiled it; set by
    * flashcpu_context_options_init. Lets later versions add fields. */
   size_t struct_size;
-  /* Worker threads for each call. 0: OMP_NUM_THREADS if set, else one
-   * thread per core the process may run on (not per hyperthread). Threads
-   * are pinned one per core (then to further hyperthreads) where the OS
-   * supports binding. */
+  /* Threads for each call. 0: OMP_NUM_THREADS if set, else one thread per
+   * core the process may run on (not per hyperthread). The calling thread
+   * takes part as thread 0 and is never bound; the other threads are pinned
+   * one per core (then to further hyperthreads) where the OS supports
+   * binding. They are OpenMP threads kept in a persistent pool between
+   * calls (they spin briefly, then sleep); FLASHCPU_LAUNCH=region opens an
+   * OpenMP parallel region per call instead. */
   int num_threads;
   /* Team shape; FLASHCPU_TEAM_AUTO by default. */
   flashcpu_team_level team_level;

@@ -11,8 +11,10 @@
 
 #define CALL "flashcpu_context_create"
 
-/* Measured with bench/ (launch overhead); see bench/NOTES.md. */
-#define FC_DEFAULT_LAUNCH_MODE FC_LAUNCH_REGION
+/* The pool: faster launches on both machines measured (bench/NOTES.md),
+ * and its threads are flashcpu's own, so binding them never touches the
+ * engine's OpenMP workers. */
+#define FC_DEFAULT_LAUNCH_MODE FC_LAUNCH_POOL
 
 void flashcpu_context_options_init(flashcpu_context_options *options) {
   if (!options) return;
