@@ -3,14 +3,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define CPU_RELAX() _mm_pause()
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ volatile("yield")
-#else
-#define CPU_RELAX() ((void)0)
-#endif
+#include "runtime/cpu_relax.h"
 
 /* Spins this many times before yielding: a team's threads are pinned on
  * neighbouring cores, so waits are short unless the machine is oversubscribed. */
@@ -38,7 +31,7 @@ void fc_barrier_wait(fc_barrier *barrier) {
   while (atomic_load_explicit(&barrier->generation, memory_order_acquire) ==
          generation) {
     if (++spins < barrier->spins_before_yield) {
-      CPU_RELAX();
+      FC_CPU_RELAX();
     } else {
       sched_yield();
     }

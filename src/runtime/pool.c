@@ -7,14 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define CPU_RELAX() _mm_pause()
-#elif defined(__aarch64__)
-#define CPU_RELAX() __asm__ volatile("yield")
-#else
-#define CPU_RELAX() ((void)0)
-#endif
+#include "runtime/cpu_relax.h"
 
 /* Workers spin this long for the next launch before sleeping: decode steps
  * come back to back, and a wake-up from sleep costs tens of microseconds. */
@@ -39,7 +32,7 @@ static void wait_for_generation(fc_pool *pool, unsigned seen) {
   for (int spins = 0; spins < SPINS_BEFORE_SLEEP; spins++) {
     if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen)
       return;
-    CPU_RELAX();
+    FC_CPU_RELAX();
   }
   pthread_mutex_lock(&pool->mutex);
   atomic_fetch_add(&pool->sleepers, 1);
@@ -125,7 +118,7 @@ void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args) {
   int spins = 0;
   while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
     if (++spins < SPINS_BEFORE_SLEEP) {
-      CPU_RELAX();
+      FC_CPU_RELAX();
     } else {
       sched_yield();
     }
