@@ -9,9 +9,20 @@
 
 #include "runtime/cpu_relax.h"
 
-/* Workers spin this long for the next launch before sleeping: decode steps
- * come back to back, and a wake-up from sleep costs tens of microseconds. */
-enum { SPINS_BEFORE_SLEEP = 1 << 16 };
+/* Waiting, in three steps: spin on the line (a launch usually follows
+ * within microseconds), then spin but yield the CPU between looks (another
+ * thread, perhaps the one we wait for, may need this core: without the
+ * yields a busy machine turned 1 us launches into 5 ms ones), then, for
+ * workers idle this long, sleep on the condition variable. */
+enum { SPINS_BEFORE_YIELD = 256, SPINS_BEFORE_SLEEP = 1 << 14 };
+
+static void spin_once(int spins) {
+  if (spins < SPINS_BEFORE_YIELD) {
+    FC_CPU_RELAX();
+  } else {
+    sched_yield();
+  }
+}
 
 struct fc_pool {
   int thread_count;
@@ -32,7 +43,7 @@ static void wait_for_generation(fc_pool *pool, unsigned seen) {
   for (int spins = 0; spins < SPINS_BEFORE_SLEEP; spins++) {
     if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen)
       return;
-    FC_CPU_RELAX();
+    spin_once(spins);
   }
   pthread_mutex_lock(&pool->mutex);
   atomic_fetch_add(&pool->sleepers, 1);
@@ -115,13 +126,9 @@ void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args) {
                         memory_order_relaxed);
   wake_all(pool);
   work(args, 0);
-  int spins = 0;
-  while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
-    if (++spins < SPINS_BEFORE_SLEEP) {
-      FC_CPU_RELAX();
-    } else {
-      sched_yield();
-    }
+  for (int spins = 0;
+       atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++)
+    spin_once(spins);
 }
 
 void fc_pool_stop(fc_pool *pool) {
