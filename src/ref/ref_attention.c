@@ -187,6 +187,24 @@ static void write_row(const fc_problem *p, int64_t b, int64_t row,
   if (p->lse) p->lse[(b * p->q_heads + head) * p->q_len + row] = lse;
 }
 
+/* Where a tile index points: tiles run over (batch, kv head, row block). */
+typedef struct tile_coords {
+  int64_t b, kv_head, row_begin, row_end;
+} tile_coords;
+
+static tile_coords locate_tile(const fc_problem *p, const ref_plan *plan,
+                               int64_t tile) {
+  const int64_t per_batch = p->kv_heads * plan->tiles_per_head;
+  tile_coords at;
+  at.b = tile / per_batch;
+  at.kv_head = (tile % per_batch) / plan->tiles_per_head;
+  at.row_begin = (tile % plan->tiles_per_head) * plan->rows_per_tile;
+  at.row_end = at.row_begin + plan->rows_per_tile < p->q_len
+                   ? at.row_begin + plan->rows_per_tile
+                   : p->q_len;
+  return at;
+}
+
 /* Slot `slot` of a tile is (group head slot / rows, row slot % rows); this
  * thread owns slots rank, rank + size, ... */
 static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
@@ -195,12 +213,9 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const ref_plan *plan = &args->plan;
   const ref_workspace w = carve_workspace(p, plan, team);
   const int64_t rows = plan->rows_per_tile;
-  const int64_t per_batch = p->kv_heads * plan->tiles_per_head;
-  const int64_t b = tile / per_batch;
-  const int64_t kv_head = (tile % per_batch) / plan->tiles_per_head;
-  const int64_t row_begin = (tile % plan->tiles_per_head) * rows;
-  const int64_t row_end =
-      row_begin + rows < p->q_len ? row_begin + rows : p->q_len;
+  const tile_coords at = locate_tile(p, plan, tile);
+  const int64_t b = at.b, kv_head = at.kv_head;
+  const int64_t row_begin = at.row_begin, row_end = at.row_end;
   const int64_t row_count = row_end - row_begin;
   const int64_t kv_length = fc_problem_kv_length(p, b);
   const int64_t tree_begin = fc_tree_begin(p, kv_length);
@@ -276,17 +291,11 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
 static int64_t tile_weight(const void *opaque, int64_t tile) {
   const ref_args *args = opaque;
   const fc_problem *p = args->p;
-  const ref_plan *plan = &args->plan;
-  int64_t per_batch = p->kv_heads * plan->tiles_per_head;
-  int64_t b = tile / per_batch;
-  int64_t row_begin = (tile % plan->tiles_per_head) * plan->rows_per_tile;
-  int64_t row_end = row_begin + plan->rows_per_tile < p->q_len
-                        ? row_begin + plan->rows_per_tile
-                        : p->q_len;
-  int64_t kv_length = fc_problem_kv_length(p, b);
-  fc_key_range first = fc_row_key_range(p, kv_length, row_begin);
-  fc_key_range last = fc_row_key_range(p, kv_length, row_end - 1);
-  return (last.end - first.begin) * (row_end - row_begin);
+  const tile_coords at = locate_tile(p, &args->plan, tile);
+  int64_t kv_length = fc_problem_kv_length(p, at.b);
+  fc_key_range first = fc_row_key_range(p, kv_length, at.row_begin);
+  fc_key_range last = fc_row_key_range(p, kv_length, at.row_end - 1);
+  return (last.end - first.begin) * (at.row_end - at.row_begin);
 }
 
 flashcpu_status fc_ref_attention(flashcpu_context *ctx, fc_runtime *runtime,
