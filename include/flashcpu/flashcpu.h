@@ -55,7 +55,9 @@
  * message. Nothing in the library aborts.
  *
  * Threads: a context is not safe to use from two threads at once; use one
- * context per calling thread. Different contexts are independent.
+ * context per calling thread. Different contexts are independent. A context
+ * owns worker threads, which a fork() does not copy: in a child process,
+ * create new contexts rather than using ones made before the fork.
  */
 #ifndef FLASHCPU_FLASHCPU_H
 #define FLASHCPU_FLASHCPU_H
