@@ -12,6 +12,7 @@
 #include "common/ceiling_kernels.h"
 #include "common/cpu_info.h"
 #include "common/timer.h"
+#include "flashcpu/flashcpu.h"
 
 enum {
   READ_PASSES = 6,
@@ -21,11 +22,13 @@ enum {
 static const double FMA_PASS_SECONDS = 0.03;
 static const uint64_t MIN_READ_BUFFER = 64ull << 20;
 
+/* The library's own detector: it checks the OS (XCR0) as well as the CPU,
+ * so the ceilings use the same vector registers attention may use. */
 static toolkit_ceiling_kernels select_kernels(void) {
 #if defined(TOOLKIT_HAVE_X86_ISA_KERNELS)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) return toolkit_ceiling_kernels_avx512();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+  if (flashcpu_isa_supported(FLASHCPU_ISA_AVX512))
+    return toolkit_ceiling_kernels_avx512();
+  if (flashcpu_isa_supported(FLASHCPU_ISA_AVX2))
     return toolkit_ceiling_kernels_avx2();
 #endif
   return toolkit_ceiling_kernels_portable();
