@@ -136,16 +136,6 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   if (!created)
     return fc_fail(NULL, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": out of memory");
   char error[256];
-  fc_topology probe;
-  /* With no count given: one thread per allowed core. */
-  if (threads == 0) {
-    if (fc_topology_load(source, &probe, error, sizeof error) != 0) {
-      free(created);
-      return fc_fail(NULL, FLASHCPU_ERROR_INTERNAL, CALL ": %s", error);
-    }
-    threads = probe.core_count;
-    fc_topology_free(&probe);
-  }
   fc_launch_mode mode;
   if ((status = resolve_launch_mode(&mode)) != FLASHCPU_OK) {
     free(created);

@@ -67,7 +67,9 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
   if (fc_topology_load(options->source, &runtime->topology, error,
                        error_size) != 0)
     return -1;
-  if (fc_team_plan_build(&runtime->topology, options->thread_count,
+  int threads = options->thread_count > 0 ? options->thread_count
+                                           : runtime->topology.core_count;
+  if (fc_team_plan_build(&runtime->topology, threads,
                          options->level, options->max_team_size,
                          &runtime->plan, error, error_size) != 0) {
     fc_runtime_destroy(runtime);

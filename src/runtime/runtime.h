@@ -40,7 +40,7 @@ typedef struct fc_runtime {
 
 typedef struct fc_runtime_options {
   const fc_topology_source *source; /* NULL: this machine */
-  int thread_count;                 /* resolved, >= 1 */
+  int thread_count;                 /* 0: one per allowed core */
   flashcpu_team_level level;
   int max_team_size;
   fc_launch_mode mode; /* falls back to REGION if the pool cannot start */
