@@ -56,14 +56,18 @@ void DescribeMachine() {
                info.model, features);
 }
 
-std::map<int, toolkit_ceilings>
-MeasureCeilings(const std::vector<int> &thread_counts, bool measure) {
-  std::map<int, toolkit_ceilings> ceilings;
+// False when a measurement failed: every ratio would then divide by zero.
+bool MeasureCeilings(const std::vector<int> &thread_counts, bool measure,
+                     std::map<int, toolkit_ceilings> *ceilings) {
   for (int threads : thread_counts) {
     toolkit_ceilings measured{};
     measured.threads = threads;
     if (measure) {
-      toolkit_measure_ceilings(threads, &measured);
+      if (toolkit_measure_ceilings(threads, &measured) != 0) {
+        std::fprintf(stderr, "flashcpu_bench: cannot allocate the "
+                             "read-bandwidth buffer\n");
+        return false;
+      }
       std::fprintf(stderr, "ceilings   ");
       toolkit_print_ceilings(stderr, &measured);
       const std::string key = "ceiling_threads:" + std::to_string(threads);
@@ -73,9 +77,9 @@ MeasureCeilings(const std::vector<int> &thread_counts, bool measure) {
                                   std::to_string(measured.fma_gflops));
       benchmark::AddCustomContext(key + "_isa", measured.fma_isa);
     }
-    ceilings[threads] = measured;
+    (*ceilings)[threads] = measured;
   }
-  return ceilings;
+  return true;
 }
 
 } // namespace
@@ -98,8 +102,8 @@ int main(int argc, char **argv) {
   DescribeMachine();
   // Ceilings go to stderr and the JSON context, so that stdout stays valid
   // JSON under --benchmark_format=json.
-  const std::map<int, toolkit_ceilings> ceilings =
-      MeasureCeilings(thread_counts, !list_only);
+  std::map<int, toolkit_ceilings> ceilings;
+  if (!MeasureCeilings(thread_counts, !list_only, &ceilings)) return 1;
   RegisterAttentionBenchmarks(cases, ceilings);
   benchmark::RunSpecifiedBenchmarks();
   ReleaseAttentionBenchmarks();
