@@ -29,7 +29,8 @@ typedef struct run_options {
   float softcap;
   int reps;       /* 0: at least 5, more while under a second */
   int check_rows; /* sampled rows checked against the oracle; 0: none */
-  int layers;     /* KV caches rotated in decode; 0: enough for the LLC */
+  int layers;     /* KV caches rotated in decode and verify; 0: enough for
+                     the LLC */
 } run_options;
 
 /* Parses `flashcpu run` arguments (argv[0] is "run"). Returns -1 when the

@@ -36,8 +36,9 @@ void cli_print_run_help(FILE *stream) {
 "  --reps N             timed repetitions; 0 = at least 5, more while the\n"
 "                       total stays under a second (default 0)\n"
 "  --check-rows N       output rows checked against the oracle (default 16)\n"
-"  --layers N           KV caches rotated in decode; 0 = enough to exceed the\n"
-"                       last-level cache 4 times, at least 32 (default 0)\n"
+"  --layers N           KV caches rotated in decode and verify; 0 = enough\n"
+"                       to exceed the last-level cache 4 times, at least 32,\n"
+"                       within a quarter of RAM (default 0)\n"
 "  -h, --help           this help\n"
 "\n"
 "presets:\n");
