@@ -143,10 +143,14 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   }
   fc_runtime_options runtime_options = {source, threads, options->team_level,
                                         options->max_team_size, mode};
-  if (fc_runtime_create(&created->runtime, &runtime_options, error,
-                        sizeof error) != 0) {
+  int failure = fc_runtime_create(&created->runtime, &runtime_options, error,
+                                  sizeof error);
+  if (failure != 0) {
     free(created);
-    return fc_fail(NULL, FLASHCPU_ERROR_INTERNAL,
+    return fc_fail(NULL,
+                   failure == FC_RUNTIME_OUT_OF_MEMORY
+                       ? FLASHCPU_ERROR_OUT_OF_MEMORY
+                       : FLASHCPU_ERROR_INTERNAL,
                    CALL ": cannot set up the runtime: %s", error);
   }
   fc_kernel_table_fill(&created->table, isa);

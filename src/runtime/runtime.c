@@ -6,6 +6,7 @@
 
 #include <omp.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,7 +80,8 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
                           sizeof *runtime->teams);
   if (!runtime->teams) {
     fc_runtime_destroy(runtime);
-    return -1;
+    snprintf(error, error_size, "out of memory for the team state");
+    return FC_RUNTIME_OUT_OF_MEMORY;
   }
   size_t smallest = runtime->plan.teams[0].scratch_bytes;
   /* A synthetic topology may promise more PUs than the machine has. */
@@ -95,7 +97,9 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
   }
   if (fc_runtime_reserve_scratch(runtime, smallest) != 0) {
     fc_runtime_destroy(runtime);
-    return -1;
+    snprintf(error, error_size, "out of memory for %zu bytes of team scratch",
+             smallest);
+    return FC_RUNTIME_OUT_OF_MEMORY;
   }
   runtime->mode = FC_LAUNCH_REGION;
   if (options->mode == FC_LAUNCH_POOL) {

@@ -46,7 +46,9 @@ typedef struct fc_runtime_options {
   fc_launch_mode mode; /* falls back to REGION if the pool cannot start */
 } fc_runtime_options;
 
-/* Returns 0, or -1 with a message. */
+/* Returns 0, or with a message in error: FC_RUNTIME_OUT_OF_MEMORY, or -1
+ * for anything else (topology, plan). */
+#define FC_RUNTIME_OUT_OF_MEMORY (-2)
 int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
                       char *error, size_t error_size);
 void fc_runtime_destroy(fc_runtime *runtime);
