@@ -4,7 +4,6 @@
 #include "api/check.h"
 #include "api/context_internal.h"
 #include "api/errors.h"
-#include "ref/ref_attention.h"
 
 flashcpu_status flashcpu_attention(flashcpu_context *ctx,
                                    const flashcpu_tensor *q,
@@ -16,16 +15,22 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   flashcpu_status status =
       fc_check_attention(ctx, q, k, v, out, lse, params, &problem);
   if (status != FLASHCPU_OK) return status;
+  const fc_team_plan *plan = &ctx->runtime.plan;
+  int smallest_team = plan->teams[0].size;
+  for (int t = 1; t < plan->team_count; t++)
+    if (plan->teams[t].size < smallest_team) smallest_team = plan->teams[t].size;
+  const char *name;
+  fc_attention_fn kernel =
+      fc_kernel_table_choose(&ctx->table, &problem, smallest_team, &name);
   if (ctx->verbose)
     fprintf(stderr,
             "[flashcpu] attention B=%lld L=%lld S=%lld Hq=%lld Hkv=%lld "
             "D=%lld: %s, row loads %s\n",
             (long long)problem.batch, (long long)problem.q_len,
             (long long)problem.kv_capacity, (long long)problem.q_heads,
-            (long long)problem.kv_heads, (long long)problem.head_dim,
-            ctx->table.attention_name,
+            (long long)problem.kv_heads, (long long)problem.head_dim, name,
             ctx->table.row_to_f32_names[problem.k.dtype]);
-  status = fc_ref_attention(ctx, &ctx->runtime, &ctx->table, &problem);
+  status = kernel(ctx, &ctx->runtime, &ctx->table, &problem);
   if (status == FLASHCPU_OK) fc_clear_error(ctx);
   return status;
 }

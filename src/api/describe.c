@@ -91,7 +91,10 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
   fc_cpu_features_describe(fc_cpu_features_get(), features, sizeof features);
   append(out, "isa features: %s\n", *features ? features : "(none)");
   append(out, "isa chosen: %s\n", flashcpu_isa_name(ctx->table.isa));
-  append(out, "kernels:\n  attention: %s\n", ctx->table.attention_name);
+  append(out, "kernels:\n  attention, any rows: %s\n", ctx->table.tiled_name);
+  append(out, "  attention, one row: %s\n",
+         ctx->table.decode_name ? ctx->table.decode_name
+                                : ctx->table.tiled_name);
   for (int d = 0; d < 3; d++)
     append(out, "  %s row load: %s\n",
            flashcpu_dtype_name((flashcpu_dtype)d),

@@ -2,6 +2,10 @@
 
 #include <string.h>
 
+#include "common/problem.h"
+#include "kernels/decode/decode_onepass.h"
+#include "ref/ref_attention.h"
+
 const char *flashcpu_isa_name(flashcpu_isa isa) {
   switch (isa) {
   case FLASHCPU_ISA_AUTO: return "auto";
@@ -68,10 +72,15 @@ int fc_isa_parse(const char *text) {
 void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   memset(table, 0, sizeof *table);
   table->isa = isa;
-  table->attention_name = "fc_attention_tiled__scalar";
+  table->tiled = fc_ref_attention;
+  table->tiled_name = "fc_attention_tiled__scalar";
   switch (isa) {
 #if defined(__x86_64__)
-  case FLASHCPU_ISA_AVX512: FILL_CONVERTERS(table, avx512); break;
+  case FLASHCPU_ISA_AVX512:
+    FILL_CONVERTERS(table, avx512);
+    table->decode = fc_attention_decode_onepass__avx512;
+    table->decode_name = "fc_attention_decode_onepass__avx512";
+    break;
   case FLASHCPU_ISA_AVX2: FILL_CONVERTERS(table, avx2); break;
 #endif
 #if defined(__aarch64__)
@@ -79,4 +88,19 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
 #endif
   default: FILL_CONVERTERS(table, scalar); break;
   }
+}
+
+fc_attention_fn fc_kernel_table_choose(const fc_kernel_table *table,
+                                       const fc_problem *p, int team_size_min,
+                                       const char **name) {
+  /* One-pass decode holds each thread's share of the group's heads on the
+   * stack; a thread of the smallest team carries the largest share. */
+  int64_t heads_per_thread = (p->group + team_size_min - 1) / team_size_min;
+  if (table->decode && p->q_len == 1 &&
+      heads_per_thread <= FC_DECODE_MAX_HEADS_PER_THREAD) {
+    *name = table->decode_name;
+    return table->decode;
+  }
+  *name = table->tiled_name;
+  return table->tiled;
 }

@@ -143,7 +143,8 @@ TEST(IsaDispatch, DescribeNamesPlanAndKernels) {
   size_t needed = flashcpu_context_describe(ctx, nullptr, 0);
   std::string text(needed + 1, '\0');
   EXPECT_EQ(flashcpu_context_describe(ctx, text.data(), text.size()), needed);
-  for (const char *part : {"teams:", "team 0:", "isa chosen:", "attention:"})
+  for (const char *part : {"teams:", "team 0:", "isa chosen:", "attention, any rows:",
+                           "attention, one row:"})
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   char small[8];
   EXPECT_EQ(flashcpu_context_describe(ctx, small, sizeof small), needed);

@@ -1,0 +1,52 @@
+/* AVX-512 vocabulary for kernels: loads of f32/f16/bf16 as f32 lanes and a
+ * vector exp2. Static inline and included only from AVX-512 translation
+ * units, so no baseline code can ever link an AVX-512 copy. */
+#ifndef FLASHCPU_SIMD_SIMD_AVX512_H
+#define FLASHCPU_SIMD_SIMD_AVX512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+#include "flashcpu/flashcpu.h"
+
+static inline __mmask16 fc512_tail_mask(int64_t remaining) {
+  return remaining >= 16 ? (__mmask16)0xffff
+                         : (__mmask16)((1u << remaining) - 1u);
+}
+
+/* Up to 16 elements of a row of dtype at element index i, widened to f32
+ * (exactly), lanes past the mask zero. */
+static inline __m512 fc512_load(const void *row, flashcpu_dtype dtype,
+                                int64_t i, __mmask16 mask) {
+  if (dtype == FLASHCPU_DTYPE_F32)
+    return _mm512_maskz_loadu_ps(mask, (const float *)row + i);
+  __m256i raw = _mm256_maskz_loadu_epi16(mask, (const uint16_t *)row + i);
+  if (dtype == FLASHCPU_DTYPE_F16) return _mm512_cvtph_ps(raw);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+/* 2^x for every lane, to about 2 ulp: x = n + f with n = round(x) and
+ * f in [-0.5, 0.5], 2^f by a degree-6 polynomial, 2^n by scalef (which
+ * also gives 0 for -inf, +inf for +inf and keeps NaN). */
+static inline __m512 fc512_exp2(__m512 x) {
+  const __m512 clamped = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+  const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
+                                                     _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(clamped, n);
+  __m512 poly = _mm512_set1_ps(1.535336188319500e-4f);
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(1.339887440266574e-3f));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(9.618437357674640e-3f));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(5.550332471162809e-2f));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(2.402264791363012e-1f));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(6.931472028550421e-1f));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(1.0f));
+  __m512 result = _mm512_scalef_ps(poly, n);
+  /* -inf (a hidden key) must give exactly 0; NaN must stay NaN. */
+  __mmask16 minus_inf =
+      _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+  result = _mm512_mask_blend_ps(minus_inf, result, _mm512_setzero_ps());
+  __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  return _mm512_mask_blend_ps(nan, result, x);
+}
+
+#endif
