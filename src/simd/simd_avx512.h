@@ -5,6 +5,7 @@
 #define FLASHCPU_SIMD_SIMD_AVX512_H
 
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "flashcpu/flashcpu.h"
