@@ -23,8 +23,8 @@
 #include <string.h>
 
 #include "api/errors.h"
-#include "common/dtype_convert.h"
 #include "common/mask.h"
+#include "kernels/kernel_support.h"
 
 enum {
   REF_KV_BLOCK = 64,
@@ -33,7 +33,6 @@ enum {
 };
 
 #define LOG2E_F 1.44269504088896340736f
-#define LN2_F 0.69314718055994530942f
 
 typedef struct ref_plan {
   int64_t rows_per_tile;
@@ -96,6 +95,11 @@ static size_t team_scratch_bytes(const fc_problem *p, const ref_plan *plan,
                                  int team_size) {
   return (shared_floats(p) + (size_t)team_size * rank_floats(p, plan, team_size)) *
          sizeof(float);
+}
+
+static size_t scratch_for_team(const void *opaque, int team_size) {
+  const ref_args *args = opaque;
+  return team_scratch_bytes(args->p, &args->plan, team_size);
 }
 
 static ref_workspace carve_workspace(const fc_problem *p, const ref_plan *plan,
@@ -171,20 +175,6 @@ static void load_block_shared(const ref_args *args, const fc_view *view,
   for (int64_t j = key_begin + team->rank; j < key_end; j += team->size)
     convert(fc_view_row(view, b, j, kv_head), dim, 1.0f,
             destination + (j - key_begin) * dim);
-}
-
-static void write_row(const fc_problem *p, int64_t b, int64_t row,
-                      int64_t head, float m, float l, const float *o) {
-  char *out = (char *)fc_view_row(&p->out, b, row, head);
-  float lse;
-  if (m == -INFINITY) { /* saw no key: 0 and -inf, never 0/0 */
-    memset(out, 0, (size_t)(p->v_head_dim * p->out.element_size));
-    lse = -INFINITY;
-  } else {
-    fc_store_row(o, 1.0f / l, p->v_head_dim, p->out.dtype, out);
-    lse = (m + log2f(l)) * LN2_F;
-  }
-  if (p->lse) p->lse[(b * p->q_heads + head) * p->q_len + row] = lse;
 }
 
 /* Where a tile index points: tiles run over (batch, kv head, row block). */
@@ -282,7 +272,7 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
        slot += team->size, mine++) {
     int64_t g = slot / rows, r = slot % rows;
     if (r >= row_count) continue;
-    write_row(p, b, row_begin + r, kv_head * p->group + g, w.m[mine],
+    fc_write_output_row(p, b, row_begin + r, kv_head * p->group + g, w.m[mine],
               w.l[mine], w.o + mine * Dv);
   }
 }
@@ -302,16 +292,9 @@ flashcpu_status fc_ref_attention(flashcpu_context *ctx, fc_runtime *runtime,
                                  const fc_kernel_table *table,
                                  const fc_problem *p) {
   ref_args args = {p, table, make_plan(p)};
-  size_t needed = 0;
-  for (int t = 0; t < runtime->plan.team_count; t++) {
-    size_t bytes = team_scratch_bytes(p, &args.plan, runtime->plan.teams[t].size);
-    if (bytes > needed) needed = bytes;
-  }
-  if (fc_runtime_reserve_scratch(runtime, needed) != 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory allocating %zu bytes of "
-                   "team scratch",
-                   needed);
+  flashcpu_status status =
+      fc_kernel_reserve_scratch(ctx, runtime, scratch_for_team, &args);
+  if (status != FLASHCPU_OK) return status;
   /* Masks that limit rows unevenly make tiles uneven: heaviest first. */
   bool uneven = p->causal || p->window_left >= 0 || p->window_right >= 0 ||
                 p->kv_lengths;

@@ -12,16 +12,15 @@
 #include <string.h>
 
 #include "api/errors.h"
-#include "common/dtype_convert.h"
 #include "common/mask.h"
 #include "dispatch/kernel_table.h"
+#include "kernels/kernel_support.h"
 #include "kernels/decode/decode_onepass.h"
 #include "simd/simd_avx512.h"
 
 enum { KEY_BLOCK = 16, HEADS_IN_REGISTERS = 8 };
 
 #define LOG2E_F 1.44269504088896340736f
-#define LN2_F 0.69314718055994530942f
 
 typedef struct decode_args {
   const fc_problem *p;
@@ -41,6 +40,12 @@ static size_t floats_per_head(const fc_problem *p) {
 
 static int64_t heads_of_rank(const fc_problem *p, int team_size) {
   return (p->group + team_size - 1) / team_size;
+}
+
+static size_t scratch_for_team(const void *problem, int team_size) {
+  const fc_problem *p = problem;
+  return (size_t)team_size * (size_t)heads_of_rank(p, team_size) *
+         floats_per_head(p) * sizeof(float);
 }
 
 static head_state carve(const fc_problem *p, const fc_team_view *team) {
@@ -212,18 +217,8 @@ static void decode_tile(void *opaque, int64_t tile, const fc_team_view *team) {
                       active, heads);
   }
 
-  for (int64_t h = 0; h < heads; h++) {
-    char *out = (char *)fc_view_row(&p->out, b, 0, head_of[h]);
-    float lse;
-    if (st.m[h] == -INFINITY) {
-      memset(out, 0, (size_t)(Dv * p->out.element_size));
-      lse = -INFINITY;
-    } else {
-      fc_store_row(st.o + h * Dv, 1.0f / st.l[h], Dv, p->out.dtype, out);
-      lse = (st.m[h] + log2f(st.l[h])) * LN2_F;
-    }
-    if (p->lse) p->lse[(b * p->q_heads + head_of[h]) * p->q_len] = lse;
-  }
+  for (int64_t h = 0; h < heads; h++)
+    fc_write_output_row(p, b, 0, head_of[h], st.m[h], st.l[h], st.o + h * Dv);
 }
 
 flashcpu_status fc_attention_decode_onepass__avx512(
@@ -231,18 +226,9 @@ flashcpu_status fc_attention_decode_onepass__avx512(
     const struct fc_kernel_table *table, const fc_problem *p) {
   decode_args a = {p, table, 0.0f, p->softcap == 0.0f && !p->additive};
   a.q_factor = a.scores_final ? p->scale * LOG2E_F : p->scale;
-  size_t needed = 0;
-  for (int t = 0; t < runtime->plan.team_count; t++) {
-    int size = runtime->plan.teams[t].size;
-    size_t bytes = (size_t)size * (size_t)heads_of_rank(p, size) *
-                   floats_per_head(p) * sizeof(float);
-    if (bytes > needed) needed = bytes;
-  }
-  if (fc_runtime_reserve_scratch(runtime, needed) != 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory allocating %zu bytes of "
-                   "team scratch",
-                   needed);
+  flashcpu_status status =
+      fc_kernel_reserve_scratch(ctx, runtime, scratch_for_team, p);
+  if (status != FLASHCPU_OK) return status;
   fc_launch launch = {decode_tile, &a, p->batch * p->kv_heads, false, NULL};
   if (fc_runtime_launch(runtime, &launch) != 0)
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
