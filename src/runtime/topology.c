@@ -116,9 +116,3 @@ void fc_topology_free(fc_topology *topology) {
   if (topology->hw) hwloc_topology_destroy(topology->hw);
   memset(topology, 0, sizeof *topology);
 }
-
-size_t fc_topology_cache_above(hwloc_obj_t obj, hwloc_obj_type_t cache_type) {
-  for (hwloc_obj_t up = obj; up; up = up->parent)
-    if (up->type == cache_type && up->attr) return (size_t)up->attr->cache.size;
-  return 0;
-}

@@ -36,7 +36,4 @@ int fc_topology_load(const fc_topology_source *source, fc_topology *topology,
                      char *error, size_t error_size);
 void fc_topology_free(fc_topology *topology);
 
-/* Size in bytes of the first cache of hwloc type cache_type above obj, or 0. */
-size_t fc_topology_cache_above(hwloc_obj_t obj, hwloc_obj_type_t cache_type);
-
 #endif
