@@ -7,9 +7,11 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "common/cpu_info.h"
 #include "common/timer.h"
 
 namespace {
@@ -20,7 +22,7 @@ namespace {
 class WorkloadCache {
 public:
   const toolkit_workload *Get(const toolkit_workload_spec &spec,
-                              std::string *error) {
+                              const std::string &name, std::string *error) {
     if (valid_ && SameSpec(spec, workload_.spec)) return &workload_;
     Release();
     char message[256] = "";
@@ -29,6 +31,7 @@ public:
       return nullptr;
     }
     valid_ = true;
+    if (workload_.rotation_under_cache) WarnUnderCache(name);
     return &workload_;
   }
   void Release() {
@@ -45,7 +48,26 @@ private:
            a.out_dtype == b.out_dtype && a.causal == b.causal &&
            a.window_left == b.window_left &&
            a.window_right == b.window_right && a.softcap == b.softcap &&
-           a.layers == b.layers && a.seed == b.seed;
+           a.tree_mask == b.tree_mask &&
+           a.mixed_kv_lengths == b.mixed_kv_lengths && a.layers == b.layers &&
+           a.seed == b.seed;
+  }
+  // PERF.md: the rotated set should exceed the last-level cache 4x; the
+  // memory cap (a quarter of RAM) may not allow it.
+  void WarnUnderCache(const std::string &name) const {
+    toolkit_cpu_info info;
+    toolkit_cpu_info_query(&info);
+    char rotated[32], llc[32];
+    toolkit_format_bytes(static_cast<uint64_t>(workload_.layer_count) *
+                             workload_.layer_bytes,
+                         rotated, sizeof rotated);
+    toolkit_format_bytes(info.llc_total_bytes, llc, sizeof llc);
+    std::fprintf(stderr,
+                 "flashcpu_bench: warning: %s: the memory cap (a quarter "
+                 "of RAM) leaves %d KV layers (%s) rotated, under %dx the "
+                 "last-level cache (%s): some reads may come from cache\n",
+                 name.c_str(), workload_.layer_count, rotated,
+                 static_cast<int>(TOOLKIT_CACHE_MULTIPLE), llc);
   }
   bool valid_ = false;
   toolkit_workload workload_{};
@@ -88,19 +110,16 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
              const toolkit_ceilings &ceilings) {
   std::string error;
   flashcpu_context *ctx = ContextFor(bench_case.threads, &error);
-  toolkit_workload_spec spec =
-      toolkit_workload_spec_make(bench_case.preset, bench_case.phase,
-                                 bench_case.rows, bench_case.kv,
-                                 bench_case.dtype);
+  const toolkit_workload_spec spec = BenchCaseSpec(bench_case);
+  const std::string name = BenchCaseName(bench_case);
   const toolkit_workload *workload =
-      ctx ? workload_cache.Get(spec, &error) : nullptr;
+      ctx ? workload_cache.Get(spec, name, &error) : nullptr;
   if (!workload) {
     state.SkipWithError(error.c_str());
     return;
   }
   // google-benchmark calls this several times per case while it sizes the
   // iteration count; one warm-up call per case is enough.
-  const std::string name = BenchCaseName(bench_case);
   if (warmed_case != name) {
     if (CallLayer(ctx, workload, next_layer++) != FLASHCPU_OK) {
       state.SkipWithError(flashcpu_last_error(ctx));

@@ -1,8 +1,9 @@
-// Which shapes are measured. The default set stays runnable in a few minutes
-// on two cores with the portable kernels; the full set follows PERF.md
-// (decode KV 1K to 128K, speculative verify of 4 and 16 draft rows, prefill
-// L = S = 512 to 16K, chunked prefill of 512 rows onto 8K) and is selected
-// with --benchmark_filter.
+// Which shapes are measured. The full set follows PERF.md and issues 4 and 5:
+// decode KV 1K to 128K at batch 1 and batch 8 (mixed lengths), speculative
+// verify of 4 and 16 draft rows, prefill L = S = 512 to 16K causal and not,
+// chunked prefill of 512 rows onto 8K; threads 1, the powers of two between
+// and all. The default set (no --benchmark_filter) stays runnable in a few
+// minutes on two cores with the portable kernels.
 #include "bench_cases.h"
 
 #include <cstring>
@@ -12,29 +13,52 @@ namespace {
 
 const flashcpu_dtype kAllDtypes[] = {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
                                      FLASHCPU_DTYPE_BF16};
-const int64_t kDecodeKv[] = {1024, 4096, 8192, 32768, 131072};
+const int64_t kDecodeKv[] = {1024, 4096, 16384, 32768, 131072};
+const int64_t kDecodeBatch[] = {1, 8};
 const int64_t kVerifyRows[] = {4, 16};
 const int64_t kVerifyKv = 8192;
-const int64_t kPrefillLength[] = {512, 2048, 8192, 16384};
+const int64_t kPrefillLength[] = {512, 2048, 4096, 16384};
 const int64_t kChunkRows = 512, kChunkKv = 8192;
 
 const std::set<std::string> kDefaultDecodePresets = {"llama3-8b", "qwen2.5-7b",
                                                      "gemma2-9b"};
-const std::set<std::string> kDefaultPrefillPresets = {"llama3-8b",
-                                                      "qwen2-0.5b"};
-const std::set<int64_t> kDefaultDecodeKv = {1024, 8192};
+const std::set<int64_t> kDefaultDecodeKv = {1024, 16384};
+// One mixed batch in the default set: llama3-8b bf16, kv up to 1K.
+const char *const kDefaultBatchPreset = "llama3-8b";
+const int64_t kDefaultBatchKv = 1024;
 const char *const kDefaultVerifyPreset = "llama3-8b";
 const int64_t kDefaultVerifyRows = 16;
+const std::set<std::string> kDefaultPrefillPresets = {"llama3-8b",
+                                                      "qwen2-0.5b"};
 const std::set<int64_t> kDefaultPrefillLength = {512, 2048};
 
 bool DefaultDtype(flashcpu_dtype dtype) {
   return dtype == FLASHCPU_DTYPE_F32 || dtype == FLASHCPU_DTYPE_BF16;
 }
 
+bool Named(const toolkit_preset *preset, const char *name) {
+  return std::strcmp(preset->name, name) == 0;
+}
+
+bool DecodeInDefault(const toolkit_preset *preset, flashcpu_dtype dtype,
+                     int64_t kv, int64_t batch) {
+  if (batch == 1)
+    return kDefaultDecodePresets.count(preset->name) && DefaultDtype(dtype) &&
+           kDefaultDecodeKv.count(kv);
+  return Named(preset, kDefaultBatchPreset) && dtype == FLASHCPU_DTYPE_BF16 &&
+         kv == kDefaultBatchKv;
+}
+
+// One case per thread count; only the first (1) and the last (all) can be
+// in the default set, so that it stays short on many-core hosts.
 void AddThreaded(std::vector<BenchCase> &cases, BenchCase bench_case,
                  const std::vector<int> &thread_counts) {
+  const bool in_default = bench_case.in_default_set;
   for (int threads : thread_counts) {
     bench_case.threads = threads;
+    bench_case.in_default_set =
+        in_default &&
+        (threads == thread_counts.front() || threads == thread_counts.back());
     cases.push_back(bench_case);
   }
 }
@@ -49,6 +73,71 @@ std::string EscapeRegex(const std::string &text) {
   return escaped;
 }
 
+const char *MaskName(BenchMask mask) {
+  switch (mask) {
+  case BenchMask::kNone:
+    return "none";
+  case BenchMask::kTree:
+    return "tree";
+  default:
+    return "causal";
+  }
+}
+
+void AddDecodeCases(std::vector<BenchCase> &cases,
+                    const toolkit_preset *preset,
+                    const std::vector<int> &thread_counts) {
+  for (flashcpu_dtype dtype : kAllDtypes)
+    for (int64_t kv : kDecodeKv)
+      for (int64_t batch : kDecodeBatch)
+        AddThreaded(cases,
+                    {TOOLKIT_PHASE_DECODE, preset, dtype, 1, kv, batch,
+                     BenchMask::kCausal, 0,
+                     DecodeInDefault(preset, dtype, kv, batch)},
+                    thread_counts);
+}
+
+void AddVerifyCases(std::vector<BenchCase> &cases,
+                    const toolkit_preset *preset,
+                    const std::vector<int> &thread_counts) {
+  for (flashcpu_dtype dtype : kAllDtypes)
+    for (int64_t rows : kVerifyRows) {
+      const bool in_default = Named(preset, kDefaultVerifyPreset) &&
+                              dtype == FLASHCPU_DTYPE_BF16 &&
+                              rows == kDefaultVerifyRows;
+      AddThreaded(cases,
+                  {TOOLKIT_PHASE_VERIFY, preset, dtype, rows, kVerifyKv, 1,
+                   BenchMask::kTree, 0, in_default},
+                  thread_counts);
+    }
+}
+
+void AddPrefillCases(std::vector<BenchCase> &cases,
+                     const toolkit_preset *preset,
+                     const std::vector<int> &thread_counts) {
+  // Encoders see every key; decoders are measured causal and not.
+  std::vector<BenchMask> masks = {BenchMask::kNone};
+  if (preset->causal) masks.insert(masks.begin(), BenchMask::kCausal);
+  for (flashcpu_dtype dtype : kAllDtypes) {
+    for (BenchMask mask : masks)
+      for (int64_t length : kPrefillLength) {
+        const bool in_default = kDefaultPrefillPresets.count(preset->name) &&
+                                DefaultDtype(dtype) &&
+                                mask == BenchMask::kCausal &&
+                                kDefaultPrefillLength.count(length);
+        AddThreaded(cases,
+                    {TOOLKIT_PHASE_PREFILL, preset, dtype, length, length, 1,
+                     mask, 0, in_default},
+                    thread_counts);
+      }
+    if (preset->causal) // chunked prefill: new rows onto a long cache
+      AddThreaded(cases,
+                  {TOOLKIT_PHASE_PREFILL, preset, dtype, kChunkRows, kChunkKv,
+                   1, BenchMask::kCausal, 0, false},
+                  thread_counts);
+  }
+}
+
 } // namespace
 
 std::string BenchCaseName(const BenchCase &bench_case) {
@@ -56,58 +145,42 @@ std::string BenchCaseName(const BenchCase &bench_case) {
          bench_case.preset->name + "/" + flashcpu_dtype_name(bench_case.dtype) +
          "/L:" + std::to_string(bench_case.rows) +
          "/S:" + std::to_string(bench_case.kv) +
+         "/B:" + std::to_string(bench_case.batch) +
+         "/mask:" + MaskName(bench_case.mask) +
          "/threads:" + std::to_string(bench_case.threads);
+}
+
+toolkit_workload_spec BenchCaseSpec(const BenchCase &bench_case) {
+  toolkit_workload_spec spec = toolkit_workload_spec_make(
+      bench_case.preset, bench_case.phase, bench_case.rows, bench_case.kv,
+      bench_case.dtype);
+  spec.batch = bench_case.batch;
+  spec.mixed_kv_lengths = bench_case.batch > 1;
+  if (bench_case.mask == BenchMask::kNone) {
+    spec.causal = false;
+    spec.window_left = spec.window_right = -1;
+  }
+  return spec;
+}
+
+std::vector<int> BenchThreadCounts(int all_threads) {
+  std::vector<int> counts = {1};
+  for (int n = 2; n < all_threads; n *= 2) counts.push_back(n);
+  if (all_threads > 1) counts.push_back(all_threads);
+  return counts;
 }
 
 std::vector<BenchCase> AllBenchCases(const std::vector<int> &thread_counts) {
   std::vector<BenchCase> cases;
   int preset_count = 0;
   const toolkit_preset *presets = toolkit_presets(&preset_count);
-  for (int p = 0; p < preset_count; p++) {
-    const toolkit_preset *preset = &presets[p];
-    if (!preset->causal) continue; // encoders have no decode phase
-    for (flashcpu_dtype dtype : kAllDtypes)
-      for (int64_t kv : kDecodeKv) {
-        bool in_default = kDefaultDecodePresets.count(preset->name) &&
-                          DefaultDtype(dtype) && kDefaultDecodeKv.count(kv);
-        AddThreaded(cases,
-                    {TOOLKIT_PHASE_DECODE, preset, dtype, 1, kv, 0, in_default},
-                    thread_counts);
-      }
-  }
-  for (int p = 0; p < preset_count; p++) {
-    const toolkit_preset *preset = &presets[p];
-    if (!preset->causal) continue;
-    for (flashcpu_dtype dtype : kAllDtypes)
-      for (int64_t rows : kVerifyRows) {
-        bool in_default = std::strcmp(preset->name, kDefaultVerifyPreset) == 0 &&
-                          dtype == FLASHCPU_DTYPE_BF16 &&
-                          rows == kDefaultVerifyRows;
-        AddThreaded(cases,
-                    {TOOLKIT_PHASE_VERIFY, preset, dtype, rows, kVerifyKv, 0,
-                     in_default},
-                    thread_counts);
-      }
-  }
-  for (int p = 0; p < preset_count; p++) {
-    const toolkit_preset *preset = &presets[p];
-    for (flashcpu_dtype dtype : kAllDtypes) {
-      for (int64_t length : kPrefillLength) {
-        bool in_default = kDefaultPrefillPresets.count(preset->name) &&
-                          DefaultDtype(dtype) &&
-                          kDefaultPrefillLength.count(length);
-        AddThreaded(cases,
-                    {TOOLKIT_PHASE_PREFILL, preset, dtype, length, length, 0,
-                     in_default},
-                    thread_counts);
-      }
-      if (preset->causal) // chunked prefill: new rows onto a long cache
-        AddThreaded(cases,
-                    {TOOLKIT_PHASE_PREFILL, preset, dtype, kChunkRows,
-                     kChunkKv, 0, false},
-                    thread_counts);
-    }
-  }
+  // Encoders (not causal) have no decode or verify phase.
+  for (int p = 0; p < preset_count; p++)
+    if (presets[p].causal) AddDecodeCases(cases, &presets[p], thread_counts);
+  for (int p = 0; p < preset_count; p++)
+    if (presets[p].causal) AddVerifyCases(cases, &presets[p], thread_counts);
+  for (int p = 0; p < preset_count; p++)
+    AddPrefillCases(cases, &presets[p], thread_counts);
   return cases;
 }
 

@@ -1,5 +1,7 @@
-// The benchmark cases: model presets x phase x dtype x shape x threads,
-// named <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/threads:<n>.
+// The benchmark cases: model presets x phase x dtype x shape x batch x mask
+// x threads, named
+//   <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
+// (NOTES.md lists them and the filters that pick them).
 #ifndef FLASHCPU_BENCH_BENCH_CASES_H
 #define FLASHCPU_BENCH_BENCH_CASES_H
 
@@ -11,20 +13,36 @@
 #include "common/workload.h"
 #include "flashcpu/flashcpu.h"
 
+// Which masks a case applies.
+enum class BenchMask {
+  kCausal, // the preset's masks: causal, plus its sliding window if any
+  kNone,   // none: every query row sees every key (encoder-style prefill)
+  kTree,   // speculative verify: causal and the draft tree
+};
+
 struct BenchCase {
   toolkit_phase phase;
   const toolkit_preset *preset;
   flashcpu_dtype dtype;
   int64_t rows;
-  int64_t kv;
+  int64_t kv;    // S: the longest kv length of the batch
+  int64_t batch; // > 1: mixed kv lengths, kv / 8 to kv
+  BenchMask mask;
   int threads;
   bool in_default_set; // runs when no --benchmark_filter is given
 };
 
 std::string BenchCaseName(const BenchCase &bench_case);
 
+// The workload a case times (preset masks or none, batch, mixed lengths).
+toolkit_workload_spec BenchCaseSpec(const BenchCase &bench_case);
+
+// 1, every power of two below all_threads, and all_threads.
+std::vector<int> BenchThreadCounts(int all_threads);
+
 // Every case, ordered so that cases sharing a workload (they differ only in
 // threads) are adjacent, which lets the runner build each workload once.
+// Only 1 and all threads (the first and last count) are in the default set.
 std::vector<BenchCase> AllBenchCases(const std::vector<int> &thread_counts);
 
 // A --benchmark_filter regex that selects exactly the default set.

@@ -29,7 +29,8 @@ bool HasFlag(int argc, char **argv, const char *flag) {
   return false;
 }
 
-// 1 and every thread a default context uses (one per allowed core).
+// 1, the powers of two between and every thread a default context uses
+// (one per allowed core).
 std::vector<int> ThreadCounts() {
   int all = 1;
   flashcpu_context *ctx = nullptr;
@@ -37,9 +38,7 @@ std::vector<int> ThreadCounts() {
     all = flashcpu_context_num_threads(ctx);
     flashcpu_context_destroy(ctx);
   }
-  std::vector<int> counts = {1};
-  if (all > 1) counts.push_back(all);
-  return counts;
+  return BenchThreadCounts(all);
 }
 
 void DescribeMachine() {

@@ -11,7 +11,7 @@
 #include "common/ceilings.h"
 #include "common/cpu_info.h"
 
-enum { MIN_DECODE_LAYERS = 32, CACHE_MULTIPLE = 4 };
+enum { MIN_DECODE_LAYERS = 32 };
 static const uint64_t DEFAULT_MEMORY_BUDGET = 4ull << 30;
 
 const char *toolkit_phase_name(toolkit_phase phase) {
@@ -133,23 +133,45 @@ static void count_visible(const toolkit_workload_spec *spec,
   *union_rows = highest > lowest ? highest - lowest : 0;
 }
 
+/* layer_bytes: the K and V bytes one layer fills. Sets *under_cache when
+ * the memory cap keeps the rotated set below the cache target. */
 static int decide_layers(const toolkit_workload_spec *spec, size_t layer_bytes,
-                         size_t fixed_bytes) {
-  if (spec->layers > 0) return spec->layers;
+                         size_t fixed_bytes, bool *under_cache) {
+  *under_cache = false;
   /* Decode and verify read a whole KV cache per call, as a model reads one
    * per layer; prefill reuses K and V across many rows. */
-  if (spec->phase == TOOLKIT_PHASE_PREFILL || layer_bytes == 0) return 1;
+  const bool rotates = spec->phase != TOOLKIT_PHASE_PREFILL && layer_bytes > 0;
+  if (spec->layers <= 0 && !rotates) return 1;
   toolkit_cpu_info info;
   toolkit_cpu_info_query(&info);
-  uint64_t target = CACHE_MULTIPLE * info.llc_total_bytes;
-  uint64_t layers = (target + layer_bytes - 1) / layer_bytes;
-  if (layers < MIN_DECODE_LAYERS) layers = MIN_DECODE_LAYERS;
-  /* Stay within a quarter of RAM: other jobs share these machines. */
-  uint64_t budget =
-      info.memory_bytes ? info.memory_bytes / 4 : DEFAULT_MEMORY_BUDGET;
-  budget = budget > fixed_bytes ? budget - fixed_bytes : 0;
-  if (layers * layer_bytes > budget) layers = budget / layer_bytes;
-  return layers < 1 ? 1 : (int)layers;
+  const uint64_t target = TOOLKIT_CACHE_MULTIPLE * info.llc_total_bytes;
+  uint64_t layers = (uint64_t)spec->layers;
+  if (spec->layers <= 0) {
+    layers = (target + layer_bytes - 1) / layer_bytes;
+    if (layers < MIN_DECODE_LAYERS) layers = MIN_DECODE_LAYERS;
+    /* Stay within a quarter of RAM: other jobs share these machines. */
+    uint64_t budget =
+        info.memory_bytes ? info.memory_bytes / 4 : DEFAULT_MEMORY_BUDGET;
+    budget = budget > fixed_bytes ? budget - fixed_bytes : 0;
+    if (layers * layer_bytes > budget) layers = budget / layer_bytes;
+    if (layers < 1) layers = 1;
+  }
+  *under_cache = rotates && layers * layer_bytes < target;
+  return (int)layers;
+}
+
+/* Batch 0 gets kv / 8 rows, the last batch kv, the others evenly between:
+ * a decode batch mixes short and long sequences. */
+static int64_t mixed_length(int64_t kv, int64_t b, int64_t batch) {
+  const int64_t shortest = kv / 8 > 0 ? kv / 8 : 1;
+  if (batch == 1) return kv;
+  return shortest + (kv - shortest) * b / (batch - 1);
+}
+
+int64_t toolkit_workload_kv_length(const toolkit_workload *workload,
+                                   int64_t b) {
+  return workload->kv_lengths ? workload->kv_lengths[b]
+                              : workload->spec.kv_rows;
 }
 
 static void *allocate(size_t bytes) {
@@ -193,8 +215,10 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
     snprintf(error, error_size, "batch, rows and kv must be at least 1");
     return -1;
   }
-  if (spec->tree_mask && spec->q_rows > spec->kv_rows) {
-    snprintf(error, error_size, "a tree mask needs rows <= kv");
+  if (spec->tree_mask &&
+      spec->q_rows > mixed_length(spec->kv_rows, 0,
+                                  spec->mixed_kv_lengths ? spec->batch : 1)) {
+    snprintf(error, error_size, "a tree mask needs rows <= every kv length");
     return -1;
   }
   /* Far beyond any real model; also keeps the size arithmetic exact. */
@@ -212,8 +236,23 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   workload->q_bytes = q_count * flashcpu_dtype_size(spec->q_dtype);
   workload->out_bytes = q_count * flashcpu_dtype_size(spec->out_dtype);
   workload->kv_bytes = kv_count * flashcpu_dtype_size(spec->kv_dtype);
-  workload->layer_count = decide_layers(spec, 2 * workload->kv_bytes,
-                                        workload->q_bytes + workload->out_bytes);
+  const size_t row_bytes =
+      (size_t)(preset->kv_heads * D) * flashcpu_dtype_size(spec->kv_dtype);
+  if (spec->mixed_kv_lengths) {
+    workload->kv_lengths = calloc((size_t)spec->batch, sizeof(int64_t));
+    if (!workload->kv_lengths)
+      return fail(workload, error, error_size, "kv lengths", 0);
+    for (int64_t b = 0; b < spec->batch; b++)
+      workload->kv_lengths[b] = mixed_length(spec->kv_rows, b, spec->batch);
+  }
+  int64_t filled_rows = 0;
+  for (int64_t b = 0; b < spec->batch; b++)
+    filled_rows += toolkit_workload_kv_length(workload, b);
+  workload->layer_bytes = 2 * (size_t)filled_rows * row_bytes;
+  workload->layer_count =
+      decide_layers(spec, workload->layer_bytes,
+                    workload->q_bytes + workload->out_bytes,
+                    &workload->rotation_under_cache);
 
   workload->q = allocate(workload->q_bytes);
   if (!workload->q) return fail(workload, error, error_size, "q", workload->q_bytes);
@@ -233,10 +272,19 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
     if (!workload->k_layers[layer] || !workload->v_layers[layer])
       return fail(workload, error, error_size, "a layer's K and V",
                   2 * workload->kv_bytes);
-    uint64_t layer_seed = spec->seed + 0x1000ull * (uint64_t)(layer + 1);
-    fill_random(workload->k_layers[layer], spec->kv_dtype, kv_count, layer_seed);
-    fill_random(workload->v_layers[layer], spec->kv_dtype, kv_count,
-                layer_seed + 1);
+    /* Only rows within each batch's length: the rest are never read, and
+     * pages never touched cost no memory. */
+    for (int64_t b = 0; b < spec->batch; b++) {
+      const size_t offset = (size_t)(b * spec->kv_rows) * row_bytes;
+      const size_t count = (size_t)(toolkit_workload_kv_length(workload, b) *
+                                    preset->kv_heads * D);
+      const uint64_t seed = spec->seed + 0x1000ull * (uint64_t)(layer + 1) +
+                            0x10ull * (uint64_t)b;
+      fill_random((char *)workload->k_layers[layer] + offset, spec->kv_dtype,
+                  count, seed);
+      fill_random((char *)workload->v_layers[layer] + offset, spec->kv_dtype,
+                  count, seed + 1);
+    }
   }
 
   flashcpu_attention_params_init(&workload->params);
@@ -244,18 +292,26 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   workload->params.window_left = spec->window_left;
   workload->params.window_right = spec->window_right;
   workload->params.softcap = spec->softcap;
+  workload->params.kv_lengths = workload->kv_lengths;
   if (spec->tree_mask && build_tree(workload) != 0)
     return fail(workload, error, error_size, "the tree mask", 0);
 
-  int64_t union_rows, pairs;
-  count_visible(spec, &union_rows, &pairs);
-  workload->visible_pairs = pairs;
-  workload->bytes_per_call =
-      (double)spec->batch * (double)preset->kv_heads * (double)union_rows *
-          (double)(2 * D) * (double)flashcpu_dtype_size(spec->kv_dtype) +
-      (double)workload->q_bytes + (double)workload->out_bytes;
-  workload->flops_per_call = 4.0 * (double)preset->q_heads * (double)D *
-                             (double)pairs * (double)spec->batch;
+  /* Masks align to each batch's own length, so count batch by batch. */
+  double kv_rows_read = 0.0, all_pairs = 0.0;
+  for (int64_t b = 0; b < spec->batch; b++) {
+    toolkit_workload_spec batch_spec = *spec;
+    batch_spec.kv_rows = toolkit_workload_kv_length(workload, b);
+    int64_t union_rows, pairs;
+    count_visible(&batch_spec, &union_rows, &pairs);
+    kv_rows_read += (double)union_rows;
+    all_pairs += (double)pairs;
+  }
+  workload->visible_pairs = (int64_t)(all_pairs / (double)spec->batch);
+  workload->bytes_per_call = kv_rows_read * 2.0 * (double)row_bytes +
+                             (double)workload->q_bytes +
+                             (double)workload->out_bytes;
+  workload->flops_per_call =
+      4.0 * (double)preset->q_heads * (double)D * all_pairs;
   return 0;
 }
 
@@ -270,6 +326,7 @@ void toolkit_workload_free(toolkit_workload *workload) {
   free(workload->out);
   free(workload->tree);
   free(workload->tree_bits);
+  free(workload->kv_lengths);
   memset(workload, 0, sizeof *workload);
 }
 

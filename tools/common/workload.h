@@ -41,6 +41,10 @@ typedef struct toolkit_workload_spec {
   int64_t window_left, window_right; /* -1: unbounded */
   float softcap;                     /* 0: off */
   bool tree_mask; /* draft tree over the newest q_rows keys (verify) */
+  /* Per-batch kv lengths (params.kv_lengths) spread evenly from kv_rows / 8
+   * (batch 0) to kv_rows (the last batch), as a decode batch mixes short and
+   * long sequences; false: every batch uses kv_rows. */
+  bool mixed_kv_lengths;
   int layers;    /* KV caches to rotate over; 0: decide (decode: enough to
                     exceed the last-level cache, prefill: 1) */
   uint64_t seed; /* of the random values */
@@ -63,15 +67,22 @@ typedef struct toolkit_workload {
   void **k_layers; /* layer_count buffers [B, S, Hkv, D] */
   void **v_layers;
   size_t q_bytes, out_bytes, kv_bytes; /* kv_bytes: one K (or V) buffer */
+  /* K and V rows within the kv lengths, per layer: what is filled (and so
+   * resident); rows past a batch's length are never touched. */
+  size_t layer_bytes;
+  int64_t *kv_lengths; /* params.kv_lengths; NULL without mixed lengths */
+  /* The memory cap (a quarter of RAM) left the rotated KV caches under
+   * CACHE_MULTIPLE (4) x the last-level cache: some reads may hit it. */
+  bool rotation_under_cache;
   flashcpu_attention_params params;
   flashcpu_tree_mask *tree; /* params.tree_mask; NULL without one */
   uint64_t *tree_bits;
-  /* Per call: K and V rows some query row can see (read once), plus Q and
-   * the output written. */
+  /* Per call: K and V rows some query row can see (read once; per batch,
+   * within its kv length), plus Q and the output written. */
   double bytes_per_call;
   /* Per call: 4 * Hq * D * visible (query, key) pairs * B. */
   double flops_per_call;
-  int64_t visible_pairs; /* per batch and head */
+  int64_t visible_pairs; /* per head, averaged over the batch */
 } toolkit_workload;
 
 /* Allocates and fills a workload. Returns 0, or -1 with a message in
@@ -87,6 +98,13 @@ void toolkit_workload_free(toolkit_workload *workload);
 void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
                               flashcpu_tensor *q, flashcpu_tensor *k,
                               flashcpu_tensor *v, flashcpu_tensor *out);
+
+/* Rows of K/V batch b uses: its kv length, or kv_rows. */
+int64_t toolkit_workload_kv_length(const toolkit_workload *workload,
+                                   int64_t b);
+
+/* The 4x of "4x the last-level cache" that decode rotation aims for. */
+enum { TOOLKIT_CACHE_MULTIPLE = 4 };
 
 /* Keys [*begin, *end) that query row `row` sees under the spec's causal
  * flag and window (the header's bottom-right alignment); empty when
