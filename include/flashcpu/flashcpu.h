@@ -309,6 +309,32 @@ flashcpu_attention(flashcpu_context *ctx, const flashcpu_tensor *q,
                    const flashcpu_tensor *out, float *lse,
                    const flashcpu_attention_params *params);
 
+/* ------------------------------------------------------------------ merge */
+
+/* Merges partial attention results into the result over the union of their
+ * keys: for cascade attention, shared prefixes, or work split across
+ * processes. Each of the count >= 1 states is what flashcpu_attention wrote
+ * for the same queries over a disjoint set of keys:
+ *   states[i]      [B, L, H, Dv] view, any dtype (f32, f16, bf16)
+ *   state_lse[i]   float32 [B, H, L], contiguous, natural log
+ * and the merge writes
+ *   out            [B, L, H, Dv] view, any dtype
+ *   lse            float32 [B, H, L] or NULL
+ * as out = sum_i w_i * states[i], w_i = exp(state_lse[i] - lse),
+ * lse = log(sum_i exp(state_lse[i])). A state whose lse is -INFINITY saw no
+ * key and contributes nothing (its out values are not read); when every
+ * state is empty the row gets 0 and -INFINITY, never NaN. NaN in a state's
+ * lse or in the out values it contributes propagates to the row. States
+ * are merged pairwise in a tree of fixed shape (state i + 2^k into state i
+ * at level k), in f32, so the bytes do not depend on the thread count.
+ * out and lse must not overlap any state, state lse, or each other.
+ * Returns FLASHCPU_OK, or an error status with nothing written. */
+FLASHCPU_API flashcpu_status
+flashcpu_merge_states(flashcpu_context *ctx, int64_t count,
+                      const flashcpu_tensor *states,
+                      const float *const *state_lse,
+                      const flashcpu_tensor *out, float *lse);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,108 +8,9 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "api/view_check.h"
 
 #define CALL "flashcpu_attention"
-
-static const char *const dim_names[4] = {"batch", "seq", "heads", "head_dim"};
-
-/* A byte span [begin, end) that a view or buffer may touch. */
-typedef struct byte_span {
-  uintptr_t begin, end;
-} byte_span;
-
-static bool spans_overlap(byte_span a, byte_span b) {
-  return a.begin < a.end && b.begin < b.end && a.begin < b.end &&
-         b.begin < a.end;
-}
-
-/* Highest element offset reached through dims/strides plus one, times the
- * element size, as a byte span from data. False on int64 overflow. */
-static bool span_of(const void *data, const int64_t *dims,
-                    const int64_t *strides, int count, int64_t element_size,
-                    byte_span *span) {
-  int64_t last = 0;
-  for (int d = 0; d < count; d++) {
-    int64_t reach;
-    if (dims[d] == 0) { /* empty: touches nothing */
-      span->begin = span->end = (uintptr_t)data;
-      return true;
-    }
-    if (__builtin_mul_overflow(dims[d] - 1, strides[d], &reach) ||
-        __builtin_add_overflow(last, reach, &last))
-      return false;
-  }
-  int64_t bytes;
-  if (__builtin_add_overflow(last, 1, &last) ||
-      __builtin_mul_overflow(last, element_size, &bytes))
-    return false;
-  uintptr_t begin = (uintptr_t)data;
-  if (begin + (uintptr_t)bytes < begin) return false;
-  span->begin = begin;
-  span->end = begin + (uintptr_t)bytes;
-  return true;
-}
-
-static flashcpu_status check_tensor(flashcpu_context *ctx,
-                                    const flashcpu_tensor *t, const char *name,
-                                    int64_t min_seq, byte_span *span) {
-  if (!t) return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, CALL ": %s is NULL", name);
-  if (!t->data)
-    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, CALL ": %s->data is NULL",
-                   name);
-  size_t element_size = flashcpu_dtype_size(t->dtype);
-  if (element_size == 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_UNSUPPORTED_DTYPE,
-                   CALL ": %s->dtype is %d; expected FLASHCPU_DTYPE_F32 (0), "
-                   "F16 (1) or BF16 (2)",
-                   name, (int)t->dtype);
-  for (int d = 0; d < 4; d++) {
-    int64_t minimum = d == FLASHCPU_DIM_SEQ ? min_seq : 1;
-    if (t->dims[d] < minimum)
-      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                     CALL ": %s->dims[%d] (%s) is %lld; it must be >= %lld",
-                     name, d, dim_names[d], (long long)t->dims[d],
-                     (long long)minimum);
-  }
-  if (t->strides[3] != 1)
-    return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
-                   CALL ": %s->strides[3] is %lld; head_dim must be contiguous "
-                   "(stride 1)",
-                   name, (long long)t->strides[3]);
-  for (int d = 0; d < 3; d++)
-    if (t->strides[d] < 0)
-      return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
-                     CALL ": %s->strides[%d] (%s) is %lld; strides must be "
-                     "non-negative",
-                     name, d, dim_names[d], (long long)t->strides[d]);
-  if (!span_of(t->data, t->dims, t->strides, 4, (int64_t)element_size, span))
-    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
-                   CALL ": %s's dims and strides reach past the int64 / address "
-                   "range",
-                   name);
-  return FLASHCPU_OK;
-}
-
-/* Distinct (batch, seq, heads) indices of out must map to distinct rows:
- * sorted by stride, each dim must step over everything inside it. */
-static bool output_rows_distinct(const flashcpu_tensor *out) {
-  int order[3] = {0, 1, 2};
-  for (int i = 0; i < 3; i++)
-    for (int j = i + 1; j < 3; j++)
-      if (out->strides[order[j]] < out->strides[order[i]]) {
-        int swap = order[i];
-        order[i] = order[j];
-        order[j] = swap;
-      }
-  int64_t inner_extent = out->dims[3]; /* elements one head row spans */
-  for (int i = 0; i < 3; i++) {
-    int d = order[i];
-    if (out->dims[d] == 1) continue;
-    if (out->strides[d] < inner_extent) return false;
-    inner_extent = out->strides[d] * (out->dims[d] - 1) + inner_extent;
-  }
-  return true;
-}
 
 static flashcpu_status check_shapes(flashcpu_context *ctx,
                                     const flashcpu_tensor *q,
@@ -191,7 +92,7 @@ static flashcpu_status check_kv_lengths(flashcpu_context *ctx,
 
 static flashcpu_status check_tree(flashcpu_context *ctx,
                                   const flashcpu_tree_mask *tree,
-                                  const fc_problem *p, byte_span *span) {
+                                  const fc_problem *p, fc_byte_span *span) {
   if (!tree->bits)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
                    CALL ": params->tree_mask->bits is NULL");
@@ -223,7 +124,7 @@ static flashcpu_status check_tree(flashcpu_context *ctx,
                    (long long)tree->batch_stride);
   int64_t dims[3] = {p->batch, p->q_len, words};
   int64_t strides[3] = {tree->batch_stride, tree->row_stride, 1};
-  if (!span_of(tree->bits, dims, strides, 3, 8, span))
+  if (!fc_span_of(tree->bits, dims, strides, 3, 8, span))
     return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
                    CALL ": the tree mask's strides reach past the int64 range");
   return FLASHCPU_OK;
@@ -231,7 +132,7 @@ static flashcpu_status check_tree(flashcpu_context *ctx,
 
 static flashcpu_status check_additive(flashcpu_context *ctx,
                                       const flashcpu_additive_mask *mask,
-                                      const fc_problem *p, byte_span *span) {
+                                      const fc_problem *p, fc_byte_span *span) {
   if (!mask->data)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
                    CALL ": params->additive_mask->data is NULL");
@@ -242,18 +143,11 @@ static flashcpu_status check_additive(flashcpu_context *ctx,
                      "be non-negative (0 broadcasts)",
                      d, (long long)mask->strides[d]);
   int64_t dims[4] = {p->batch, p->q_heads, p->q_len, p->kv_capacity};
-  if (!span_of(mask->data, dims, mask->strides, 4, 4, span))
+  if (!fc_span_of(mask->data, dims, mask->strides, 4, 4, span))
     return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
                    CALL ": the additive mask's strides reach past the int64 "
                    "range");
   return FLASHCPU_OK;
-}
-
-static void fill_view(const flashcpu_tensor *t, fc_view *view) {
-  view->data = (const char *)t->data;
-  view->dtype = t->dtype;
-  view->element_size = (int64_t)flashcpu_dtype_size(t->dtype);
-  memcpy(view->strides, t->strides, sizeof view->strides);
 }
 
 flashcpu_status fc_check_attention(flashcpu_context *ctx,
@@ -272,14 +166,14 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
   if (!params) params = &defaults;
   if ((status = check_params(ctx, params)) != FLASHCPU_OK) return status;
 
-  byte_span q_span, k_span, v_span, out_span;
-  if ((status = check_tensor(ctx, q, "q", 1, &q_span)) ||
-      (status = check_tensor(ctx, k, "k", 0, &k_span)) ||
-      (status = check_tensor(ctx, v, "v", 0, &v_span)) ||
-      (status = check_tensor(ctx, out, "out", 1, &out_span)) ||
+  fc_byte_span q_span, k_span, v_span, out_span;
+  if ((status = fc_check_tensor(ctx, CALL, q, "q", 1, &q_span)) ||
+      (status = fc_check_tensor(ctx, CALL, k, "k", 0, &k_span)) ||
+      (status = fc_check_tensor(ctx, CALL, v, "v", 0, &v_span)) ||
+      (status = fc_check_tensor(ctx, CALL, out, "out", 1, &out_span)) ||
       (status = check_shapes(ctx, q, k, v, out)))
     return status;
-  if (!output_rows_distinct(out))
+  if (!fc_output_rows_distinct(out))
     return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
                    CALL ": out's strides make different rows share memory");
 
@@ -292,10 +186,10 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
   problem->kv_heads = k->dims[2];
   problem->v_head_dim = v->dims[3];
   problem->group = problem->q_heads / problem->kv_heads;
-  fill_view(q, &problem->q);
-  fill_view(k, &problem->k);
-  fill_view(v, &problem->v);
-  fill_view(out, &problem->out);
+  fc_fill_view(q, &problem->q);
+  fc_fill_view(k, &problem->k);
+  fc_fill_view(v, &problem->v);
+  fc_fill_view(out, &problem->out);
   problem->scale = params->scale != 0.0f
                        ? params->scale
                        : (float)(1.0 / sqrt((double)problem->head_dim));
@@ -308,7 +202,7 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
   problem->additive = params->additive_mask;
   problem->lse = lse;
 
-  byte_span inputs[6] = {q_span, k_span, v_span};
+  fc_byte_span inputs[6] = {q_span, k_span, v_span};
   const char *input_names[6] = {"q", "k", "v"};
   int input_count = 3;
   if (params->kv_lengths) {
@@ -333,7 +227,7 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
     input_names[input_count++] = "the additive mask";
   }
 
-  byte_span lse_span = {0, 0};
+  fc_byte_span lse_span = {0, 0};
   if (lse) {
     int64_t count, bytes;
     if (__builtin_mul_overflow(problem->batch, problem->q_heads, &count) ||
@@ -348,14 +242,14 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
                      CALL ": lse reaches past the address range");
   }
   for (int i = 0; i < input_count; i++) {
-    if (spans_overlap(out_span, inputs[i]))
+    if (fc_spans_overlap(out_span, inputs[i]))
       return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
                      CALL ": out overlaps %s in memory", input_names[i]);
-    if (spans_overlap(lse_span, inputs[i]))
+    if (fc_spans_overlap(lse_span, inputs[i]))
       return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
                      CALL ": lse overlaps %s in memory", input_names[i]);
   }
-  if (spans_overlap(lse_span, out_span))
+  if (fc_spans_overlap(lse_span, out_span))
     return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
                    CALL ": lse overlaps out in memory");
   return FLASHCPU_OK;
