@@ -4,6 +4,7 @@
 
 #include "common/problem.h"
 #include "kernels/decode/decode_onepass.h"
+#include "kernels/prefill/prefill.h"
 #include "ref/ref_attention.h"
 
 const char *flashcpu_isa_name(flashcpu_isa isa) {
@@ -78,13 +79,23 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
 #if defined(__x86_64__)
   case FLASHCPU_ISA_AVX512:
     FILL_CONVERTERS(table, avx512);
+    table->tiled = fc_attention_prefill__avx512;
+    table->tiled_name = "fc_attention_prefill__avx512";
     table->decode = fc_attention_decode_onepass__avx512;
     table->decode_name = "fc_attention_decode_onepass__avx512";
     break;
-  case FLASHCPU_ISA_AVX2: FILL_CONVERTERS(table, avx2); break;
+  case FLASHCPU_ISA_AVX2:
+    FILL_CONVERTERS(table, avx2);
+    table->tiled = fc_attention_prefill__avx2;
+    table->tiled_name = "fc_attention_prefill__avx2";
+    break;
 #endif
 #if defined(__aarch64__)
-  case FLASHCPU_ISA_NEON: FILL_CONVERTERS(table, neon); break;
+  case FLASHCPU_ISA_NEON:
+    FILL_CONVERTERS(table, neon);
+    table->tiled = fc_attention_prefill__neon;
+    table->tiled_name = "fc_attention_prefill__neon";
+    break;
 #endif
   default: FILL_CONVERTERS(table, scalar); break;
   }

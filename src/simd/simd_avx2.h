@@ -1,0 +1,45 @@
+/* AVX2 + FMA vocabulary for kernels: a vector exp2 and f32/f16/bf16 loads
+ * widened to f32. Static inline, included only from AVX2 translation units
+ * (see simd_avx512.h for why). */
+#ifndef FLASHCPU_SIMD_SIMD_AVX2_H
+#define FLASHCPU_SIMD_SIMD_AVX2_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+/* 2^n for integral n in [-126, 127], built in the exponent field. */
+static inline __m256 fc256_pow2_int(__m256 n) {
+  __m256i bits = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_castsi256_ps(bits);
+}
+
+/* 2^x for every lane, to about 2 ulp, the same polynomial as fc512_exp2.
+ * 2^n is applied as 2^(n/2) * 2^(n - n/2) so that results down in the
+ * subnormal range round once, like scalef; -inf gives 0, NaN stays NaN. */
+static inline __m256 fc256_exp2(__m256 x) {
+  const __m256 clamped = _mm256_min_ps(
+      _mm256_max_ps(x, _mm256_set1_ps(-150.0f)), _mm256_set1_ps(128.0f));
+  const __m256 n = _mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
+                                                _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(clamped, n);
+  __m256 poly = _mm256_set1_ps(1.535336188319500e-4f);
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(1.339887440266574e-3f));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(9.618437357674640e-3f));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(5.550332471162809e-2f));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(2.402264791363012e-1f));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(6.931472028550421e-1f));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(1.0f));
+  const __m256 half = _mm256_round_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5f)),
+                                      _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  __m256 result = _mm256_mul_ps(_mm256_mul_ps(poly, fc256_pow2_int(half)),
+                                fc256_pow2_int(_mm256_sub_ps(n, half)));
+  const __m256 minus_inf =
+      _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
+  result = _mm256_andnot_ps(minus_inf, result);
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  return _mm256_blendv_ps(result, x, nan);
+}
+
+#endif

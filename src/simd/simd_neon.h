@@ -1,0 +1,39 @@
+/* NEON (AArch64) vocabulary for kernels: a vector exp2. Static inline,
+ * included only from NEON translation units. */
+#ifndef FLASHCPU_SIMD_SIMD_NEON_H
+#define FLASHCPU_SIMD_SIMD_NEON_H
+
+#include <arm_neon.h>
+#include <math.h>
+#include <stdint.h>
+
+static inline float32x4_t fcn_pow2_int(float32x4_t n) {
+  int32x4_t e = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));
+  return vreinterpretq_f32_s32(vshlq_n_s32(e, 23));
+}
+
+/* 2^x for every lane, to about 2 ulp (the polynomial of fc512_exp2); 2^n
+ * applied in two halves so subnormal results round once; -inf gives 0,
+ * NaN stays NaN. */
+static inline float32x4_t fcn_exp2(float32x4_t x) {
+  const float32x4_t clamped =
+      vminq_f32(vmaxq_f32(x, vdupq_n_f32(-150.0f)), vdupq_n_f32(128.0f));
+  const float32x4_t n = vrndnq_f32(clamped);
+  const float32x4_t f = vsubq_f32(clamped, n);
+  float32x4_t poly = vdupq_n_f32(1.535336188319500e-4f);
+  poly = vfmaq_f32(vdupq_n_f32(1.339887440266574e-3f), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(9.618437357674640e-3f), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(5.550332471162809e-2f), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(2.402264791363012e-1f), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(6.931472028550421e-1f), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(1.0f), poly, f);
+  const float32x4_t half = vrndq_f32(vmulq_f32(n, vdupq_n_f32(0.5f)));
+  float32x4_t result = vmulq_f32(vmulq_f32(poly, fcn_pow2_int(half)),
+                                 fcn_pow2_int(vsubq_f32(n, half)));
+  const uint32x4_t minus_inf = vceqq_f32(x, vdupq_n_f32(-INFINITY));
+  result = vbslq_f32(minus_inf, vdupq_n_f32(0.0f), result);
+  const uint32x4_t is_number = vceqq_f32(x, x);
+  return vbslq_f32(is_number, result, x);
+}
+
+#endif
