@@ -6,7 +6,9 @@
 # binaries need (hwloc, libomp, benchmark, ...) copied into
 # build-device/bundle-lib. Then call the device tool with
 #   carry: ["build-device"]
-#   command: bash tools/device/run.sh [tests|bench|info|all] [bench filter]
+#   command: bash tools/device/run.sh PARTS [bench filter]
+# (PARTS: info, tests, runtime, cli, bench, all, bench-prefill, bench-decode,
+# torch, torch-prefill, torch-decode; run.sh lists what each does)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build="$root/build-device"

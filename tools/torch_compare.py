@@ -1,0 +1,577 @@
+#!/usr/bin/env python3
+"""flashcpu against PyTorch's scaled_dot_product_attention, in one run.
+
+Runs flashcpu_bench (google-benchmark, JSON) on the chosen cases, then times
+torch.nn.functional.scaled_dot_product_attention on the same shapes, dtypes
+and thread counts on the same host, and prints one table: medians (min, max)
+of both, the flashcpu/torch throughput ratio and each one's percent of the
+ceiling flashcpu_bench measured in the same run (PERF.md, "Peers, side by
+side").
+
+Cases are named as flashcpu_bench names them:
+  <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
+
+How torch is called:
+  - tensors [B, H, seq, D] contiguous (torch's preferred layout);
+  - GQA: enable_gqa=True where torch has it, else K/V repeated per query
+    head before timing (--gqa repeat forces that; the repeat is not timed);
+  - masks: flashcpu aligns causal bottom-right, torch's is_causal is
+    top-left, so is_causal is used only when L == S with no window; otherwise
+    an explicit boolean mask (True = visible) gives the bottom-right causal
+    mask, the sliding window and, for batch > 1, each sequence's kv length
+    (torch runs the padded batch; flashcpu reads only each length);
+  - decode (L = 1) rotates over several layer-sized KV caches, as
+    flashcpu_bench does, so that torch is not timed from the last-level cache;
+  - presets with softcap (gemma2-9b) are not timed in torch: SDPA has none.
+
+Needs Python 3 and, for the torch side, PyTorch (imported only when used);
+--skip-torch runs the flashcpu side alone.
+"""
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRESETS_SOURCE = os.path.join(ROOT, "tools", "common", "presets.c")
+DEFAULT_BENCH = os.path.join(ROOT, "build", "bench", "flashcpu_bench")
+DEFAULT_LENGTHS = {"prefill": [512, 2048, 4096], "decode": [1024, 16384, 32768]}
+# Decode rotation, as tools/common/workload.c: at least 32 layers and 4x the
+# last-level cache, within a quarter of RAM.
+MIN_LAYERS, CACHE_MULTIPLE = 32, 4
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+# ----------------------------------------------------------------- presets
+def load_presets(path=PRESETS_SOURCE):
+    """The preset table of tools/common/presets.c, so that there is one."""
+    pattern = re.compile(
+        r'\{"([^"]+)",\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false),\s*(-?\d+),'
+        r'\s*([0-9.]+)f?,')
+    presets = {}
+    try:
+        with open(path, encoding="utf-8") as source:
+            for match in pattern.finditer(source.read()):
+                name, hq, hkv, dim, causal, window, softcap = match.groups()
+                presets[name] = {
+                    "name": name, "hq": int(hq), "hkv": int(hkv),
+                    "dim": int(dim), "causal": causal == "true",
+                    "window": int(window), "softcap": float(softcap)}
+    except OSError as error:
+        sys.exit(f"torch_compare: cannot read the presets ({error})")
+    if not presets:
+        sys.exit(f"torch_compare: no presets found in {path}")
+    return presets
+
+
+# -------------------------------------------------------------------- cases
+def case_name(case, threads):
+    return (f"{case['phase']}/{case['preset']['name']}/{case['dtype']}"
+            f"/L:{case['rows']}/S:{case['kv']}/B:{case['batch']}"
+            f"/mask:{case['mask']}/threads:{threads}")
+
+
+def mixed_lengths(kv, batch):
+    """As workload.c: kv / 8 for the first sequence up to kv for the last."""
+    if batch == 1:
+        return [kv]
+    shortest = max(kv // 8, 1)
+    return [shortest + (kv - shortest) * b // (batch - 1) for b in range(batch)]
+
+
+def build_cases(args, presets):
+    cases = []
+    phases = ["prefill", "decode"] if args.phase == "all" else [args.phase]
+    for phase in phases:
+        lengths = args.lengths or DEFAULT_LENGTHS[phase]
+        for preset_name in args.preset:
+            preset = presets[preset_name]
+            if phase == "decode" and not preset["causal"]:
+                print(f"torch_compare: {preset_name} is an encoder: no decode",
+                      file=sys.stderr)
+                continue
+            masks = ["causal"] if phase == "decode" else args.mask
+            for dtype in args.dtype:
+                for length in lengths:
+                    for mask in masks:
+                        if mask == "causal" and not preset["causal"]:
+                            continue
+                        for batch in (args.batch if phase == "decode" else [1]):
+                            cases.append({
+                                "phase": phase, "preset": preset,
+                                "dtype": dtype, "mask": mask, "batch": batch,
+                                "rows": 1 if phase == "decode" else length,
+                                "kv": length})
+    return cases
+
+
+# ----------------------------------------------------------- flashcpu side
+def bench_threads(bench):
+    """The thread counts flashcpu_bench registers (1, powers of two, all)."""
+    listing = run_bench_listing(bench, "^prefill/llama3-8b/f32/L:512/S:512/")
+    counts = sorted({int(n) for n in re.findall(r"/threads:(\d+)", listing)})
+    if not counts:
+        sys.exit("torch_compare: flashcpu_bench listed no cases")
+    return counts
+
+
+def run_bench_listing(bench, pattern):
+    result = subprocess.run(
+        [bench, "--benchmark_list_tests", f"--benchmark_filter={pattern}"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        check=False)
+    if result.returncode != 0:
+        sys.exit(f"torch_compare: {bench} --benchmark_list_tests failed")
+    return result.stdout
+
+
+def run_flashcpu(bench, names, args):
+    """One flashcpu_bench run over every case: per-repetition times."""
+    escaped = "|".join(escape_regex(name) for name in names)
+    command = [bench, f"--benchmark_filter=^({escaped})(/real_time)?$",
+               "--benchmark_format=json",
+               f"--benchmark_repetitions={args.reps}",
+               f"--benchmark_min_time={args.min_time}"]
+    print("flashcpu: " + " ".join(command[:1] + command[2:]) +
+          f" (filter: {len(names)} cases)", file=sys.stderr)
+    # stderr (ceilings, warnings) goes straight through.
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True,
+                            check=False)
+    if result.returncode != 0:
+        sys.exit(f"torch_compare: flashcpu_bench exited {result.returncode}")
+    try:
+        report = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        sys.exit("torch_compare: flashcpu_bench printed no JSON (see above)")
+    runs = {}
+    for entry in report.get("benchmarks", []):
+        if entry.get("run_type", "iteration") != "iteration":
+            continue
+        name = entry["run_name"].replace("/real_time", "")
+        record = runs.setdefault(name, {"ms": [], "ceiling_pct": [],
+                                        "GBps": [], "GFLOPs": [],
+                                        "error": None, "label": ""})
+        if entry.get("error_occurred"):
+            record["error"] = entry.get("error_message", "error")
+            continue
+        record["ms"].append(to_ms(entry["real_time"], entry["time_unit"]))
+        for counter in ("ceiling_pct", "GBps", "GFLOPs"):
+            if counter in entry:
+                record[counter].append(entry[counter])
+        record["label"] = entry.get("label", "")
+    return report.get("context", {}), runs
+
+
+def escape_regex(text):
+    """For google-benchmark's POSIX extended regex, as bench_cases.cc does
+    (Python's re.escape writes escapes such as \\- that POSIX rejects)."""
+    return "".join("\\" + c if c in ".+*?()[]{}|^$\\" else c for c in text)
+
+
+def to_ms(value, unit):
+    return value * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
+def parse_size(text):
+    """'32 MiB' (toolkit_format_bytes) -> bytes; None when unreadable."""
+    match = re.match(r"\s*([0-9.]+)\s*(B|KiB|MiB|GiB|TiB)", text or "")
+    if not match:
+        return None
+    scale = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4}[match.group(2)]
+    return int(float(match.group(1)) * 1024 ** scale)
+
+
+# -------------------------------------------------------------- torch side
+def import_torch():
+    try:
+        import torch  # noqa: PLC0415 (lazy: --help works without torch)
+    except ImportError as error:
+        sys.exit(f"torch_compare: PyTorch is not installed for "
+                 f"{sys.executable} ({error}).\n  Run this script with the "
+                 f"Python that has torch (e.g. /opt/torch/.venv/bin/python3), "
+                 f"or pass --skip-torch to run only the flashcpu side.")
+    return torch
+
+
+def llc_bytes_from_sysfs():
+    """Every last-level cache instance together (Linux sysfs)."""
+    base = "/sys/devices/system/cpu"
+    seen, level_sizes = set(), {}
+    try:
+        cpus = [c for c in os.listdir(base) if re.fullmatch(r"cpu\d+", c)]
+    except OSError:
+        return None
+    for cpu in cpus:
+        cache_dir = os.path.join(base, cpu, "cache")
+        for index in (os.listdir(cache_dir) if os.path.isdir(cache_dir) else []):
+            path = os.path.join(cache_dir, index)
+            try:
+                level = int(read_text(os.path.join(path, "level")))
+                kind = read_text(os.path.join(path, "type"))
+                shared = read_text(os.path.join(path, "shared_cpu_list"))
+                size = parse_size(read_text(os.path.join(path, "size"))
+                                  .replace("K", " KiB").replace("M", " MiB"))
+            except (OSError, ValueError):
+                continue
+            if kind == "Instruction" or size is None or (level, shared) in seen:
+                continue
+            seen.add((level, shared))
+            level_sizes[level] = level_sizes.get(level, 0) + size
+    return level_sizes[max(level_sizes)] if level_sizes else None
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().strip()
+
+
+def memory_bytes():
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 16 << 30
+
+
+class TorchRunner:
+    def __init__(self, torch, gqa, llc, min_time, reps, warmup):
+        self.torch = torch
+        self.F = torch.nn.functional
+        self.llc = llc
+        self.min_time, self.reps, self.warmup = min_time, reps, warmup
+        self.dtypes = {"f32": torch.float32, "f16": torch.float16,
+                       "bf16": torch.bfloat16}
+        self.use_enable_gqa = gqa != "repeat" and self._has_enable_gqa()
+        self.gqa_mode = ("enable_gqa" if self.use_enable_gqa else
+                         "K/V repeated per query head before timing")
+        self.prepared = None  # (case, (call, note)) of the last case
+
+    def _has_enable_gqa(self):
+        torch = self.torch
+        q = torch.zeros(1, 2, 1, 8)
+        kv = torch.zeros(1, 1, 1, 8)
+        try:
+            self.F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+            return True
+        except (TypeError, RuntimeError):
+            return False
+
+    def _mask(self, case, lengths):
+        """Bottom-right causal, window and kv lengths as a boolean mask
+        (True = visible), or None with is_causal when top-left is the same.
+        """
+        torch, preset = self.torch, case["preset"]
+        rows, kv = case["rows"], case["kv"]
+        causal = case["mask"] == "causal"
+        window = preset["window"] if causal else -1
+        if window >= kv - 1:
+            window = -1  # the window reaches past the first key anyway
+        full_lengths = all(length == kv for length in lengths)
+        if full_lengths and window < 0:
+            if not causal or rows == 1:
+                return None, False  # every row sees every key
+            if rows == kv:
+                return None, True  # top-left and bottom-right coincide
+        key = torch.arange(kv).view(1, 1, 1, kv)
+        row = torch.arange(rows).view(1, 1, rows, 1)
+        length = torch.tensor(lengths).view(-1, 1, 1, 1)
+        position = row + (length - rows)  # bottom-right, per sequence
+        visible = key < length
+        if causal:
+            visible = visible & (key <= position)
+        if window >= 0:
+            visible = visible & (key >= position - window)
+        return visible, False
+
+    def _layers(self, case, layer_bytes):
+        if case["phase"] != "decode":
+            return 1
+        layers = max(MIN_LAYERS, -(-CACHE_MULTIPLE * self.llc // layer_bytes))
+        budget = memory_bytes() // 4
+        return max(1, min(layers, budget // layer_bytes))
+
+    def run(self, case, threads):
+        """Per-sample ms (median, min, max come later) and what was done."""
+        if case["preset"]["softcap"] > 0:
+            return None, "torch SDPA has no softcap: not timed"
+        if self.prepared is None or self.prepared[0] is not case:
+            self.prepared = None  # free the last case's tensors first
+            self.prepared = (case, self._prepare(case))
+        call, note = self.prepared[1]
+        self.torch.set_num_threads(threads)
+        with self.torch.inference_mode():
+            samples = time_samples(call, self.warmup, self.reps, self.min_time)
+        return samples, note
+
+    def _prepare(self, case):
+        """Tensors of a case (shared by its thread counts) and its call."""
+        torch, preset = self.torch, case["preset"]
+        dtype = self.dtypes[case["dtype"]]
+        batch, rows, kv, dim = case["batch"], case["rows"], case["kv"], preset["dim"]
+        kv_heads = preset["hkv"] if self.use_enable_gqa else preset["hq"]
+        lengths = mixed_lengths(kv, batch)
+        mask, is_causal = self._mask(case, lengths)
+        layer_bytes = 2 * batch * kv_heads * kv * dim * DTYPE_BYTES[case["dtype"]]
+        layer_count = self._layers(case, layer_bytes)
+        generator = torch.Generator().manual_seed(0x5EED)
+
+        def values(*shape):
+            return (torch.rand(*shape, generator=generator) * 2 - 1).to(dtype)
+
+        query = values(batch, preset["hq"], rows, dim)
+        layers = [(values(batch, kv_heads, kv, dim), values(batch, kv_heads, kv, dim))
+                  for _ in range(layer_count)]
+        extra = {"enable_gqa": True} if (self.use_enable_gqa and
+                                         preset["hq"] != preset["hkv"]) else {}
+        state = {"layer": 0}
+
+        def call():
+            key, value = layers[state["layer"] % layer_count]
+            state["layer"] += 1
+            self.F.scaled_dot_product_attention(
+                query, key, value, attn_mask=mask, is_causal=is_causal, **extra)
+
+        note = []
+        if layer_count > 1:
+            note.append(f"{layer_count} KV caches rotated "
+                        f"({layer_count * layer_bytes / 2**30:.2f} GiB)")
+            if layer_count * layer_bytes < CACHE_MULTIPLE * self.llc:
+                note.append("under 4x LLC (memory cap)")
+        if mask is not None:
+            note.append("bool mask" + (" (padded batch)" if batch > 1 else ""))
+        elif is_causal:
+            note.append("is_causal")
+        return call, ", ".join(note)
+
+
+def time_samples(call, warmup, reps, min_time):
+    """reps samples, each the mean of enough calls to last min_time."""
+    start = time.perf_counter()
+    for _ in range(warmup):
+        call()
+    per_call = (time.perf_counter() - start) / max(warmup, 1)
+    calls = max(1, math.ceil(min_time / max(per_call, 1e-9)))
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        samples.append((time.perf_counter() - start) / calls * 1e3)
+    return samples
+
+
+# ------------------------------------------------------------------ report
+def summary(samples):
+    if not samples:
+        return None
+    return {"median": statistics.median(samples), "min": min(samples),
+            "max": max(samples), "samples": samples}
+
+
+def fmt_time(stats):
+    if not stats:
+        return "n/a"
+    return f"{stats['median']:.3f} ({stats['min']:.3f}, {stats['max']:.3f})"
+
+
+def print_table(rows, out):
+    header = ["case", "flashcpu ms median (min, max)",
+              "torch ms median (min, max)", "flashcpu/torch",
+              "flashcpu % ceil", "torch % ceil", "torch notes"]
+    table = [header]
+    for row in rows:
+        ratio = row["ratio"]
+        table.append([
+            row["case"], fmt_time(row["flashcpu"]), fmt_time(row["torch"]),
+            f"{ratio:.2f}x" if ratio else "n/a",
+            f"{row['flashcpu_ceiling_pct']:.1f}"
+            if row["flashcpu_ceiling_pct"] is not None else "n/a",
+            f"{row['torch_ceiling_pct']:.1f}"
+            if row["torch_ceiling_pct"] is not None else "n/a",
+            row["torch_note"]])
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for index, line in enumerate(table):
+        print("  ".join(cell.ljust(width)
+                        for cell, width in zip(line, widths)).rstrip(), file=out)
+        if index == 0:
+            print("  ".join("-" * width for width in widths), file=out)
+
+
+def parse_list(text, convert=str):
+    return [convert(item) for item in text.split(",") if item]
+
+
+def parse_length(text):
+    text = text.strip().upper()
+    return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Example: python3 tools/torch_compare.py --phase prefill "
+               "--preset llama3-8b --dtype f32,bf16 --lengths 4096 "
+               "--threads 1,all --bench build/bench/flashcpu_bench",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--phase", choices=["prefill", "decode", "all"],
+                        default="all")
+    parser.add_argument("--preset", type=lambda t: parse_list(t),
+                        default=["llama3-8b"],
+                        help="comma-separated presets (tools/common/presets.c)"
+                             "; default llama3-8b")
+    parser.add_argument("--dtype", type=lambda t: parse_list(t),
+                        default=["f32", "bf16"],
+                        help="comma-separated of f32, f16, bf16 (q, k, v and "
+                             "out); default f32,bf16")
+    parser.add_argument("--threads", type=lambda t: parse_list(t),
+                        default=["1", "all"],
+                        help="comma-separated thread counts, 'all' for every "
+                             "core flashcpu uses, 'bench' for every count "
+                             "flashcpu_bench registers; default 1,all")
+    parser.add_argument("--lengths", type=lambda t: parse_list(t, parse_length),
+                        help="prefill: L = S; decode: kv (e.g. 1K,16K); "
+                             "default prefill 512,2048,4096, decode "
+                             "1K,16K,32K")
+    parser.add_argument("--batch", type=lambda t: parse_list(t, int),
+                        default=[1], help="decode batch sizes (1 or 8: "
+                        "batch 8 mixes kv lengths from kv/8 to kv); default 1")
+    parser.add_argument("--mask", type=lambda t: parse_list(t),
+                        default=["causal"], help="prefill masks: causal, "
+                        "none; default causal")
+    parser.add_argument("--reps", type=int, default=5,
+                        help="repetitions of both sides (median, min, max); "
+                             "default 5")
+    parser.add_argument("--min-time", type=float, default=0.2,
+                        help="seconds each repetition runs at least; "
+                             "default 0.2")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed torch calls per case and thread count "
+                             "(they also size each repetition); default 2")
+    parser.add_argument("--gqa", choices=["auto", "repeat"], default="auto",
+                        help="auto: enable_gqa where torch has it; repeat: "
+                             "K/V repeated per query head (untimed)")
+    parser.add_argument("--bench", default=DEFAULT_BENCH,
+                        help="flashcpu_bench binary; default %(default)s")
+    parser.add_argument("--out-json", help="also write the results here")
+    parser.add_argument("--skip-torch", action="store_true",
+                        help="run only the flashcpu side (no torch needed)")
+    args = parser.parse_args(argv)
+    if args.reps < 1 or args.warmup < 1:
+        parser.error("--reps and --warmup must be at least 1")
+    for dtype in args.dtype:
+        if dtype not in DTYPE_BYTES:
+            parser.error(f"unknown dtype {dtype!r}")
+    for mask in args.mask:
+        if mask not in ("causal", "none"):
+            parser.error(f"unknown mask {mask!r}")
+    for batch in args.batch:
+        if batch not in (1, 8):
+            parser.error("flashcpu_bench registers decode batch 1 and 8")
+    return args
+
+
+def resolve_threads(requested, registered):
+    counts = set()
+    for item in requested:
+        if item == "all":
+            counts.add(registered[-1])
+        elif item == "bench":
+            counts.update(registered)
+        else:
+            counts.add(int(item))
+    missing = sorted(counts - set(registered))
+    if missing:
+        sys.exit(f"torch_compare: flashcpu_bench has no cases at threads "
+                 f"{missing}; it registers {registered}")
+    return sorted(counts)
+
+
+def main(argv):
+    args = parse_args(argv)
+    presets = load_presets()
+    for name in args.preset:
+        if name not in presets:
+            sys.exit(f"torch_compare: unknown preset {name!r}; known: "
+                     + ", ".join(presets))
+    torch = None if args.skip_torch else import_torch()  # fail before work
+    if not os.access(args.bench, os.X_OK):
+        sys.exit(f"torch_compare: no flashcpu_bench at {args.bench} "
+                 f"(build it, or pass --bench PATH)")
+    cases = build_cases(args, presets)
+    threads = resolve_threads(args.threads, bench_threads(args.bench))
+    work = [(case, n) for case in cases for n in threads]
+    if not work:
+        sys.exit("torch_compare: no cases")
+    names = [case_name(case, n) for case, n in work]
+    available = set(re.sub(r"/real_time$", "", line.strip()) for line in
+                    run_bench_listing(args.bench, ".").splitlines())
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        sys.exit("torch_compare: flashcpu_bench has no case " + unknown[0])
+
+    context, flashcpu_runs = run_flashcpu(args.bench, names, args)
+    llc = parse_size(context.get("llc_total")) or llc_bytes_from_sysfs() or (64 << 20)
+    runner, torch_line = None, "torch: not run (--skip-torch)"
+    if torch is not None:
+        runner = TorchRunner(torch, args.gqa, llc, args.min_time, args.reps,
+                             args.warmup)
+        torch_line = (f"torch {torch.__version__}: GQA by {runner.gqa_mode}; "
+                      f"decode rotates over >= {MIN_LAYERS} KV caches and >= "
+                      f"{CACHE_MULTIPLE}x the last-level cache "
+                      f"({llc >> 20} MiB) within a quarter of RAM, so it is "
+                      f"not timed from cache")
+
+    rows = []
+    for (case, n), name in zip(work, names):
+        run = flashcpu_runs.get(name, {})
+        flash = summary(run.get("ms"))
+        ceiling = (statistics.median(run["ceiling_pct"])
+                   if run.get("ceiling_pct") else None)
+        torch_stats, note = None, "skipped (--skip-torch)"
+        if runner is not None:
+            print(f"torch: {name}", file=sys.stderr)
+            samples, note = runner.run(case, n)
+            torch_stats = summary(samples)
+        ratio = (torch_stats["median"] / flash["median"]
+                 if flash and torch_stats else None)
+        rows.append({
+            "case": name, "flashcpu": flash, "torch": torch_stats,
+            "ratio": ratio, "flashcpu_ceiling_pct": ceiling,
+            "torch_ceiling_pct": ceiling / ratio if ratio and ceiling else None,
+            "flashcpu_error": run.get("error"), "flashcpu_label": run.get("label"),
+            "torch_note": note})
+
+    print()
+    print(torch_line)
+    print("flashcpu/torch: throughput ratio (torch median time / flashcpu "
+          "median time; > 1: flashcpu is faster); % ceil: of the read "
+          "bandwidth (decode) or fp32 FMA peak (prefill) flashcpu_bench "
+          "measured in this run, for the same useful bytes or FLOPs.")
+    if any(case["phase"] == "decode" for case, _ in work):
+        print("decode: both sides rotate over layer-sized KV caches "
+              "(flashcpu: label layers:N; torch: see notes), so neither is "
+              "timed from the last-level cache.")
+    print_table(rows, sys.stdout)
+    if args.out_json:
+        with open(args.out_json, "w", encoding="utf-8") as out:
+            json.dump({"flashcpu_context": context,
+                       "torch_version": torch.__version__ if torch else None,
+                       "gqa": runner.gqa_mode if runner else None,
+                       "llc_bytes": llc, "reps": args.reps,
+                       "min_time_s": args.min_time, "results": rows},
+                      out, indent=2)
+        print(f"wrote {args.out_json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
