@@ -134,8 +134,8 @@ TEST_P(TeamDeterminism, SameBytesForEveryThreadCountAndTeamShape) {
 INSTANTIATE_TEST_SUITE_P(EveryIsa, TeamDeterminism,
                          testing::Values(FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2,
                                          FLASHCPU_ISA_AVX512, FLASHCPU_ISA_NEON),
-                         [](const testing::TestParamInfo<flashcpu_isa> &info) {
-                           return std::string(flashcpu_isa_name(info.param));
+                         [](const testing::TestParamInfo<flashcpu_isa> &param) {
+                           return std::string(flashcpu_isa_name(param.param));
                          });
 
 }  // namespace
