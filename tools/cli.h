@@ -22,6 +22,8 @@ typedef struct run_options {
   flashcpu_dtype q_dtype, kv_dtype, out_dtype;
   int threads;   /* 0: the library's default */
   flashcpu_isa max_isa;
+  flashcpu_team_level team_level; /* AUTO: the library's choice */
+  int max_team;  /* 0: no cap */
   int causal;    /* -1: the preset's; 0 off; 1 on */
   bool window_set;
   int64_t window_left, window_right;

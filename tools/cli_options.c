@@ -30,6 +30,9 @@ void cli_print_run_help(FILE *stream) {
 "  --out-dtype T        dtype of the output (default --dtype)\n"
 "  --threads N          worker threads; 0 = library default (default 0)\n"
 "  --isa I              highest ISA: auto | scalar | avx2 | avx512 | neon\n"
+"  --team-level T       threads sharing this cache form a team (share K/V\n"
+"                       tiles): auto | core | l2 | l3 | numa (default auto)\n"
+"  --max-team N         at most N threads a team; 0 = no cap (default 0)\n"
 "  --causal, --no-causal  override the preset's causal mask\n"
 "  --window L,R         sliding window, -1 = unbounded (default: preset's)\n"
 "  --softcap X          score softcap, 0 = off (default: preset's)\n"
@@ -68,7 +71,8 @@ static bool is_valued_flag(const char *flag) {
   static const char *const flags[] = {
       "--preset", "--phase",   "--rows",    "--kv",      "--batch",
       "--dtype",  "--kv-dtype", "--out-dtype", "--threads", "--isa",
-      "--window", "--softcap", "--reps",    "--check-rows", "--layers"};
+      "--window", "--softcap", "--reps",    "--check-rows", "--layers",
+      "--team-level", "--max-team"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(flag, flags[i]) == 0) return true;
   return false;
@@ -156,6 +160,7 @@ static void set_defaults(run_options *options) {
   options->q_dtype = options->kv_dtype = options->out_dtype =
       FLASHCPU_DTYPE_BF16;
   options->max_isa = FLASHCPU_ISA_AUTO;
+  options->team_level = FLASHCPU_TEAM_AUTO;
   options->causal = -1;
   options->check_rows = 16;
 }
@@ -211,6 +216,22 @@ static int apply_valued(run_options *options, const char *flag,
     if (!parse_isa(value, &options->max_isa))
       return usage_error("%s must be auto, scalar, avx2, avx512 or neon, "
                          "not '%s'", flag, value);
+  } else if (strcmp(flag, "--max-team") == 0) {
+    return int_option(flag, value, 0, 65536, &options->max_team);
+  } else if (strcmp(flag, "--team-level") == 0) {
+    static const struct {
+      const char *name;
+      flashcpu_team_level level;
+    } levels[] = {{"auto", FLASHCPU_TEAM_AUTO}, {"core", FLASHCPU_TEAM_CORE},
+                  {"l2", FLASHCPU_TEAM_L2},     {"l3", FLASHCPU_TEAM_L3},
+                  {"numa", FLASHCPU_TEAM_NUMA}};
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+      if (strcmp(value, levels[i].name) == 0) {
+        options->team_level = levels[i].level;
+        return -1;
+      }
+    return usage_error("%s must be auto, core, l2, l3 or numa, not '%s'", flag,
+                       value);
   } else if (strcmp(flag, "--window") == 0) {
     if (!parse_window(value, &options->window_left, &options->window_right))
       return usage_error("%s takes LEFT,RIGHT (each -1 or >= 0), not '%s'",

@@ -210,6 +210,8 @@ int cli_run(const run_options *options) {
   flashcpu_context_options_init(&context_options);
   context_options.num_threads = options->threads;
   context_options.max_isa = options->max_isa;
+  context_options.team_level = options->team_level;
+  context_options.max_team_size = options->max_team;
   flashcpu_context *ctx = NULL;
   flashcpu_status status = flashcpu_context_create(&context_options, &ctx);
   if (status != FLASHCPU_OK) {
@@ -220,9 +222,11 @@ int cli_run(const run_options *options) {
   const int threads = flashcpu_context_num_threads(ctx);
   toolkit_cpu_info info;
   toolkit_cpu_info_query(&info);
-  printf("flashcpu %s on %s: %d thread%s, %s kernels\n",
+  printf("flashcpu %s on %s: %d thread%s in %d team%s, %s kernels\n",
          flashcpu_version_string(), info.model, threads,
-         threads == 1 ? "" : "s", flashcpu_isa_name(flashcpu_context_isa(ctx)));
+         threads == 1 ? "" : "s", flashcpu_context_num_teams(ctx),
+         flashcpu_context_num_teams(ctx) == 1 ? "" : "s",
+         flashcpu_isa_name(flashcpu_context_isa(ctx)));
   toolkit_ceilings ceilings;
   if (toolkit_measure_ceilings(threads, &ceilings) != 0) {
     fprintf(stderr, "flashcpu run: cannot allocate the bandwidth buffer\n");
