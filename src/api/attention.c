@@ -20,16 +20,17 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   for (int t = 1; t < plan->team_count; t++)
     if (plan->teams[t].size < smallest_team) smallest_team = plan->teams[t].size;
   const char *name;
-  fc_attention_fn kernel =
-      fc_kernel_table_choose(&ctx->table, &problem, smallest_team, &name);
+  char reason[160];
+  fc_attention_fn kernel = fc_kernel_table_choose(
+      &ctx->table, &problem, smallest_team, &name, reason, sizeof reason);
   if (ctx->verbose)
     fprintf(stderr,
             "[flashcpu] attention B=%lld L=%lld S=%lld Hq=%lld Hkv=%lld "
-            "D=%lld: %s, row loads %s\n",
+            "D=%lld: %s (%s), row loads %s\n",
             (long long)problem.batch, (long long)problem.q_len,
             (long long)problem.kv_capacity, (long long)problem.q_heads,
             (long long)problem.kv_heads, (long long)problem.head_dim, name,
-            ctx->table.row_to_f32_names[problem.k.dtype]);
+            reason, ctx->table.row_to_f32_names[problem.k.dtype]);
   status = kernel(ctx, &ctx->runtime, &ctx->table, &problem);
   if (status == FLASHCPU_OK) fc_clear_error(ctx);
   return status;

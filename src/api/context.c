@@ -154,6 +154,17 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
                    CALL ": cannot set up the runtime: %s", error);
   }
   fc_kernel_table_fill(&created->table, isa);
+  const char *thresholds = getenv("FLASHCPU_DECODE_THRESHOLDS");
+  if (fc_decode_thresholds_parse(thresholds,
+                                 &created->table.decode_thresholds) != 0) {
+    fc_runtime_destroy(&created->runtime);
+    free(created);
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": FLASHCPU_DECODE_THRESHOLDS=%s: expected "
+                   "name=value,... with onepass_min_tiles, onepass_max_kv "
+                   "or splitkv_max_rows (<= 64), values >= 0",
+                   thresholds);
+  }
   const char *verbose = getenv("FLASHCPU_VERBOSE");
   created->verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
   if (created->verbose) fc_describe_to_stderr(created);

@@ -1,9 +1,12 @@
 #include "dispatch/kernel_table.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/problem.h"
 #include "kernels/decode/decode_onepass.h"
+#include "kernels/decode/decode_splitkv.h"
 #include "kernels/prefill/prefill.h"
 #include "ref/ref_attention.h"
 
@@ -75,6 +78,7 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   table->isa = isa;
   table->tiled = fc_ref_attention;
   table->tiled_name = "fc_attention_tiled__scalar";
+  table->decode_thresholds = fc_decode_thresholds_default();
   switch (isa) {
 #if defined(__x86_64__)
   case FLASHCPU_ISA_AVX512:
@@ -83,6 +87,8 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     table->tiled_name = "fc_attention_prefill__avx512";
     table->decode = fc_attention_decode_onepass__avx512;
     table->decode_name = "fc_attention_decode_onepass__avx512";
+    table->decode_splitkv = fc_attention_decode_splitkv__avx512;
+    table->decode_splitkv_name = "fc_attention_decode_splitkv__avx512";
     break;
   case FLASHCPU_ISA_AVX2:
     FILL_CONVERTERS(table, avx2);
@@ -101,17 +107,97 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   }
 }
 
-fc_attention_fn fc_kernel_table_choose(const fc_kernel_table *table,
-                                       const fc_problem *p, int team_size_min,
-                                       const char **name) {
+/* Defaults measured on the 2-core AVX-512 VM (bench/NOTES.md): split-KV
+ * beat one-pass at every decode shape tried (kv 256 to 16K, batch 1 and 8,
+ * 1 and 2 threads: 3x to 4x), and the tiled kernel from 16 rows on. */
+fc_decode_thresholds fc_decode_thresholds_default(void) {
+  fc_decode_thresholds thresholds;
+  thresholds.onepass_min_tiles = 0;
+  thresholds.onepass_max_kv = 0;
+  thresholds.splitkv_max_rows = 8;
+  return thresholds;
+}
+
+int fc_decode_thresholds_parse(const char *text, fc_decode_thresholds *t) {
+  struct {
+    const char *name;
+    int64_t *value, max;
+  } const fields[] = {
+      {"onepass_min_tiles", &t->onepass_min_tiles, INT64_MAX},
+      {"onepass_max_kv", &t->onepass_max_kv, INT64_MAX},
+      {"splitkv_max_rows", &t->splitkv_max_rows, FC_SPLITKV_MAX_ROWS},
+  };
+  while (text && *text) {
+    size_t length = strcspn(text, "=");
+    size_t f = 0, count = sizeof fields / sizeof fields[0];
+    while (f < count && (strlen(fields[f].name) != length ||
+                         strncmp(text, fields[f].name, length) != 0))
+      f++;
+    if (f == count || text[length] != '=') return -1;
+    char *end;
+    long long value = strtoll(text + length + 1, &end, 10);
+    if (end == text + length + 1 || value < 0 || value > fields[f].max ||
+        (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0'))
+      return -1;
+    *fields[f].value = value;
+    text = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
+/* Few query rows: one-pass, split-KV or (none fits) NULL, with the reason. */
+static fc_attention_fn choose_decode(const fc_kernel_table *table,
+                                     const fc_problem *p, int team_size_min,
+                                     const char **name, char *reason,
+                                     size_t reason_size) {
+  const fc_decode_thresholds *t = &table->decode_thresholds;
+  const int64_t tiles = p->batch * p->kv_heads;
   /* One-pass decode holds each thread's share of the group's heads on the
    * stack; a thread of the smallest team carries the largest share. */
-  int64_t heads_per_thread = (p->group + team_size_min - 1) / team_size_min;
-  if (table->decode && p->q_len == 1 &&
-      heads_per_thread <= FC_DECODE_MAX_HEADS_PER_THREAD) {
+  const int64_t heads_per_thread =
+      (p->group + team_size_min - 1) / team_size_min;
+  const int onepass_fits = table->decode && p->q_len == 1 &&
+                           heads_per_thread <= FC_DECODE_MAX_HEADS_PER_THREAD;
+  const int many_tiles =
+      t->onepass_min_tiles > 0 && tiles >= t->onepass_min_tiles;
+  const int short_kv = p->kv_capacity <= t->onepass_max_kv;
+  if (onepass_fits && (!table->decode_splitkv || many_tiles || short_kv)) {
+    snprintf(reason, reason_size,
+             "1 row; %s", !table->decode_splitkv ? "no split-KV kernel"
+                          : many_tiles ? "batch x kv heads >= onepass_min_tiles"
+                                       : "kv <= onepass_max_kv");
     *name = table->decode_name;
     return table->decode;
   }
+  if (table->decode_splitkv && p->q_len <= t->splitkv_max_rows &&
+      p->q_len <= FC_SPLITKV_MAX_ROWS) {
+    const fc_splitkv_plan plan = fc_splitkv_make_plan(p);
+    snprintf(reason, reason_size,
+             "%lld rows <= splitkv_max_rows %lld; %lld x %lld splits of %lld "
+             "keys",
+             (long long)p->q_len, (long long)t->splitkv_max_rows,
+             (long long)tiles, (long long)plan.splits,
+             (long long)plan.split_keys);
+    *name = table->decode_splitkv_name;
+    return table->decode_splitkv;
+  }
+  if (onepass_fits) {
+    snprintf(reason, reason_size, "1 row; split-KV takes no single rows");
+    *name = table->decode_name;
+    return table->decode;
+  }
+  return NULL;
+}
+
+fc_attention_fn fc_kernel_table_choose(const fc_kernel_table *table,
+                                       const fc_problem *p, int team_size_min,
+                                       const char **name, char *reason,
+                                       size_t reason_size) {
+  fc_attention_fn decode =
+      choose_decode(table, p, team_size_min, name, reason, reason_size);
+  if (decode) return decode;
+  snprintf(reason, reason_size, "%lld rows: no decode kernel takes them",
+           (long long)p->q_len);
   *name = table->tiled_name;
   return table->tiled;
 }

@@ -20,6 +20,22 @@ typedef flashcpu_status (*fc_attention_fn)(flashcpu_context *ctx,
                                            const struct fc_kernel_table *table,
                                            const struct fc_problem *p);
 
+/* When decode-shaped problems (few query rows) take which kernel. The
+ * inputs are the shape only, never the thread count: the kernels sum in
+ * different orders, and the output bytes must not depend on the threads.
+ * Defaults are measured (bench/NOTES.md); a `flashcpu tune` file can
+ * replace them. */
+typedef struct fc_decode_thresholds {
+  /* One-pass decode (one thread streams a whole (batch, kv head)) when
+   * batch x kv_heads >= this (0: never)... */
+  int64_t onepass_min_tiles;
+  /* ...or when the KV is at most this long (0: never). */
+  int64_t onepass_max_kv;
+  /* Split-KV for up to this many query rows; more go to the tiled kernel.
+   * At most FC_SPLITKV_MAX_ROWS. */
+  int64_t splitkv_max_rows;
+} fc_decode_thresholds;
+
 typedef struct fc_kernel_table {
   flashcpu_isa isa; /* the ISA the table was filled for */
   fc_row_to_f32_fn row_to_f32[3]; /* indexed by flashcpu_dtype */
@@ -32,12 +48,25 @@ typedef struct fc_kernel_table {
    * none (then tiled runs decode too). */
   fc_attention_fn decode;
   const char *decode_name;
+  /* 1..FC_SPLITKV_MAX_ROWS query rows, keys cut into splits whose partial
+   * states merge in a fixed tree (FlashDecoding); NULL where none. */
+  fc_attention_fn decode_splitkv;
+  const char *decode_splitkv_name;
+  fc_decode_thresholds decode_thresholds;
 } fc_kernel_table;
 
-/* The kernel for a problem, and its name. */
+fc_decode_thresholds fc_decode_thresholds_default(void);
+/* Overrides fields from "name=value[,name=value...]" (the field names
+ * above, values >= 0; FLASHCPU_DECODE_THRESHOLDS). Returns 0, or -1 for
+ * text it cannot read (then *t may be partly changed). */
+int fc_decode_thresholds_parse(const char *text, fc_decode_thresholds *t);
+
+/* The kernel for a problem, its name, and why it was chosen (a line for
+ * FLASHCPU_VERBOSE) in reason. */
 fc_attention_fn fc_kernel_table_choose(const fc_kernel_table *table,
                                        const struct fc_problem *p,
-                                       int team_size_min, const char **name);
+                                       int team_size_min, const char **name,
+                                       char *reason, size_t reason_size);
 
 /* The best ISA the features allow, capped by `cap` (AUTO: no cap). */
 flashcpu_isa fc_best_isa(const fc_cpu_features *features, flashcpu_isa cap);

@@ -61,6 +61,16 @@ int fc_runtime_reserve_scratch(fc_runtime *runtime, size_t bytes) {
   return 0;
 }
 
+int fc_runtime_reserve_call_workspace(fc_runtime *runtime, size_t bytes) {
+  if (runtime->call_workspace_bytes >= bytes) return 0;
+  void *memory = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  if (!memory) return -1;
+  free(runtime->call_workspace);
+  runtime->call_workspace = memory;
+  runtime->call_workspace_bytes = bytes;
+  return 0;
+}
+
 int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
                       char *error, size_t error_size) {
   memset(runtime, 0, sizeof *runtime);
@@ -116,6 +126,7 @@ void fc_runtime_destroy(fc_runtime *runtime) {
     scratch_free(runtime, &runtime->teams[t]);
   free(runtime->teams);
   free(runtime->tile_order);
+  free(runtime->call_workspace);
   fc_team_plan_free(&runtime->plan);
   fc_topology_free(&runtime->topology);
   memset(runtime, 0, sizeof *runtime);

@@ -35,6 +35,10 @@ typedef struct fc_runtime {
   fc_team_state *teams;
   struct weighted_tile *tile_order; /* heaviest first, grown on demand */
   int64_t tile_order_capacity;
+  /* One call's workspace that outlives a launch (split-KV partial states
+   * between its compute and merge launches), grown on demand. */
+  void *call_workspace;
+  size_t call_workspace_bytes;
   uint64_t id; /* tells pinned threads which runtime pinned them */
 } fc_runtime;
 
@@ -56,6 +60,10 @@ void fc_runtime_destroy(fc_runtime *runtime);
 /* Makes every team's scratch at least bytes large (allocating only when it
  * grows). Returns 0, or -1 when out of memory (scratch is then unchanged). */
 int fc_runtime_reserve_scratch(fc_runtime *runtime, size_t bytes);
+
+/* Makes runtime->call_workspace at least bytes large (64-byte aligned,
+ * contents undefined). Returns 0, or -1 when out of memory (unchanged). */
+int fc_runtime_reserve_call_workspace(fc_runtime *runtime, size_t bytes);
 
 /* Runs the launch on all teams and returns when every tile is done.
  * Returns 0, or -1 when out of memory for the tile order (nothing ran). */

@@ -1,0 +1,34 @@
+/* Split-KV decode (FlashDecoding): 1 to FC_SPLITKV_MAX_ROWS query rows; the
+ * keys of each (batch, kv head) cut into fixed-size splits that run as
+ * separate tiles, their partial states merged in a fixed tree. */
+#ifndef FLASHCPU_KERNELS_DECODE_DECODE_SPLITKV_H
+#define FLASHCPU_KERNELS_DECODE_DECODE_SPLITKV_H
+
+#include <stdint.h>
+
+#include "common/problem.h"
+#include "flashcpu/flashcpu.h"
+#include "runtime/runtime.h"
+
+struct fc_kernel_table;
+
+/* Query rows the kernel takes (speculative verification: 2..64). */
+#define FC_SPLITKV_MAX_ROWS 64
+
+/* How the keys of a (batch, kv head) are cut: from the shape and constants
+ * only, never from the thread count, so the bytes never depend on it. */
+typedef struct fc_splitkv_plan {
+  int64_t split_keys; /* keys per split, a multiple of 16 */
+  int64_t splits;     /* per (batch, kv head), >= 1 */
+  int64_t slots;      /* query rows x GQA group heads */
+} fc_splitkv_plan;
+
+fc_splitkv_plan fc_splitkv_make_plan(const fc_problem *p);
+
+#if defined(__x86_64__)
+flashcpu_status fc_attention_decode_splitkv__avx512(
+    flashcpu_context *ctx, fc_runtime *runtime,
+    const struct fc_kernel_table *table, const fc_problem *p);
+#endif
+
+#endif

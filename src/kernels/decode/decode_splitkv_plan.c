@@ -1,0 +1,26 @@
+/* The split plan of split-KV decode (portable: the dispatcher reads it). */
+#include "kernels/decode/decode_splitkv.h"
+
+enum {
+  MIN_SPLIT_KEYS = 256, /* below this a split's fixed costs show */
+  MAX_SPLITS = 64,      /* per (batch, kv head): enough tiles for many cores */
+  KEY_ALIGN = 16        /* the kernel's key block */
+};
+/* Partial states of one call stay within this many floats (256 MiB). */
+#define MAX_WORKSPACE_FLOATS (INT64_C(64) << 20)
+
+fc_splitkv_plan fc_splitkv_make_plan(const fc_problem *p) {
+  fc_splitkv_plan plan;
+  plan.slots = p->q_len * p->group;
+  const int64_t records_per_split =
+      p->batch * p->kv_heads * plan.slots * (p->v_head_dim + 2);
+  int64_t max_splits = MAX_WORKSPACE_FLOATS / records_per_split;
+  if (max_splits > MAX_SPLITS) max_splits = MAX_SPLITS;
+  if (max_splits < 1) max_splits = 1;
+  int64_t keys = (p->kv_capacity + max_splits - 1) / max_splits;
+  keys = (keys + KEY_ALIGN - 1) / KEY_ALIGN * KEY_ALIGN;
+  plan.split_keys = keys > MIN_SPLIT_KEYS ? keys : MIN_SPLIT_KEYS;
+  plan.splits = (p->kv_capacity + plan.split_keys - 1) / plan.split_keys;
+  if (plan.splits < 1) plan.splits = 1;
+  return plan;
+}
