@@ -95,6 +95,15 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
   append(out, "  attention, one row: %s\n",
          ctx->table.decode_name ? ctx->table.decode_name
                                 : ctx->table.tiled_name);
+  const fc_decode_thresholds *t = &ctx->table.decode_thresholds;
+  append(out,
+         "  attention, few rows, split KV: %s\n"
+         "  decode choice: onepass_min_tiles=%lld onepass_max_kv=%lld "
+         "splitkv_max_rows=%lld\n",
+         ctx->table.decode_splitkv_name ? ctx->table.decode_splitkv_name
+                                        : "(none)",
+         (long long)t->onepass_min_tiles, (long long)t->onepass_max_kv,
+         (long long)t->splitkv_max_rows);
   for (int d = 0; d < 3; d++)
     append(out, "  %s row load: %s\n",
            flashcpu_dtype_name((flashcpu_dtype)d),
