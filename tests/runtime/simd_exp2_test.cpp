@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ const Exp2Isa kIsas[] = {
     {"neon", FLASHCPU_ISA_NEON, nullptr, 4},
 #endif
 };
+
+// ctest names the discovered tests by their parameter: just the ISA.
+void PrintTo(const Exp2Isa &isa, std::ostream *os) { *os << isa.name; }
 
 const float kInf = std::numeric_limits<float>::infinity();
 
