@@ -132,15 +132,16 @@ TEST_P(DecodeMatchesOracle, EveryRowOnEachDecodeKernel) {
     testing::internal::CaptureStderr();
     c.Test(ctx);
     const std::string log = testing::internal::GetCapturedStderr();
-    if (flashcpu_context_isa(ctx) == FLASHCPU_ISA_AVX512)
+    if (flashcpu_context_isa(ctx) == FLASHCPU_ISA_AVX512) {
       EXPECT_NE(log.find(route.kernel), std::string::npos) << log;
+    }
     flashcpu_context_destroy(ctx);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeMatchesOracle, testing::ValuesIn(kDecodeCases),
-                         [](const testing::TestParamInfo<DecodeCase> &info) {
-                           return std::string(info.param.name);
+                         [](const testing::TestParamInfo<DecodeCase> &param_info) {
+                           return std::string(param_info.param.name);
                          });
 
 // Bytes of out and lse for 1, 2, 3 and 7 threads must be identical.
@@ -177,8 +178,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, DecodeDeterminism,
                          testing::Values(kDecodeCases[0], kDecodeCases[1], kDecodeCases[6],
                                          kDecodeCases[11], kDecodeCases[13],
                                          kDecodeCases[15]),
-                         [](const testing::TestParamInfo<DecodeCase> &info) {
-                           return std::string(info.param.name);
+                         [](const testing::TestParamInfo<DecodeCase> &param_info) {
+                           return std::string(param_info.param.name);
                          });
 
 }  // namespace

@@ -129,8 +129,8 @@ TEST_P(MergeMatchesOracle, OnAttentionSplitIntoKeyRanges) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MergeMatchesOracle, testing::ValuesIn(kMergeCases),
-                         [](const testing::TestParamInfo<MergeCase> &info) {
-                           return std::string(info.param.name);
+                         [](const testing::TestParamInfo<MergeCase> &param_info) {
+                           return std::string(param_info.param.name);
                          });
 
 // Hand-made states, f32, one row of width 3 per state.
@@ -307,8 +307,8 @@ TEST_P(MergeRejects, WithStatusMessageAndNothingWritten) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MergeRejects, testing::ValuesIn(kBadMerges),
-                         [](const testing::TestParamInfo<BadMerge> &info) {
-                           return std::string(info.param.name);
+                         [](const testing::TestParamInfo<BadMerge> &param_info) {
+                           return std::string(param_info.param.name);
                          });
 
 }  // namespace
