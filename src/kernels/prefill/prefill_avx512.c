@@ -1,7 +1,10 @@
 /* f32/f16/bf16 prefill for AVX-512: register blocks of 32 query slots (two
  * vectors); S micro-tile 12 keys x 32 slots and O micro-tile 12 columns x
- * 32 slots, 24 accumulators each out of 32 registers. bf16 Q and K go to
- * the AVX512-BF16 variant (prefill_avx512bf16.c) where the CPU has it. */
+ * 32 slots, 24 accumulators each out of 32 registers. bf16 Q and K can go
+ * to the AVX512-BF16 variant (prefill_avx512bf16.c), on request. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "dispatch/cpu_features.h"
 #include "simd/vec_avx512.h"
 
@@ -14,8 +17,13 @@
 
 #include "kernels/prefill/prefill_tiled.inc"
 
+/* Off unless FLASHCPU_PREFILL_BF16_DOT=1: on the 16-core Xeon (Emerald
+ * Rapids) the VDPBF16PS S tile ran slower than widening K to f32 and using
+ * FMA (bench/NOTES.md), so it is kept as an opt-in, tested variant. */
 int fc_prefill_bf16_dot_applies(const fc_problem *p) {
-  return fc_cpu_features_get()->avx512_bf16 &&
+  const char *opt_in = getenv("FLASHCPU_PREFILL_BF16_DOT");
+  return opt_in && strcmp(opt_in, "1") == 0 &&
+         fc_cpu_features_get()->avx512_bf16 &&
          p->q.dtype == FLASHCPU_DTYPE_BF16 &&
          p->k.dtype == FLASHCPU_DTYPE_BF16 && p->head_dim % 2 == 0;
 }

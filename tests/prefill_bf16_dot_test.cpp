@@ -1,0 +1,60 @@
+// The opt-in AVX512-BF16 prefill variant (FLASHCPU_PREFILL_BF16_DOT=1: bf16
+// Q and K by VDPBF16PS pair dot products) against the float64 oracle, on
+// CPUs with AVX512-BF16. The variable is read per call, and each gtest case
+// runs in its own process under ctest, so setting it here touches no other
+// test.
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "attention_case.h"
+
+namespace fctest {
+namespace {
+
+constexpr flashcpu_dtype BF16 = FLASHCPU_DTYPE_BF16, F32 = FLASHCPU_DTYPE_F32;
+
+bool CpuHasAvx512Bf16() {
+  char features[512];
+  flashcpu_cpu_features(features, sizeof features);
+  return (" " + std::string(features) + " ").find(" avx512_bf16 ") != std::string::npos;
+}
+
+class PrefillBf16Dot : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!CpuHasAvx512Bf16())
+      GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+    setenv("FLASHCPU_PREFILL_BF16_DOT", "1", 1);
+  }
+  void TearDown() override { unsetenv("FLASHCPU_PREFILL_BF16_DOT"); }
+};
+
+TEST_F(PrefillBf16Dot, CausalGqaWithRemainders) {
+  AttentionCase c;
+  c.batch(2).q_len(77).kv_len(131).heads(8, 2).head_dim(128).dtypes(BF16, BF16, F32)
+      .causal().kv_lengths({131, 50}).seed(3).Test();
+}
+
+TEST_F(PrefillBf16Dot, EveryHeadDimSpecialisationAndAGenericOne) {
+  for (int64_t d : {64, 80, 96, 256, 34}) {
+    AttentionCase c;
+    c.q_len(40).kv_len(100).heads(4, 4).head_dim(d).dtypes(BF16, BF16, BF16).seed(5).Test();
+  }
+}
+
+TEST_F(PrefillBf16Dot, MasksAndSoftcap) {
+  AttentionCase window;
+  window.q_len(60).kv_len(200).heads(4, 1).head_dim(64).dtypes(BF16, BF16, F32)
+      .causal().window(37, 0).seed(7).Test();
+  AttentionCase tree;
+  tree.q_len(12).kv_len(90).heads(4, 2).head_dim(64).dtypes(BF16, BF16, F32)
+      .causal().tree(12).seed(8).Test();
+  AttentionCase additive;
+  additive.q_len(33).kv_len(70).heads(2, 2).head_dim(64).dtypes(BF16, BF16, F32)
+      .additive().softcap(30.0f).seed(9).Test();
+}
+
+}  // namespace
+}  // namespace fctest
