@@ -70,8 +70,9 @@ flashcpu_context *ContextFor(flashcpu_isa isa, Teams teams) {
                     << flashcpu_last_error(nullptr);
       return nullptr;
     }
-    if (teams == Teams::kOneTeamOfTwo)
+    if (teams == Teams::kOneTeamOfTwo) {
       EXPECT_EQ(flashcpu_context_num_teams(ctx), 1) << "two threads should form one team";
+    }
   }
   return ctx;
 }
