@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "simd/exp2_poly.h"
+
 /* 2^n for integral n in [-126, 127], built in the exponent field. */
 static inline __m256 fc256_pow2_int(__m256 n) {
   __m256i bits = _mm256_slli_epi32(
@@ -24,13 +26,13 @@ static inline __m256 fc256_exp2(__m256 x) {
   const __m256 n = _mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
                                                 _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(clamped, n);
-  __m256 poly = _mm256_set1_ps(1.535336188319500e-4f);
-  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(1.339887440266574e-3f));
-  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(9.618437357674640e-3f));
-  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(5.550332471162809e-2f));
-  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(2.402264791363012e-1f));
-  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(6.931472028550421e-1f));
-  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(1.0f));
+  __m256 poly = _mm256_set1_ps(FC_EXP2_C6);
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C5));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C4));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C3));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C2));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C1));
+  poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C0));
   const __m256 half = _mm256_round_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5f)),
                                       _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
   __m256 result = _mm256_mul_ps(_mm256_mul_ps(poly, fc256_pow2_int(half)),

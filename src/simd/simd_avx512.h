@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "simd/exp2_poly.h"
+
 #include "flashcpu/flashcpu.h"
 
 static inline __mmask16 fc512_tail_mask(int64_t remaining) {
@@ -34,13 +36,13 @@ static inline __m512 fc512_exp2(__m512 x) {
   const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
                                                      _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(clamped, n);
-  __m512 poly = _mm512_set1_ps(1.535336188319500e-4f);
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(1.339887440266574e-3f));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(9.618437357674640e-3f));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(5.550332471162809e-2f));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(2.402264791363012e-1f));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(6.931472028550421e-1f));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(1.0f));
+  __m512 poly = _mm512_set1_ps(FC_EXP2_C6);
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C5));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C4));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C3));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C2));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C1));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C0));
   __m512 result = _mm512_scalef_ps(poly, n);
   /* -inf (a hidden key) must give exactly 0; NaN must stay NaN. */
   __mmask16 minus_inf =

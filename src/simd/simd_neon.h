@@ -7,6 +7,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "simd/exp2_poly.h"
+
 static inline float32x4_t fcn_pow2_int(float32x4_t n) {
   int32x4_t e = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));
   return vreinterpretq_f32_s32(vshlq_n_s32(e, 23));
@@ -20,13 +22,13 @@ static inline float32x4_t fcn_exp2(float32x4_t x) {
       vminq_f32(vmaxq_f32(x, vdupq_n_f32(-150.0f)), vdupq_n_f32(128.0f));
   const float32x4_t n = vrndnq_f32(clamped);
   const float32x4_t f = vsubq_f32(clamped, n);
-  float32x4_t poly = vdupq_n_f32(1.535336188319500e-4f);
-  poly = vfmaq_f32(vdupq_n_f32(1.339887440266574e-3f), poly, f);
-  poly = vfmaq_f32(vdupq_n_f32(9.618437357674640e-3f), poly, f);
-  poly = vfmaq_f32(vdupq_n_f32(5.550332471162809e-2f), poly, f);
-  poly = vfmaq_f32(vdupq_n_f32(2.402264791363012e-1f), poly, f);
-  poly = vfmaq_f32(vdupq_n_f32(6.931472028550421e-1f), poly, f);
-  poly = vfmaq_f32(vdupq_n_f32(1.0f), poly, f);
+  float32x4_t poly = vdupq_n_f32(FC_EXP2_C6);
+  poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C5), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C4), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C3), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C2), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C1), poly, f);
+  poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C0), poly, f);
   const float32x4_t half = vrndq_f32(vmulq_f32(n, vdupq_n_f32(0.5f)));
   float32x4_t result = vmulq_f32(vmulq_f32(poly, fcn_pow2_int(half)),
                                  fcn_pow2_int(vsubq_f32(n, half)));
