@@ -157,7 +157,9 @@ FLASHCPU_API size_t flashcpu_cpu_features(char *buffer, size_t size);
 
 typedef struct flashcpu_context_options {
   /* sizeof(flashcpu_context_options) as the caller compiled it; set by
-   * flashcpu_context_options_init. Lets later versions add fields. */
+   * flashcpu_context_options_init. Lets later versions add fields: the
+   * size of an earlier version's struct is accepted, and the fields it
+   * lacks take their defaults. */
   size_t struct_size;
   /* Threads for each call. 0: OMP_NUM_THREADS if set, else one thread per
    * core the process may run on (not per hyperthread). The calling thread
@@ -175,6 +177,26 @@ typedef struct flashcpu_context_options {
    * the environment variable FLASHCPU_ISA=scalar|avx2|avx512|neon lowers
    * it further. Asking for an ISA the CPU lacks is an error. */
   flashcpu_isa max_isa;
+  /* (Added after 0.1.0.) Path of a tune file written by `flashcpu tune`: the
+   * thresholds that choose between the decode kernels on this machine,
+   * read once here. NULL: the file named by the environment variable
+   * FLASHCPU_TUNE_FILE if set, else the built-in defaults. The option wins
+   * over the variable; FLASHCPU_DECODE_THRESHOLDS=name=value,... then
+   * overrides single values on top. A file that is missing, unreadable, of
+   * another version, or has an unknown key or a bad value makes
+   * flashcpu_context_create return FLASHCPU_ERROR_INVALID_ARGUMENT with a
+   * message naming the file and line. The choice depends on the shape
+   * only, never on the thread count, so output bytes stay the same for any
+   * num_threads. The format (text, '#' starts a comment):
+   *     flashcpu-tune 1
+   *     onepass_min_tiles = 0     # one-pass decode when batch x kv_heads
+   *                               #   >= this (0: never)
+   *     onepass_max_kv = 0        # ...or when kv length <= this (0: never)
+   *     splitkv_max_rows = 8      # split-KV up to this many query rows
+   *                               #   (<= 64); more rows: prefill kernel
+   * Keys may come in any order, each once; missing keys keep the default.
+   * FLASHCPU_VERBOSE=1 says where the thresholds came from. */
+  const char *tune_file;
 } flashcpu_context_options;
 
 /* Fills *options with the defaults. */

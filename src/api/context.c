@@ -1,6 +1,7 @@
 /* Context lifetime: resolves the thread count, loads the topology and the
  * team plan once, fills the kernel table once. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "api/context_internal.h"
 #include "api/describe.h"
 #include "api/errors.h"
+#include "api/tune_file.h"
 
 #define CALL "flashcpu_context_create"
 
@@ -43,12 +45,27 @@ static flashcpu_isa lower_cap(flashcpu_isa a, flashcpu_isa b) {
   return a < b ? a : b;
 }
 
-static flashcpu_status check_options(const flashcpu_context_options *options) {
-  if (options->struct_size != sizeof(flashcpu_context_options))
+/* sizeof(flashcpu_context_options) in 0.1.0, before tune_file. */
+#define FC_CONTEXT_OPTIONS_SIZE_0_1                                            \
+  offsetof(flashcpu_context_options, tune_file)
+
+/* The caller's options as this version's struct: the fields an earlier
+ * version's struct lacks keep their defaults. */
+static flashcpu_status copy_options(const flashcpu_context_options *options,
+                                    flashcpu_context_options *copy) {
+  flashcpu_context_options_init(copy);
+  if (options->struct_size != sizeof(flashcpu_context_options) &&
+      options->struct_size != FC_CONTEXT_OPTIONS_SIZE_0_1)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": options->struct_size is %zu, expected %zu (call "
                    "flashcpu_context_options_init first)",
                    options->struct_size, sizeof(flashcpu_context_options));
+  memcpy(copy, options, options->struct_size);
+  copy->struct_size = sizeof *copy;
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_options(const flashcpu_context_options *options) {
   if (options->num_threads < 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": num_threads is %d; it must be 0 (all allowed cores) "
@@ -94,6 +111,48 @@ static flashcpu_status resolve_isa(const flashcpu_context_options *options,
   return FLASHCPU_OK;
 }
 
+/* The decode thresholds: the defaults, replaced by the tune file (the
+ * option, else FLASHCPU_TUNE_FILE), then single values from
+ * FLASHCPU_DECODE_THRESHOLDS. `source` says where they came from. */
+static flashcpu_status resolve_thresholds(
+    const flashcpu_context_options *options, fc_decode_thresholds *t,
+    char *source, size_t source_size) {
+  *t = fc_decode_thresholds_default();
+  const char *env_file = getenv("FLASHCPU_TUNE_FILE");
+  const char *path = options->tune_file;
+  const char *from = "the context option tune_file";
+  if (!path && env_file && *env_file) {
+    path = env_file;
+    from = "FLASHCPU_TUNE_FILE";
+  }
+  if (path) {
+    char error[FC_ERROR_MESSAGE_SIZE - 128];
+    if (!*path)
+      return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": tune_file is \"\"; give a path, or NULL for "
+                     "FLASHCPU_TUNE_FILE or the defaults");
+    if (fc_tune_file_apply(path, t, error, sizeof error) != 0)
+      return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": tune file (%s): %s", from, error);
+    snprintf(source, source_size, "tune file %s (%s)", path, from);
+  } else {
+    snprintf(source, source_size, "built-in defaults");
+  }
+  const char *thresholds = getenv("FLASHCPU_DECODE_THRESHOLDS");
+  if (fc_decode_thresholds_parse(thresholds, t) != 0)
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": FLASHCPU_DECODE_THRESHOLDS=%s: expected "
+                   "name=value,... with onepass_min_tiles, onepass_max_kv "
+                   "or splitkv_max_rows (<= 64), values >= 0",
+                   thresholds);
+  if (thresholds && *thresholds) {
+    size_t used = strlen(source);
+    snprintf(source + used, source_size - used,
+             ", then FLASHCPU_DECODE_THRESHOLDS=%s", thresholds);
+  }
+  return FLASHCPU_OK;
+}
+
 /* FLASHCPU_LAUNCH=region|pool picks how launches get their threads. */
 static flashcpu_status resolve_launch_mode(fc_launch_mode *mode) {
   const char *text = getenv("FLASHCPU_LAUNCH");
@@ -118,12 +177,20 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER,
                    CALL ": ctx (the output pointer) is NULL");
   *ctx = NULL;
-  flashcpu_context_options defaults;
-  flashcpu_context_options_init(&defaults);
-  if (!options) options = &defaults;
-  flashcpu_status status = check_options(options);
+  flashcpu_context_options copy;
+  flashcpu_context_options_init(&copy);
+  flashcpu_status status =
+      options ? copy_options(options, &copy) : FLASHCPU_OK;
+  options = &copy;
   flashcpu_isa isa = FLASHCPU_ISA_SCALAR;
-  if (status != FLASHCPU_OK || (status = resolve_isa(options, &isa)))
+  if (status != FLASHCPU_OK || (status = check_options(options)) ||
+      (status = resolve_isa(options, &isa)))
+    return status;
+  fc_decode_thresholds decode_thresholds;
+  char thresholds_source[FC_ERROR_MESSAGE_SIZE];
+  if ((status = resolve_thresholds(options, &decode_thresholds,
+                                   thresholds_source,
+                                   sizeof thresholds_source)))
     return status;
   int threads = options->num_threads;
   if (threads == 0) threads = positive_from_env("OMP_NUM_THREADS");
@@ -154,20 +221,18 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
                    CALL ": cannot set up the runtime: %s", error);
   }
   fc_kernel_table_fill(&created->table, isa);
-  const char *thresholds = getenv("FLASHCPU_DECODE_THRESHOLDS");
-  if (fc_decode_thresholds_parse(thresholds,
-                                 &created->table.decode_thresholds) != 0) {
-    fc_runtime_destroy(&created->runtime);
-    free(created);
-    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": FLASHCPU_DECODE_THRESHOLDS=%s: expected "
-                   "name=value,... with onepass_min_tiles, onepass_max_kv "
-                   "or splitkv_max_rows (<= 64), values >= 0",
-                   thresholds);
-  }
+  created->table.decode_thresholds = decode_thresholds;
   const char *verbose = getenv("FLASHCPU_VERBOSE");
   created->verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
-  if (created->verbose) fc_describe_to_stderr(created);
+  if (created->verbose) {
+    fc_describe_to_stderr(created);
+    fprintf(stderr,
+            "[flashcpu] decode thresholds from %s: onepass_min_tiles=%lld "
+            "onepass_max_kv=%lld splitkv_max_rows=%lld\n",
+            thresholds_source, (long long)decode_thresholds.onepass_min_tiles,
+            (long long)decode_thresholds.onepass_max_kv,
+            (long long)decode_thresholds.splitkv_max_rows);
+  }
   *ctx = created;
   fc_clear_error(NULL);
   return FLASHCPU_OK;

@@ -118,7 +118,9 @@ fc_decode_thresholds fc_decode_thresholds_default(void) {
   return thresholds;
 }
 
-int fc_decode_thresholds_parse(const char *text, fc_decode_thresholds *t) {
+int fc_decode_thresholds_set(fc_decode_thresholds *t, const char *name,
+                             size_t length, long long value,
+                             long long *max) {
   struct {
     const char *name;
     int64_t *value, max;
@@ -127,19 +129,28 @@ int fc_decode_thresholds_parse(const char *text, fc_decode_thresholds *t) {
       {"onepass_max_kv", &t->onepass_max_kv, INT64_MAX},
       {"splitkv_max_rows", &t->splitkv_max_rows, FC_SPLITKV_MAX_ROWS},
   };
+  for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+    if (strlen(fields[f].name) != length ||
+        strncmp(name, fields[f].name, length) != 0)
+      continue;
+    if (max) *max = fields[f].max;
+    if (value < 0 || value > fields[f].max) return -2;
+    *fields[f].value = value;
+    return 0;
+  }
+  return -1;
+}
+
+int fc_decode_thresholds_parse(const char *text, fc_decode_thresholds *t) {
   while (text && *text) {
     size_t length = strcspn(text, "=");
-    size_t f = 0, count = sizeof fields / sizeof fields[0];
-    while (f < count && (strlen(fields[f].name) != length ||
-                         strncmp(text, fields[f].name, length) != 0))
-      f++;
-    if (f == count || text[length] != '=') return -1;
+    if (text[length] != '=') return -1;
     char *end;
     long long value = strtoll(text + length + 1, &end, 10);
-    if (end == text + length + 1 || value < 0 || value > fields[f].max ||
-        (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0'))
+    if (end == text + length + 1 || (*end != ',' && *end != '\0') ||
+        (*end == ',' && end[1] == '\0') ||
+        fc_decode_thresholds_set(t, text, length, value, NULL) != 0)
       return -1;
-    *fields[f].value = value;
     text = *end == ',' ? end + 1 : end;
   }
   return 0;

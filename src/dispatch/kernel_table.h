@@ -56,6 +56,12 @@ typedef struct fc_kernel_table {
 } fc_kernel_table;
 
 fc_decode_thresholds fc_decode_thresholds_default(void);
+/* Sets the field called name[0..length) (a field name above) to value.
+ * Returns 0; -1 when no field has that name; -2 when value is out of the
+ * field's range [0, *max] (*max is set when max is not NULL and the name
+ * is known). */
+int fc_decode_thresholds_set(fc_decode_thresholds *t, const char *name,
+                             size_t length, long long value, long long *max);
 /* Overrides fields from "name=value[,name=value...]" (the field names
  * above, values >= 0; FLASHCPU_DECODE_THRESHOLDS). Returns 0, or -1 for
  * text it cannot read (then *t may be partly changed). */
