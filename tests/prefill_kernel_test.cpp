@@ -9,7 +9,7 @@
 //    PV column tail (Dv % 6 and Dv % 12 from 1 to 11);
 //  - query slots (rows x GQA group) not a multiple of the register block
 //    (32 slots on AVX-512, 16 on AVX2 and NEON) nor of the tile (192 slots);
-//  - kv lengths not a multiple of the 48-key KV block, shorter than a block,
+//  - kv lengths not a multiple of the 96-key KV block, shorter than a block,
 //    per batch with 0 and 1; causal with L < S, L = S and L > S; sliding
 //    windows on either side; tree and additive masks (each stride pattern);
 //    softcap; GQA groups 1, 2, 4, 5, 8; f32/f16/bf16 for each of q, k, v, out
@@ -351,7 +351,7 @@ void ExpectNanExactlyWhere(const AttentionCase &c, int64_t q_len, int64_t q_head
   EXPECT_EQ(wrong, 0) << c.Describe();
 }
 
-// Causal L = S = 100: KV block [48, 96) is seen partly by the rows of each
+// Causal L = S = 100: KV block [0, 96) is seen partly by the rows of each
 // register block around the diagonal. V of key 60 (kv head 1) holds
 // `poison` in column 5: rows 60+ of heads 2, 3 see it, rows below do not.
 TEST_P(PrefillNonFiniteValues, HiddenByCausalInAPartialBlock) {
@@ -372,7 +372,7 @@ TEST_P(PrefillNonFiniteValues, HiddenByCausalInAPartialBlock) {
     }
 }
 
-// A short last block (kv 70: keys [48, 70)) under a sliding window: V of
+// A short block (kv 70: keys [0, 70) of a 96-key block) under a sliding window: V of
 // key 52 is NaN and visible only to the rows whose window holds it.
 TEST_P(PrefillNonFiniteValues, HiddenByWindowInAShortBlock) {
   constexpr int64_t kL = 40, kS = 70, kKey = 52, kLeft = 6, kRight = 2;
