@@ -43,5 +43,8 @@ void cli_print_run_help(FILE *stream);
 int cli_run(const run_options *options);
 
 int cli_info(int argc, char **argv);
+/* `flashcpu tune` (argv[0] is "tune"): measures the decode thresholds and
+ * writes a tune file. Returns the exit code. */
+int cli_tune(int argc, char **argv);
 
 #endif

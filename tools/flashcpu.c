@@ -1,6 +1,7 @@
 /* The flashcpu command-line tool: `flashcpu info` describes the machine and
  * what the library will use on it; `flashcpu run` times and checks
- * attention on model-shaped workloads. */
+ * attention on model-shaped workloads; `flashcpu tune` measures the decode
+ * kernel thresholds and writes a tune file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ static void print_help(FILE *stream) {
           "  run     time attention on a model-shaped workload, check it\n"
           "          against a float64 oracle, report %% of the machine's\n"
           "          ceiling\n"
+          "  tune    measure which decode kernel wins where on this machine\n"
+          "          and write the thresholds as a tune file\n"
           "\n"
           "`flashcpu <command> --help` describes a command's options.\n",
           flashcpu_version_string());
@@ -131,6 +134,7 @@ int main(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   if (strcmp(command, "info") == 0) return cli_info(argc - 1, argv + 1);
+  if (strcmp(command, "tune") == 0) return cli_tune(argc - 1, argv + 1);
   if (strcmp(command, "run") == 0) {
     run_options options;
     int status = cli_parse_run_options(argc - 1, argv + 1, &options);
@@ -138,7 +142,7 @@ int main(int argc, char **argv) {
     return cli_run(&options);
   }
   fprintf(stderr,
-          "flashcpu: unknown command '%s' (commands: info, run; see "
+          "flashcpu: unknown command '%s' (commands: info, run, tune; see "
           "flashcpu --help)\n",
           command);
   return CLI_EXIT_USAGE;

@@ -1,0 +1,519 @@
+/* `flashcpu tune`: measures where the decode kernels cross over on this
+ * machine and writes the thresholds as a tune file the library reads
+ * (flashcpu_context_options.tune_file or FLASHCPU_TUNE_FILE).
+ *
+ * Each kernel is forced by creating a context with every threshold set
+ * through FLASHCPU_DECODE_THRESHOLDS; the candidates run on the same
+ * workload (llama3-8b GQA, bf16, KV caches rotated past the last-level
+ * cache), alternating, and the medians decide. The thresholds depend on the
+ * shape only, never on the thread count at call time, so the file holds
+ * one value per threshold, measured with the default thread count. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, isatty, fileno */
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common/cpu_info.h"
+#include "common/timer.h"
+#include "common/workload.h"
+
+typedef enum kernel {
+  KERNEL_ONEPASS = 0,
+  KERNEL_SPLITKV = 1,
+  KERNEL_PREFILL = 2,
+  KERNEL_COUNT
+} kernel;
+
+static const char *const kernel_names[KERNEL_COUNT] = {"one-pass", "split-KV",
+                                                       "prefill"};
+/* FLASHCPU_DECODE_THRESHOLDS that force each kernel for its shapes. */
+static const char *const kernel_forcing[KERNEL_COUNT] = {
+    "onepass_min_tiles=1,onepass_max_kv=0,splitkv_max_rows=64",
+    "onepass_min_tiles=0,onepass_max_kv=0,splitkv_max_rows=64",
+    "onepass_min_tiles=0,onepass_max_kv=0,splitkv_max_rows=0"};
+
+/* One-pass replaces the default split-KV only when this much faster. */
+static const double ONEPASS_MARGIN = 0.03;
+
+typedef struct tune_options {
+  bool quick;
+  const char *out;
+  const toolkit_preset *preset;
+  uint64_t llc_bytes; /* the last-level cache, summed; 0: unknown */
+} tune_options;
+
+/* KV caches to rotate: past the last-level cache this many times (fewer
+ * than `flashcpu run` rotates, so that a quick tune allocates little). */
+enum { ROTATE_CACHE_MULTIPLE = 3, ROTATE_MIN_LAYERS = 2 };
+
+typedef struct sweep {
+  const char *key;   /* the threshold it sets */
+  const char *what;  /* for the progress line */
+  kernel a, b;       /* a: the challenger, b: the default */
+  int64_t values[12];
+  int count;
+  int64_t batch, rows, kv; /* the fixed ones; the swept one is ignored */
+  char axis;               /* 'k' kv, 'b' batch, 'r' rows */
+  double seconds[12][2];   /* medians of a and b */
+  int64_t chosen;
+} sweep;
+
+typedef struct progress {
+  int done, total;
+  double start;
+  bool tty;
+} progress;
+
+/* The summary, kept to print and to write as the file's comments. */
+typedef struct report {
+  char text[16384];
+  size_t length;
+} report;
+
+static void say(report *r, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+static void say(report *r, const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  if (r->length < sizeof r->text) {
+    int n = vsnprintf(r->text + r->length, sizeof r->text - r->length, format,
+                      args);
+    if (n > 0) r->length += (size_t)n;
+    if (r->length >= sizeof r->text) r->length = sizeof r->text - 1;
+  }
+  va_end(args);
+}
+
+static void print_help(FILE *stream) {
+  fprintf(stream,
+"usage: flashcpu tune [--quick] [--out PATH]\n"
+"\n"
+"Measures, on this machine, which decode kernel is fastest for which shape\n"
+"and writes the thresholds the library chooses by as a tune file:\n"
+"  onepass_max_kv     one-pass vs split-KV by kv length (batch 1, 1 row)\n"
+"  onepass_min_tiles  one-pass vs split-KV by batch x kv heads (1 row)\n"
+"  splitkv_max_rows   split-KV vs the prefill kernel by query rows\n"
+"on the llama3-8b shape (GQA 32/8, head_dim 128), bf16, with the KV caches\n"
+"rotated past the last-level cache. Progress goes to stderr, the summary\n"
+"(each threshold with the timings behind it) to stdout and, as comments,\n"
+"into the file. Use the file with flashcpu_context_options.tune_file or\n"
+"FLASHCPU_TUNE_FILE=PATH. Run it with the thread count your engine uses\n"
+"(OMP_NUM_THREADS; default: all cores) on an otherwise idle machine.\n"
+"\n"
+"  --quick       fewer shapes and repetitions (under 30 s on 2 cores)\n"
+"  --out PATH    the tune file to write (default ./flashcpu.tune)\n"
+"  --preset NAME the model shape (default llama3-8b; see flashcpu run\n"
+"                --help)\n"
+"  -h, --help    this help\n");
+}
+
+static int parse(int argc, char **argv, tune_options *options) {
+  options->quick = false;
+  options->out = "flashcpu.tune";
+  options->preset = toolkit_preset_find("llama3-8b");
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      print_help(stdout);
+      return CLI_EXIT_OK;
+    }
+    if (strcmp(arg, "--quick") == 0) {
+      options->quick = true;
+      continue;
+    }
+    const char *value = NULL;
+    const char *names[] = {"--out", "--preset"};
+    int which = -1;
+    for (int n = 0; n < 2; n++) {
+      size_t length = strlen(names[n]);
+      if (strcmp(arg, names[n]) == 0) {
+        which = n;
+        if (i + 1 < argc) value = argv[++i];
+      } else if (strncmp(arg, names[n], length) == 0 && arg[length] == '=') {
+        which = n;
+        value = arg + length + 1;
+      }
+    }
+    if (which < 0) {
+      fprintf(stderr,
+              "flashcpu tune: unknown option '%s'\n(see flashcpu tune "
+              "--help)\n",
+              arg);
+      return CLI_EXIT_USAGE;
+    }
+    if (!value || !*value) {
+      fprintf(stderr, "flashcpu tune: %s needs a value\n", names[which]);
+      return CLI_EXIT_USAGE;
+    }
+    if (which == 0) {
+      options->out = value;
+    } else if (!(options->preset = toolkit_preset_find(value))) {
+      fprintf(stderr, "flashcpu tune: no preset '%s' (see flashcpu run "
+                      "--help)\n", value);
+      return CLI_EXIT_USAGE;
+    }
+  }
+  return -1;
+}
+
+static void show_progress(progress *p, const char *what) {
+  const double elapsed = toolkit_now_seconds() - p->start;
+  if (p->tty)
+    fprintf(stderr, "\r\033[K[%2d/%d %5.1f s] %s", p->done + 1, p->total,
+            elapsed, what);
+  else
+    fprintf(stderr, "[%2d/%d %5.1f s] %s\n", p->done + 1, p->total, elapsed,
+            what);
+  fflush(stderr);
+}
+
+static int compare_doubles(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+enum { MAX_SAMPLES = 400 };
+
+/* Times kernels a and b on the workload in alternating rounds; writes
+ * their median seconds per call. */
+static flashcpu_status time_pair(flashcpu_context *contexts[KERNEL_COUNT],
+                                 kernel a, kernel b,
+                                 const toolkit_workload *workload, bool quick,
+                                 double medians[2]) {
+  const int rounds = quick ? 2 : 3;
+  const double round_seconds = quick ? 0.06 : 0.2;
+  const int min_reps = quick ? 3 : 5;
+  static double samples[2][MAX_SAMPLES];
+  int counts[2] = {0, 0};
+  int layer = 0;
+  const kernel which[2] = {a, b};
+  for (int round = 0; round < rounds; round++) {
+    for (int k = 0; k < 2; k++) {
+      flashcpu_context *ctx = contexts[which[k]];
+      flashcpu_tensor q, kt, v, out;
+      /* A warm-up call per round: the other context's threads slept. */
+      toolkit_workload_tensors(workload, layer++, &q, &kt, &v, &out);
+      flashcpu_status status =
+          flashcpu_attention(ctx, &q, &kt, &v, &out, NULL, &workload->params);
+      if (status != FLASHCPU_OK) return status;
+      double total = 0.0;
+      for (int rep = 0; counts[k] < MAX_SAMPLES &&
+                        (rep < min_reps || total < round_seconds);
+           rep++) {
+        toolkit_workload_tensors(workload, layer++, &q, &kt, &v, &out);
+        double begin = toolkit_now_seconds();
+        status = flashcpu_attention(ctx, &q, &kt, &v, &out, NULL,
+                                    &workload->params);
+        double seconds = toolkit_now_seconds() - begin;
+        if (status != FLASHCPU_OK) return status;
+        samples[k][counts[k]++] = seconds;
+        total += seconds;
+      }
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    qsort(samples[k], (size_t)counts[k], sizeof(double), compare_doubles);
+    const int n = counts[k];
+    medians[k] = n % 2 ? samples[k][n / 2]
+                       : 0.5 * (samples[k][n / 2 - 1] + samples[k][n / 2]);
+  }
+  return FLASHCPU_OK;
+}
+
+static bool challenger_wins(const sweep *s, int i) {
+  const double a = s->seconds[i][0], b = s->seconds[i][1];
+  if (s->a == KERNEL_ONEPASS) return a < b * (1.0 - ONEPASS_MARGIN);
+  return a <= b;
+}
+
+/* onepass_max_kv: the longest kv up to which one-pass won every measured
+ * length; splitkv_max_rows: the most rows up to which split-KV won every
+ * measured count (at least 1); onepass_min_tiles: the fewest tiles from
+ * which one-pass won every measured count (0: never). */
+static void choose(sweep *s) {
+  if (s->axis == 'b') {
+    s->chosen = 0;
+    for (int i = s->count - 1; i >= 0 && challenger_wins(s, i); i--)
+      s->chosen = s->values[i];
+    return;
+  }
+  s->chosen = s->axis == 'r' ? 1 : 0;
+  for (int i = 0; i < s->count && challenger_wins(s, i); i++)
+    s->chosen = s->values[i];
+}
+
+static int64_t tiles_of(const toolkit_preset *preset, int64_t value) {
+  return value * preset->kv_heads;
+}
+
+static void format_ms(double seconds, char *buffer, size_t size) {
+  snprintf(buffer, size, "%.3f ms", seconds * 1e3);
+}
+
+static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
+                     const tune_options *options, progress *p) {
+  for (int i = 0; i < s->count; i++) {
+    int64_t batch = s->batch, rows = s->rows, kv = s->kv;
+    if (s->axis == 'k') kv = s->values[i];
+    if (s->axis == 'b') batch = s->values[i];
+    if (s->axis == 'r') rows = s->values[i];
+    char what[160];
+    snprintf(what, sizeof what,
+             "%s: %s vs %s, batch %lld, %lld row%s, kv %lld", s->key,
+             kernel_names[s->a], kernel_names[s->b], (long long)batch,
+             (long long)rows, rows == 1 ? "" : "s", (long long)kv);
+    show_progress(p, what);
+    toolkit_workload_spec spec = toolkit_workload_spec_make(
+        options->preset, TOOLKIT_PHASE_DECODE, rows, kv, FLASHCPU_DTYPE_BF16);
+    spec.batch = batch;
+    const uint64_t layer_bytes = 2u * (uint64_t)batch * (uint64_t)kv *
+                                 (uint64_t)options->preset->kv_heads *
+                                 (uint64_t)options->preset->head_dim * 2u;
+    const uint64_t target = ROTATE_CACHE_MULTIPLE *
+                            (options->llc_bytes ? options->llc_bytes
+                                                : (uint64_t)32 << 20);
+    uint64_t layers = (target + layer_bytes - 1) / layer_bytes;
+    spec.layers = layers < ROTATE_MIN_LAYERS ? ROTATE_MIN_LAYERS
+                  : layers > 1024            ? 1024
+                                             : (int)layers;
+    toolkit_workload workload;
+    char error[256];
+    if (toolkit_workload_build(&spec, &workload, error, sizeof error) != 0) {
+      fprintf(stderr, "%sflashcpu tune: %s: workload: %s\n",
+              p->tty ? "\n" : "", what, error);
+      return CLI_EXIT_FAILURE;
+    }
+    flashcpu_status status = time_pair(contexts, s->a, s->b, &workload,
+                                       options->quick, s->seconds[i]);
+    toolkit_workload_free(&workload);
+    if (status != FLASHCPU_OK) {
+      fprintf(stderr, "%sflashcpu tune: %s: flashcpu_attention failed: %s: "
+                      "%s\n",
+              p->tty ? "\n" : "", what, flashcpu_status_name(status),
+              flashcpu_last_error(NULL));
+      return CLI_EXIT_FAILURE;
+    }
+    p->done++;
+  }
+  choose(s);
+  return CLI_EXIT_OK;
+}
+
+static void report_sweep(report *r, const sweep *s,
+                         const toolkit_preset *preset) {
+  say(r, "\n%s = %lld\n", s->key, (long long)s->chosen);
+  if (s->axis == 'k')
+    say(r, "  %s vs %s by kv length; batch %lld (%lld tiles), 1 row\n",
+        kernel_names[s->a], kernel_names[s->b], (long long)s->batch,
+        (long long)tiles_of(preset, s->batch));
+  else if (s->axis == 'b')
+    say(r, "  %s vs %s by batch x kv heads (tiles); kv %lld, 1 row\n",
+        kernel_names[s->a], kernel_names[s->b], (long long)s->kv);
+  else
+    say(r, "  %s vs %s by query rows; batch %lld, kv %lld, causal\n",
+        kernel_names[s->a], kernel_names[s->b], (long long)s->batch,
+        (long long)s->kv);
+  for (int i = 0; i < s->count; i++) {
+    char a[32], b[32];
+    format_ms(s->seconds[i][0], a, sizeof a);
+    format_ms(s->seconds[i][1], b, sizeof b);
+    const char *axis = s->axis == 'k' ? "kv" : s->axis == 'b' ? "tiles"
+                                                               : "rows";
+    const int64_t value =
+        s->axis == 'b' ? tiles_of(preset, s->values[i]) : s->values[i];
+    say(r, "    %-5s %6lld  %s %10s  %s %10s  -> %s\n", axis,
+        (long long)value, kernel_names[s->a], a, kernel_names[s->b], b,
+        challenger_wins(s, i) ? kernel_names[s->a] : kernel_names[s->b]);
+  }
+  if (s->axis == 'k')
+    say(r, "  why: the longest kv up to which one-pass won every length "
+           "(by > %.0f%%; 0: never)\n", ONEPASS_MARGIN * 100.0);
+  else if (s->axis == 'b')
+    say(r, "  why: the fewest tiles from which one-pass won at every count "
+           "measured (by > %.0f%%; 0: never)\n", ONEPASS_MARGIN * 100.0);
+  else
+    say(r, "  why: the most rows up to which split-KV was at least as fast "
+           "at every count (at least 1)\n");
+}
+
+/* The report as the file's comments ("# " before each line). */
+static bool write_file(const char *path, const report *r,
+                       const sweep *sweeps, int count) {
+  char temporary[4096];
+  snprintf(temporary, sizeof temporary, "%s.tmp", path);
+  FILE *file = fopen(temporary, "w");
+  if (!file) return false;
+  fprintf(file, "flashcpu-tune 1\n");
+  const char *line = r->text;
+  while (*line) {
+    const char *end = strchr(line, '\n');
+    size_t length = end ? (size_t)(end - line) : strlen(line);
+    fprintf(file, length ? "# %.*s\n" : "#\n", (int)length, line);
+    line += length + (end ? 1 : 0);
+  }
+  fprintf(file, "\n");
+  for (int i = 0; i < count; i++)
+    fprintf(file, "%s = %lld\n", sweeps[i].key, (long long)sweeps[i].chosen);
+  bool ok = ferror(file) == 0;
+  ok = fclose(file) == 0 && ok;
+  if (ok) ok = rename(temporary, path) == 0;
+  if (!ok) remove(temporary);
+  return ok;
+}
+
+static void set_sweep(sweep *s, const char *key, kernel a, kernel b,
+                      char axis, int64_t batch, int64_t rows, int64_t kv,
+                      const int64_t *values, int count) {
+  memset(s, 0, sizeof *s);
+  s->key = key;
+  s->a = a;
+  s->b = b;
+  s->axis = axis;
+  s->batch = batch;
+  s->rows = rows;
+  s->kv = kv;
+  s->count = count;
+  memcpy(s->values, values, (size_t)count * sizeof *values);
+}
+
+/* Whether a context has the decode kernels to choose between. */
+static bool has_decode_kernels(flashcpu_context *ctx) {
+  char text[16384];
+  flashcpu_context_describe(ctx, text, sizeof text);
+  return strstr(text, "split KV: (none)") == NULL &&
+         strstr(text, "decode_onepass") != NULL;
+}
+
+static char *saved_env(const char *name) {
+  const char *value = getenv(name);
+  if (!value) return NULL;
+  size_t length = strlen(value);
+  char *copy = malloc(length + 1);
+  if (copy) memcpy(copy, value, length + 1);
+  return copy;
+}
+
+int cli_tune(int argc, char **argv) {
+  tune_options options;
+  int parsed = parse(argc, argv, &options);
+  if (parsed >= 0) return parsed;
+  /* The tool forces kernels through FLASHCPU_DECODE_THRESHOLDS; a tune file
+   * in the environment must not stop a context from being created. */
+  char *user_thresholds = saved_env("FLASHCPU_DECODE_THRESHOLDS");
+  unsetenv("FLASHCPU_TUNE_FILE");
+
+  int exit_code = CLI_EXIT_OK;
+  flashcpu_context *contexts[KERNEL_COUNT] = {NULL, NULL, NULL};
+  for (int k = 0; k < KERNEL_COUNT && exit_code == CLI_EXIT_OK; k++) {
+    setenv("FLASHCPU_DECODE_THRESHOLDS", kernel_forcing[k], 1);
+    if (flashcpu_context_create(NULL, &contexts[k]) != FLASHCPU_OK) {
+      fprintf(stderr, "flashcpu tune: flashcpu_context_create failed: %s\n",
+              flashcpu_last_error(NULL));
+      exit_code = CLI_EXIT_FAILURE;
+    }
+  }
+  unsetenv("FLASHCPU_DECODE_THRESHOLDS");
+
+  const toolkit_preset *preset = options.preset;
+  report r;
+  r.length = 0;
+  r.text[0] = '\0';
+  sweep sweeps[3];
+  int sweep_count = 0;
+  if (exit_code == CLI_EXIT_OK) {
+    toolkit_cpu_info info;
+    toolkit_cpu_info_query(&info);
+    options.llc_bytes = info.llc_total_bytes;
+    const int threads = flashcpu_context_num_threads(contexts[0]);
+    char date[32] = "";
+    time_t now = time(NULL);
+    struct tm local;
+    if (localtime_r(&now, &local))
+      strftime(date, sizeof date, "%Y-%m-%d %H:%M", &local);
+    say(&r, "Written by flashcpu tune%s (flashcpu %s) on %s, %s\n",
+        options.quick ? " --quick" : "", flashcpu_version_string(),
+        info.model, date);
+    say(&r, "%d thread%s in %d team%s, %s kernels; %s shape (Hq %lld, Hkv "
+            "%lld, D %lld), bf16, medians\n",
+        threads, threads == 1 ? "" : "s",
+        flashcpu_context_num_teams(contexts[0]),
+        flashcpu_context_num_teams(contexts[0]) == 1 ? "" : "s",
+        flashcpu_isa_name(flashcpu_context_isa(contexts[0])), preset->name,
+        (long long)preset->q_heads, (long long)preset->kv_heads,
+        (long long)preset->head_dim);
+    if (!has_decode_kernels(contexts[0])) {
+      say(&r, "\nThe %s kernel table has no decode kernels to choose "
+              "between: the defaults are written.\n",
+          flashcpu_isa_name(flashcpu_context_isa(contexts[0])));
+    } else {
+      static const int64_t kv_full[] = {256, 512, 1024, 2048, 4096, 8192,
+                                        16384};
+      static const int64_t kv_quick[] = {256, 1024, 4096};
+      static const int64_t batch_full[] = {1, 2, 4, 8, 16};
+      static const int64_t batch_quick[] = {1, 4, 8};
+      static const int64_t rows_full[] = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+      static const int64_t rows_quick[] = {2, 4, 8, 16};
+      const bool q = options.quick;
+      const int64_t fixed_kv = q ? 2048 : 4096;
+      set_sweep(&sweeps[sweep_count++], "onepass_max_kv", KERNEL_ONEPASS,
+                KERNEL_SPLITKV, 'k', 1, 1, 0, q ? kv_quick : kv_full,
+                q ? 3 : 7);
+      set_sweep(&sweeps[sweep_count++], "onepass_min_tiles", KERNEL_ONEPASS,
+                KERNEL_SPLITKV, 'b', 0, 1, fixed_kv,
+                q ? batch_quick : batch_full, q ? 3 : 5);
+      set_sweep(&sweeps[sweep_count++], "splitkv_max_rows", KERNEL_SPLITKV,
+                KERNEL_PREFILL, 'r', 1, 0, fixed_kv,
+                q ? rows_quick : rows_full, q ? 4 : 11);
+      progress p = {0, 0, toolkit_now_seconds(), isatty(fileno(stderr)) == 1};
+      for (int i = 0; i < sweep_count; i++) p.total += sweeps[i].count;
+      for (int i = 0; i < sweep_count && exit_code == CLI_EXIT_OK; i++)
+        exit_code = run_sweep(&sweeps[i], contexts, &options, &p);
+      if (exit_code == CLI_EXIT_OK) {
+        if (p.tty) fprintf(stderr, "\r\033[K");
+        fprintf(stderr, "[%d/%d %5.1f s] done\n", p.done, p.total,
+                toolkit_now_seconds() - p.start);
+      }
+      for (int i = 0; i < sweep_count && exit_code == CLI_EXIT_OK; i++)
+        report_sweep(&r, &sweeps[i], preset);
+    }
+  }
+  for (int k = 0; k < KERNEL_COUNT; k++) flashcpu_context_destroy(contexts[k]);
+
+  if (exit_code == CLI_EXIT_OK) {
+    fputs(r.text, stdout);
+    if (!write_file(options.out, &r, sweeps, sweep_count)) {
+      fprintf(stderr, "flashcpu tune: cannot write %s\n", options.out);
+      exit_code = CLI_EXIT_FAILURE;
+    }
+  }
+  if (exit_code == CLI_EXIT_OK) {
+    /* The library must accept what was written. */
+    flashcpu_context_options context_options;
+    flashcpu_context_options_init(&context_options);
+    context_options.tune_file = options.out;
+    context_options.num_threads = 1;
+    flashcpu_context *check = NULL;
+    if (flashcpu_context_create(&context_options, &check) != FLASHCPU_OK) {
+      fprintf(stderr, "flashcpu tune: the library rejects %s: %s\n",
+              options.out, flashcpu_last_error(NULL));
+      exit_code = CLI_EXIT_FAILURE;
+    }
+    flashcpu_context_destroy(check);
+  }
+  if (exit_code == CLI_EXIT_OK) {
+    printf("\nwrote %s; use it with FLASHCPU_TUNE_FILE=%s or "
+           "flashcpu_context_options.tune_file\n",
+           options.out, options.out);
+    if (user_thresholds)
+      printf("note: FLASHCPU_DECODE_THRESHOLDS=%s is set; it overrides the "
+             "file's values where it names them\n",
+             user_thresholds);
+  }
+  if (user_thresholds) setenv("FLASHCPU_DECODE_THRESHOLDS", user_thresholds, 1);
+  free(user_thresholds);
+  return exit_code;
+}
