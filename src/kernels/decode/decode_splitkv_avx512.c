@@ -1,23 +1,31 @@
 /* f32/f16/bf16 split-KV decode (FlashDecoding) for AVX-512, 1 to 64 rows.
  *
- * Tile = (batch, kv head, split). Its slots are the (query row, group head)
- * pairs, in chunks of 4; the team's threads share the chunks. Keys go in
- * blocks of 16. Scores: for 4 keys x 4 slots, 16 accumulators stay in
- * registers across head_dim; a transpose/add tree sums all 16 at once (no
- * horizontal sum per key and head), and a 128-bit-lane transpose gives each
- * slot its 16 scores in one vector for the online softmax (vector exp2, log2
- * domain). Values: each 16-lane slice of the chunk's 4 outputs stays in
- * registers across the block's 16 V rows. The block's K/V rows (a few KiB)
- * stay in L1 while every chunk uses them, so each row comes from memory once
- * for all rows and heads of the group. K and V rows of the next block are
- * prefetched: they are kv_heads * head_dim apart, a stride the hardware
- * prefetcher follows poorly.
+ * Tile = (batch, group of kv heads, split). Its slots are the (query row,
+ * group head) pairs of each kv head, in chunks of 4; the team's threads
+ * share the chunks. Keys go in blocks of 16, and each block is run for
+ * every kv head of the tile before the next: in a BSHD cache the heads of a
+ * key are adjacent, so a tile of several heads reads memory in ascending
+ * runs that the hardware prefetcher follows (one head alone reads 256 B
+ * every kv_heads * head_dim elements, which it follows poorly). How many
+ * heads a tile takes depends on the thread count, but never the math: each
+ * (kv head, split) state is computed the same way, so the bytes never
+ * depend on it.
+ *
+ * Scores: for 4 keys x 4 slots, 16 accumulators stay in registers across
+ * head_dim; a transpose/add tree sums all 16 at once, and a 128-bit-lane
+ * transpose gives each slot its 16 scores in one vector for the online
+ * softmax (vector exp2, log2 domain). bf16 rows are widened 32 elements at
+ * a time with one shift (even elements) and one and (odd elements): q and
+ * the output accumulators are kept in that even/odd order per 32 elements
+ * and put back in order when the partial state is written. Values: 64
+ * output columns of the chunk's 4 slots (16 registers) stay in registers
+ * across the block's 16 V rows; the rescale by the softmax correction is
+ * folded into their load.
  *
  * Each tile writes a partial state (m, l, o) per slot to the call
  * workspace; a second launch merges each slot's splits with the fixed tree
  * of kernels/merge (the code flashcpu_merge_states runs) and writes the
- * rows. Splits depend on the shape only, so the bytes never depend on the
- * thread count. */
+ * rows. Splits depend on the shape only. */
 #include <math.h>
 #include <string.h>
 
@@ -29,7 +37,9 @@
 #include "kernels/merge/merge_states.h"
 #include "simd/simd_avx512.h"
 
-enum { KEY_BLOCK = 16, CHUNK = 4, KEYS_PER_GROUP = 4 };
+enum { KEY_BLOCK = 16, CHUNK = 4, KEYS_PER_GROUP = 4, PAIR = 32, PASS = 64 };
+/* Tiles per team a launch aims for, key blocks prefetched ahead. */
+enum { TILES_PER_TEAM = 2, PREFETCH_BLOCKS = 1 };
 
 #define LOG2E_F 1.44269504088896340736f
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -38,19 +48,25 @@ typedef struct splitkv_args {
   const fc_problem *p;
   const fc_kernel_table *table;
   fc_splitkv_plan plan;
-  int64_t chunks;      /* ceil(slots / CHUNK) */
-  int64_t padded_dim;  /* head_dim rounded up to 16: q rows are zero-padded */
+  int64_t chunks;      /* ceil(slots / CHUNK) per kv head */
+  int64_t padded_dim;  /* head_dim rounded up to 32: q rows are zero-padded */
+  int64_t padded_dv;   /* v_head_dim rounded up to 64 */
+  int64_t heads_per_tile;
+  int64_t head_groups; /* kv_heads / heads_per_tile */
+  int64_t prefetch_blocks; /* key blocks ahead that are prefetched, 0: none */
+  int prefetch_hint;       /* 0: T0, 1: T1, 2: T2, 3: NTA */
   float q_factor;
   int scores_final;    /* no softcap or additive mask: Q carries log2(e) */
   int needs_finish;    /* some score needs per-key work after the dot */
+  int k_pairs, v_pairs; /* bf16: even/odd order per 32 elements */
   float *partials;     /* [batch][kv head][split][slot] state records */
 } splitkv_args;
 
-/* One thread's chunks: q, o, running m, l (16 lanes per slot), plus the
- * block's weights. */
+/* One thread's chunks for every head of the tile: q, o, running m, l (16
+ * lanes per slot), plus the block's weights. */
 typedef struct chunk_state {
   float *q, *o, *m, *l, *weights;
-  int64_t count; /* chunks this thread owns */
+  int64_t count; /* chunks per head this thread owns */
 } chunk_state;
 
 static int64_t chunks_of_rank(const splitkv_args *a, int team_size) {
@@ -58,11 +74,12 @@ static int64_t chunks_of_rank(const splitkv_args *a, int team_size) {
 }
 
 static size_t floats_per_chunk(const splitkv_args *a) {
-  return (size_t)(CHUNK * (a->padded_dim + a->p->v_head_dim + 1 + KEY_BLOCK));
+  return (size_t)(CHUNK * (a->padded_dim + a->padded_dv + 1 + KEY_BLOCK));
 }
 
 static size_t rank_floats(const splitkv_args *a, int team_size) {
-  size_t floats = (size_t)chunks_of_rank(a, team_size) * floats_per_chunk(a) +
+  size_t floats = (size_t)(chunks_of_rank(a, team_size) * a->heads_per_tile) *
+                      floats_per_chunk(a) +
                   CHUNK * KEY_BLOCK;
   return (floats + 15) & ~(size_t)15;
 }
@@ -71,6 +88,8 @@ static size_t scratch_for_team(const void *opaque, int team_size) {
   return (size_t)team_size * rank_floats(opaque, team_size) * sizeof(float);
 }
 
+/* Slot i of the rank's list is chunk (i / CHUNK) % count of head
+ * i / (CHUNK * count). */
 static chunk_state carve(const splitkv_args *a, const fc_team_view *team) {
   float *base = (float *)team->scratch +
                 (size_t)team->rank * rank_floats(a, team->size);
@@ -78,13 +97,39 @@ static chunk_state carve(const splitkv_args *a, const fc_team_view *team) {
   st.count = team->rank < a->chunks
                  ? (a->chunks - team->rank + team->size - 1) / team->size
                  : 0;
-  int64_t all = chunks_of_rank(a, team->size) * CHUNK;
+  int64_t all = chunks_of_rank(a, team->size) * a->heads_per_tile * CHUNK;
   st.q = base;
   st.o = st.q + all * a->padded_dim;
-  st.m = st.o + all * a->p->v_head_dim;
+  st.m = st.o + all * a->padded_dv;
   st.l = st.m + all;
   st.weights = st.l + all * KEY_BLOCK;
   return st;
+}
+
+static ALWAYS_INLINE __mmask16 lanes_of(int64_t remaining) {
+  return remaining <= 0 ? 0 : fc512_tail_mask(remaining);
+}
+
+/* Elements d .. d + 31 of a row as two f32 vectors (elements past dim
+ * zero): bf16 in even/odd order (lo: d, d + 2, ...; hi: d + 1, d + 3, ...)
+ * when pairs, else in order (lo: d .. d + 15, hi: d + 16 .. d + 31). */
+static ALWAYS_INLINE void load32(const char *row, flashcpu_dtype dtype,
+                                 int pairs, int64_t d, int64_t dim,
+                                 __m512 *lo, __m512 *hi) {
+  if (pairs) {
+    const int64_t left = dim - d;
+    const __mmask32 mask =
+        left >= 32 ? (__mmask32)0xffffffffu
+                   : (__mmask32)((left <= 0 ? 0u : (1u << left) - 1u));
+    const __m512i raw =
+        _mm512_maskz_loadu_epi16(mask, (const uint16_t *)row + d);
+    *lo = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+    *hi = _mm512_castsi512_ps(
+        _mm512_and_si512(raw, _mm512_set1_epi32((int)0xffff0000u)));
+    return;
+  }
+  *lo = fc512_load(row, dtype, d, lanes_of(dim - d));
+  *hi = fc512_load(row, dtype, d + 16, lanes_of(dim - d - 16));
 }
 
 /* Lane i of the result is the sum of the 16 lanes of v[i]. */
@@ -114,9 +159,10 @@ static ALWAYS_INLINE __m512 sum16(const __m512 v[16]) {
  * q_s . k_j (lanes past n are garbage; k_rows past n repeat a valid row).
  * dim and dtype are constants in the specialised callers. */
 static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
-                                       flashcpu_dtype dtype, const float *q,
-                                       int64_t padded_dim, int64_t dim,
-                                       int64_t n, __m512 scores[CHUNK]) {
+                                       flashcpu_dtype dtype, int pairs,
+                                       const float *q, int64_t padded_dim,
+                                       int64_t dim, int64_t n,
+                                       __m512 scores[CHUNK]) {
   __m512 groups[KEY_BLOCK / KEYS_PER_GROUP];
   for (int g = 0; g < KEY_BLOCK / KEYS_PER_GROUP; g++) {
     if (g * KEYS_PER_GROUP >= n) {
@@ -127,16 +173,20 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
     __m512 acc[CHUNK * KEYS_PER_GROUP];
     for (int i = 0; i < CHUNK * KEYS_PER_GROUP; i++)
       acc[i] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < dim; d += 16) {
-      __mmask16 mask = fc512_tail_mask(dim - d);
-      __m512 k[KEYS_PER_GROUP];
+    for (int64_t d = 0; d < dim; d += PAIR) {
+      __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
       for (int j = 0; j < KEYS_PER_GROUP; j++)
-        k[j] = fc512_load(k_rows[g * KEYS_PER_GROUP + j], dtype, d, mask);
+        load32(k_rows[g * KEYS_PER_GROUP + j], dtype, pairs, d, dim, &lo[j],
+               &hi[j]);
       for (int s = 0; s < CHUNK; s++) {
-        __m512 qv = _mm512_loadu_ps(q + s * padded_dim + d);
-        for (int j = 0; j < KEYS_PER_GROUP; j++)
+        const __m512 q_lo = _mm512_loadu_ps(q + s * padded_dim + d);
+        const __m512 q_hi = _mm512_loadu_ps(q + s * padded_dim + d + 16);
+        for (int j = 0; j < KEYS_PER_GROUP; j++) {
           acc[s * KEYS_PER_GROUP + j] =
-              _mm512_fmadd_ps(qv, k[j], acc[s * KEYS_PER_GROUP + j]);
+              _mm512_fmadd_ps(q_lo, lo[j], acc[s * KEYS_PER_GROUP + j]);
+          acc[s * KEYS_PER_GROUP + j] =
+              _mm512_fmadd_ps(q_hi, hi[j], acc[s * KEYS_PER_GROUP + j]);
+        }
       }
     }
     groups[g] = sum16(acc);
@@ -156,24 +206,28 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
   scores[3] = _mm512_shuffle_f32x4(high01, high23, _MM_SHUFFLE(3, 1, 3, 1));
 }
 
-#define SCORES_FOR(dtype, dim)                                                 \
-  chunk_scores(k_rows, dtype, q, padded_dim, dim, n, scores)
-
 /* head_dim 64 and 128 and each K dtype get their own unrolled copy. */
 static void chunk_scores_dispatch(const char *const *k_rows,
                                   flashcpu_dtype dtype, const float *q,
                                   int64_t padded_dim, int64_t dim, int64_t n,
                                   __m512 scores[CHUNK]) {
+#define SCORES_FOR(dt, pairs, dim_value)                                       \
+  chunk_scores(k_rows, dt, pairs, q, padded_dim, dim_value, n, scores)
 #define BY_DTYPE(dim_value)                                                    \
   switch (dtype) {                                                             \
-  case FLASHCPU_DTYPE_F32: SCORES_FOR(FLASHCPU_DTYPE_F32, dim_value); return;  \
-  case FLASHCPU_DTYPE_F16: SCORES_FOR(FLASHCPU_DTYPE_F16, dim_value); return;  \
-  default: SCORES_FOR(FLASHCPU_DTYPE_BF16, dim_value); return;                 \
+  case FLASHCPU_DTYPE_F32:                                                     \
+    SCORES_FOR(FLASHCPU_DTYPE_F32, 0, dim_value);                              \
+    return;                                                                    \
+  case FLASHCPU_DTYPE_F16:                                                     \
+    SCORES_FOR(FLASHCPU_DTYPE_F16, 0, dim_value);                              \
+    return;                                                                    \
+  default: SCORES_FOR(FLASHCPU_DTYPE_BF16, 1, dim_value); return;              \
   }
   if (dim == 128) BY_DTYPE(128)
   if (dim == 64) BY_DTYPE(64)
   BY_DTYPE(dim)
 #undef BY_DTYPE
+#undef SCORES_FOR
 }
 
 /* Per-key work the dot product does not do: the row's key range (rows of a
@@ -212,78 +266,121 @@ static void finish_scores(const splitkv_args *a, float *s, int64_t b,
   }
 }
 
-static void scale_output(float *o, int64_t dv, float alpha) {
-  __m512 factor = _mm512_set1_ps(alpha);
-  for (int64_t d = 0; d < dv; d += 16) {
-    __mmask16 mask = fc512_tail_mask(dv - d);
-    _mm512_mask_storeu_ps(
-        o + d, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, o + d), factor));
-  }
-}
-
-/* Online softmax of one slot's block: scores become weights (0 for hidden
- * keys and lanes past n). Returns the keys the slot sees as a lane mask. */
-static __mmask16 softmax_block(__m512 scores, int64_t n, float *m, float *l,
-                               float *o, int64_t dv, float *weights) {
+/* Online softmax of a chunk's block: scores become weights (0 for hidden
+ * keys and lanes past n) in weights[slot * 16 + key]; alpha[slot] is the
+ * factor the slot's output must be rescaled by (exactly 1 where the running
+ * max did not move). seen[slot]: the keys the slot sees, as a lane mask. */
+static void softmax_chunk(const __m512 scores[CHUNK], int64_t n, float *m,
+                          float *l, float *weights, float alpha[CHUNK],
+                          __mmask16 seen[CHUNK]) {
   const __mmask16 lanes = fc512_tail_mask(n);
-  scores = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), lanes, scores);
-  const __mmask16 seen =
-      _mm512_cmp_ps_mask(scores, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ) &
-      lanes;
-  if (!seen) return 0;
-  float block_max = _mm512_reduce_max_ps(scores);
-  if (_mm512_cmp_ps_mask(scores, scores, _CMP_UNORD_Q)) block_max = NAN;
-  const float m_new = (block_max > *m || isnan(block_max)) ? block_max : *m;
-  const float alpha = exp2f(*m - m_new);
-  __m512 w = fc512_exp2(_mm512_sub_ps(scores, _mm512_set1_ps(m_new)));
-  w = _mm512_maskz_mov_ps(seen, w);
-  __m512 sums = _mm512_loadu_ps(l);
-  if (alpha != 1.0f) {
-    sums = _mm512_mul_ps(sums, _mm512_set1_ps(alpha));
-    scale_output(o, dv, alpha);
+  __m512 masked[CHUNK];
+  float m_new[CHUNK], shift[16] = {0};
+  for (int c = 0; c < CHUNK; c++) {
+    masked[c] =
+        _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), lanes, scores[c]);
+    seen[c] = _mm512_cmp_ps_mask(masked[c], _mm512_set1_ps(-INFINITY),
+                                 _CMP_NEQ_UQ) &
+              lanes;
+    m_new[c] = m[c];
+    if (!seen[c]) continue;
+    float block_max = _mm512_reduce_max_ps(masked[c]);
+    if (_mm512_cmp_ps_mask(masked[c], masked[c], _CMP_UNORD_Q))
+      block_max = NAN;
+    m_new[c] = (block_max > m[c] || isnan(block_max)) ? block_max : m[c];
+    shift[c] = m[c] - m_new[c];
   }
-  _mm512_storeu_ps(l, _mm512_add_ps(sums, w));
-  _mm512_storeu_ps(weights, w);
-  *m = m_new;
-  return seen;
+  /* exp2(0) is exactly 1: slots that saw nothing keep their state. */
+  _mm512_storeu_ps(shift, fc512_exp2(_mm512_loadu_ps(shift)));
+  for (int c = 0; c < CHUNK; c++) {
+    alpha[c] = shift[c];
+    if (!seen[c]) {
+      _mm512_storeu_ps(weights + c * KEY_BLOCK, _mm512_setzero_ps());
+      continue;
+    }
+    __m512 w = fc512_exp2(_mm512_sub_ps(masked[c], _mm512_set1_ps(m_new[c])));
+    w = _mm512_maskz_mov_ps(seen[c], w);
+    __m512 sums = _mm512_loadu_ps(l + c * KEY_BLOCK);
+    if (alpha[c] != 1.0f) sums = _mm512_mul_ps(sums, _mm512_set1_ps(alpha[c]));
+    _mm512_storeu_ps(l + c * KEY_BLOCK, _mm512_add_ps(sums, w));
+    _mm512_storeu_ps(weights + c * KEY_BLOCK, w);
+    m[c] = m_new[c];
+  }
 }
 
-/* o[s] += w[s][j] * v_j over the block, for the chunk's slots. Keys a slot
- * does not see (seen[s] bit clear) never touch V: a hidden row may hold
- * anything, NaN included. */
+/* o[s] = alpha[s] * o[s] + sum_j w[s][j] * v_j over the block, for the
+ * chunk's slots, 64 columns at a time in registers. Keys a slot does not
+ * see (seen[s] bit clear) never touch V: a hidden row may hold anything,
+ * NaN included. */
 static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
-                                            flashcpu_dtype dtype, int64_t dv,
+                                            flashcpu_dtype dtype, int pairs,
+                                            int64_t dv, int64_t padded_dv,
                                             int64_t n, float *o,
                                             const float *weights,
+                                            const float alpha[CHUNK],
                                             const __mmask16 seen[CHUNK]) {
-  for (int64_t d = 0; d < dv; d += 16) {
-    __mmask16 mask = fc512_tail_mask(dv - d);
-    __m512 acc[CHUNK];
-    for (int s = 0; s < CHUNK; s++)
-      acc[s] = _mm512_maskz_loadu_ps(mask, o + s * dv + d);
-    for (int64_t j = 0; j < n; j++) {
-      __m512 v = fc512_load(v_rows[j], dtype, d, mask);
-      for (int s = 0; s < CHUNK; s++)
-        if ((seen[s] >> j) & 1u)
-          acc[s] = _mm512_fmadd_ps(
-              _mm512_set1_ps(weights[s * KEY_BLOCK + j]), v, acc[s]);
+  const __mmask16 lanes = fc512_tail_mask(n);
+  const int all_seen = seen[0] == lanes && seen[1] == lanes &&
+                       seen[2] == lanes && seen[3] == lanes;
+  for (int64_t d = 0; d < dv; d += PASS) {
+    const int second = d + PAIR < dv; /* constant for dv 64 and 128 */
+    __m512 acc[CHUNK][4];
+    for (int s = 0; s < CHUNK; s++) {
+      const __m512 factor = _mm512_set1_ps(alpha[s]);
+      for (int v = 0; v < 4; v++)
+        acc[s][v] = _mm512_mul_ps(
+            _mm512_loadu_ps(o + s * padded_dv + d + 16 * v), factor);
+    }
+    if (all_seen) {
+      for (int64_t j = 0; j < n; j++) {
+        __m512 v[4];
+        load32(v_rows[j], dtype, pairs, d, dv, &v[0], &v[1]);
+        if (second) load32(v_rows[j], dtype, pairs, d + PAIR, dv, &v[2], &v[3]);
+        for (int s = 0; s < CHUNK; s++) {
+          const __m512 w = _mm512_set1_ps(weights[s * KEY_BLOCK + j]);
+          for (int x = 0; x < (second ? 4 : 2); x++)
+            acc[s][x] = _mm512_fmadd_ps(w, v[x], acc[s][x]);
+        }
+      }
+    } else {
+      for (int64_t j = 0; j < n; j++) {
+        const unsigned any = (unsigned)(seen[0] | seen[1] | seen[2] | seen[3]);
+        if (!((any >> j) & 1u)) continue;
+        __m512 v[4];
+        load32(v_rows[j], dtype, pairs, d, dv, &v[0], &v[1]);
+        if (second) load32(v_rows[j], dtype, pairs, d + PAIR, dv, &v[2], &v[3]);
+        for (int s = 0; s < CHUNK; s++) {
+          const __mmask16 use =
+              (__mmask16)(0u - (((unsigned)seen[s] >> j) & 1u));
+          const __m512 w = _mm512_set1_ps(weights[s * KEY_BLOCK + j]);
+          for (int x = 0; x < (second ? 4 : 2); x++)
+            acc[s][x] = _mm512_mask3_fmadd_ps(w, v[x], acc[s][x], use);
+        }
+      }
     }
     for (int s = 0; s < CHUNK; s++)
-      _mm512_mask_storeu_ps(o + s * dv + d, mask, acc[s]);
+      for (int v = 0; v < 4; v++)
+        _mm512_storeu_ps(o + s * padded_dv + d + 16 * v, acc[s][v]);
   }
 }
 
 static void accumulate_dispatch(const char *const *v_rows,
-                                flashcpu_dtype dtype, int64_t dv, int64_t n,
-                                float *o, const float *weights,
+                                flashcpu_dtype dtype, int64_t dv,
+                                int64_t padded_dv, int64_t n, float *o,
+                                const float *weights, const float alpha[CHUNK],
                                 const __mmask16 seen[CHUNK]) {
-#define VALUES_FOR(dt, dim)                                                    \
-  accumulate_values(v_rows, dt, dim, n, o, weights, seen)
+#define VALUES_FOR(dt, pairs, dim)                                             \
+  accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
+                    seen)
 #define BY_DTYPE(dim_value)                                                    \
   switch (dtype) {                                                             \
-  case FLASHCPU_DTYPE_F32: VALUES_FOR(FLASHCPU_DTYPE_F32, dim_value); return;  \
-  case FLASHCPU_DTYPE_F16: VALUES_FOR(FLASHCPU_DTYPE_F16, dim_value); return;  \
-  default: VALUES_FOR(FLASHCPU_DTYPE_BF16, dim_value); return;                 \
+  case FLASHCPU_DTYPE_F32:                                                     \
+    VALUES_FOR(FLASHCPU_DTYPE_F32, 0, dim_value);                              \
+    return;                                                                    \
+  case FLASHCPU_DTYPE_F16:                                                     \
+    VALUES_FOR(FLASHCPU_DTYPE_F16, 0, dim_value);                              \
+    return;                                                                    \
+  default: VALUES_FOR(FLASHCPU_DTYPE_BF16, 1, dim_value); return;              \
   }
   if (dv == 128) BY_DTYPE(128)
   if (dv == 64) BY_DTYPE(64)
@@ -292,15 +389,23 @@ static void accumulate_dispatch(const char *const *v_rows,
 #undef VALUES_FOR
 }
 
+#define PREFETCH_LOOP(hint)                                                    \
+  for (int64_t j = j0; j < j1; j++) {                                          \
+    const char *row = fc_view_row(view, b, j, kv_head);                        \
+    for (int64_t offset = 0; offset < bytes; offset += 64)                     \
+      _mm_prefetch(row + offset, hint);                                        \
+  }
 static void prefetch_rows(const fc_view *view, int64_t b, int64_t kv_head,
-                          int64_t j0, int64_t j1, int64_t dim) {
+                          int64_t j0, int64_t j1, int64_t dim, int hint) {
   const int64_t bytes = dim * view->element_size;
-  for (int64_t j = j0; j < j1; j++) {
-    const char *row = fc_view_row(view, b, j, kv_head);
-    for (int64_t offset = 0; offset < bytes; offset += 64)
-      _mm_prefetch(row + offset, _MM_HINT_T0);
+  switch (hint) {
+  case 0: PREFETCH_LOOP(_MM_HINT_T0) break;
+  case 1: PREFETCH_LOOP(_MM_HINT_T1) break;
+  case 2: PREFETCH_LOOP(_MM_HINT_T2) break;
+  default: PREFETCH_LOOP(_MM_HINT_NTA) break;
   }
 }
+#undef PREFETCH_LOOP
 
 static float *record_of(const splitkv_args *a, int64_t bk, int64_t split,
                         int64_t slot) {
@@ -309,25 +414,85 @@ static float *record_of(const splitkv_args *a, int64_t bk, int64_t split,
              fc_state_floats(a->p->v_head_dim);
 }
 
+/* Element i of a row in even/odd order per 32 (see load32). */
+static int64_t paired_index(int64_t i) {
+  const int64_t base = i / PAIR * PAIR, k = i % PAIR;
+  return base + (k % 2) * 16 + k / 2;
+}
+
 static void init_chunks(const splitkv_args *a, const chunk_state *st,
-                        int64_t b, int64_t kv_head, const fc_team_view *team) {
+                        int64_t b, int64_t h0, const fc_team_view *team) {
   const fc_problem *p = a->p;
-  const int64_t D = p->head_dim, Dv = p->v_head_dim, PD = a->padded_dim;
+  const int64_t D = p->head_dim, PD = a->padded_dim;
+  for (int64_t h = 0; h < a->heads_per_tile; h++) {
+    const int64_t kv_head = h0 + h;
+    for (int64_t mine = 0; mine < st->count; mine++) {
+      const int64_t chunk = team->rank + mine * team->size;
+      for (int s = 0; s < CHUNK; s++) {
+        const int64_t slot = chunk * CHUNK + s;
+        const int64_t i = (h * st->count + mine) * CHUNK + s;
+        float *q = st->q + i * PD;
+        memset(q, 0, (size_t)PD * sizeof(float));
+        if (slot < a->plan.slots) {
+          const char *row = fc_view_row(&p->q, b, slot / p->group,
+                                        kv_head * p->group + slot % p->group);
+          a->table->row_to_f32[p->q.dtype](row, D, a->q_factor, q);
+          if (a->k_pairs)
+            for (int64_t d0 = 0; d0 < PD; d0 += PAIR) {
+              float natural[PAIR];
+              memcpy(natural, q + d0, sizeof natural);
+              for (int k = 0; k < PAIR; k++)
+                q[d0 + paired_index(k)] = natural[k];
+            }
+        }
+        memset(st->o + i * a->padded_dv, 0,
+               (size_t)a->padded_dv * sizeof(float));
+        memset(st->l + i * KEY_BLOCK, 0, KEY_BLOCK * sizeof(float));
+        st->m[i] = -INFINITY;
+      }
+    }
+  }
+}
+
+/* One kv head's block: every chunk of this thread. */
+static void head_block(const splitkv_args *a, const chunk_state *st,
+                       const fc_team_view *team, int64_t b, int64_t kv_head,
+                       int64_t h, int64_t j0, int64_t n, int64_t kv_length) {
+  const fc_problem *p = a->p;
+  const int64_t D = p->head_dim, Dv = p->v_head_dim;
+  const char *k_rows[KEY_BLOCK], *v_rows[KEY_BLOCK];
+  const char *k0 = fc_view_row(&p->k, b, j0, kv_head);
+  const char *v0 = fc_view_row(&p->v, b, j0, kv_head);
+  const int64_t k_step = p->k.strides[1] * p->k.element_size;
+  const int64_t v_step = p->v.strides[1] * p->v.element_size;
+  for (int64_t j = 0; j < KEY_BLOCK; j++) {
+    const int64_t key = j < n ? j : n - 1;
+    k_rows[j] = k0 + key * k_step;
+    v_rows[j] = v0 + key * v_step;
+  }
   for (int64_t mine = 0; mine < st->count; mine++) {
     const int64_t chunk = team->rank + mine * team->size;
-    for (int s = 0; s < CHUNK; s++) {
-      const int64_t slot = chunk * CHUNK + s, i = mine * CHUNK + s;
-      float *q = st->q + i * PD;
-      memset(q, 0, (size_t)PD * sizeof(float));
-      if (slot < a->plan.slots)
-        a->table->row_to_f32[p->q.dtype](
-            fc_view_row(&p->q, b, slot / p->group,
-                        kv_head * p->group + slot % p->group),
-            D, a->q_factor, q);
-      memset(st->o + i * Dv, 0, (size_t)Dv * sizeof(float));
-      memset(st->l + i * KEY_BLOCK, 0, KEY_BLOCK * sizeof(float));
-      st->m[i] = -INFINITY;
+    const int64_t i0 = (h * st->count + mine) * CHUNK;
+    __m512 scores[CHUNK];
+    chunk_scores_dispatch(k_rows, p->k.dtype, st->q + i0 * a->padded_dim,
+                          a->padded_dim, D, n, scores);
+    if (a->needs_finish) {
+      float s[CHUNK * KEY_BLOCK];
+      for (int c = 0; c < CHUNK; c++) {
+        _mm512_storeu_ps(s + c * KEY_BLOCK, scores[c]);
+        finish_scores(a, s + c * KEY_BLOCK, b, kv_head, chunk * CHUNK + c, j0,
+                      n, kv_length);
+        scores[c] = _mm512_loadu_ps(s + c * KEY_BLOCK);
+      }
     }
+    __mmask16 seen[CHUNK];
+    float alpha[CHUNK];
+    softmax_chunk(scores, n, st->m + i0, st->l + i0 * KEY_BLOCK, st->weights,
+                  alpha, seen);
+    if (seen[0] | seen[1] | seen[2] | seen[3])
+      accumulate_dispatch(v_rows, p->v.dtype, Dv, a->padded_dv, n,
+                          st->o + i0 * a->padded_dv, st->weights, alpha,
+                          seen);
   }
 }
 
@@ -335,8 +500,10 @@ static void splitkv_tile(void *opaque, int64_t tile,
                          const fc_team_view *team) {
   const splitkv_args *a = opaque;
   const fc_problem *p = a->p;
-  const int64_t split = tile % a->plan.splits, bk = tile / a->plan.splits;
-  const int64_t b = bk / p->kv_heads, kv_head = bk % p->kv_heads;
+  const int64_t split = tile % a->plan.splits;
+  const int64_t bg = tile / a->plan.splits;
+  const int64_t b = bg / a->head_groups;
+  const int64_t h0 = bg % a->head_groups * a->heads_per_tile;
   const int64_t D = p->head_dim, Dv = p->v_head_dim;
   const chunk_state st = carve(a, team);
   const int64_t kv_length = fc_problem_kv_length(p, b);
@@ -350,63 +517,49 @@ static void splitkv_tile(void *opaque, int64_t tile,
   if (begin < first.begin) begin = first.begin;
   if (end > last.end) end = last.end;
 
-  if (begin < end) init_chunks(a, &st, b, kv_head, team);
+  if (begin < end) init_chunks(a, &st, b, h0, team);
+  const int64_t ahead = a->prefetch_blocks * KEY_BLOCK;
   for (int64_t j0 = begin; j0 < end; j0 += KEY_BLOCK) {
     const int64_t n = end - j0 < KEY_BLOCK ? end - j0 : KEY_BLOCK;
-    const char *k_rows[KEY_BLOCK], *v_rows[KEY_BLOCK];
-    for (int64_t j = 0; j < KEY_BLOCK; j++) {
-      const int64_t key = j0 + (j < n ? j : n - 1);
-      k_rows[j] = fc_view_row(&p->k, b, key, kv_head);
-      v_rows[j] = fc_view_row(&p->v, b, key, kv_head);
-    }
-    if (j0 + KEY_BLOCK < end) {
-      const int64_t next_end =
-          j0 + 2 * KEY_BLOCK < end ? j0 + 2 * KEY_BLOCK : end;
-      prefetch_rows(&p->k, b, kv_head, j0 + KEY_BLOCK, next_end, D);
-      prefetch_rows(&p->v, b, kv_head, j0 + KEY_BLOCK, next_end, Dv);
-    }
-    for (int64_t mine = 0; mine < st.count; mine++) {
-      const int64_t chunk = team->rank + mine * team->size;
-      const int64_t i0 = mine * CHUNK;
-      __m512 scores[CHUNK];
-      chunk_scores_dispatch(k_rows, p->k.dtype, st.q + i0 * a->padded_dim,
-                            a->padded_dim, D, n, scores);
-      if (a->needs_finish) {
-        float s[CHUNK * KEY_BLOCK];
-        for (int c = 0; c < CHUNK; c++) {
-          _mm512_storeu_ps(s + c * KEY_BLOCK, scores[c]);
-          finish_scores(a, s + c * KEY_BLOCK, b, kv_head, chunk * CHUNK + c,
-                        j0, n, kv_length);
-          scores[c] = _mm512_loadu_ps(s + c * KEY_BLOCK);
-        }
+    for (int64_t h = 0; h < a->heads_per_tile; h++) {
+      const int64_t kv_head = h0 + h;
+      if (ahead > 0 && j0 + ahead < end) {
+        const int64_t next_end =
+            j0 + ahead + KEY_BLOCK < end ? j0 + ahead + KEY_BLOCK : end;
+        prefetch_rows(&p->k, b, kv_head, j0 + ahead, next_end, D,
+                      a->prefetch_hint);
+        prefetch_rows(&p->v, b, kv_head, j0 + ahead, next_end, Dv,
+                      a->prefetch_hint);
       }
-      __mmask16 seen[CHUNK];
-      for (int c = 0; c < CHUNK; c++)
-        seen[c] = softmax_block(scores[c], n, &st.m[i0 + c],
-                                st.l + (i0 + c) * KEY_BLOCK,
-                                st.o + (i0 + c) * Dv, Dv,
-                                st.weights + c * KEY_BLOCK);
-      if (seen[0] | seen[1] | seen[2] | seen[3])
-        accumulate_dispatch(v_rows, p->v.dtype, Dv, n, st.o + i0 * Dv,
-                            st.weights, seen);
+      head_block(a, &st, team, b, kv_head, h, j0, n, kv_length);
     }
   }
 
   /* Partial states of this split; an empty one is m = -inf only. */
-  for (int64_t mine = 0; mine < st.count; mine++) {
-    const int64_t chunk = team->rank + mine * team->size;
-    for (int c = 0; c < CHUNK; c++) {
-      const int64_t slot = chunk * CHUNK + c, i = mine * CHUNK + c;
-      if (slot >= a->plan.slots) break;
-      float *record = record_of(a, bk, split, slot);
-      if (begin >= end || st.m[i] == -INFINITY) {
-        record[FC_STATE_M] = -INFINITY;
-        continue;
+  for (int64_t h = 0; h < a->heads_per_tile; h++) {
+    const int64_t bk = b * p->kv_heads + h0 + h;
+    for (int64_t mine = 0; mine < st.count; mine++) {
+      const int64_t chunk = team->rank + mine * team->size;
+      for (int c = 0; c < CHUNK; c++) {
+        const int64_t slot = chunk * CHUNK + c;
+        const int64_t i = (h * st.count + mine) * CHUNK + c;
+        if (slot >= a->plan.slots) break;
+        float *record = record_of(a, bk, split, slot);
+        if (begin >= end || st.m[i] == -INFINITY) {
+          record[FC_STATE_M] = -INFINITY;
+          continue;
+        }
+        record[FC_STATE_M] = st.m[i];
+        record[FC_STATE_L] =
+            _mm512_reduce_add_ps(_mm512_loadu_ps(st.l + i * KEY_BLOCK));
+        const float *o = st.o + i * a->padded_dv;
+        if (a->v_pairs) {
+          for (int64_t d = 0; d < Dv; d++)
+            record[FC_STATE_O + d] = o[paired_index(d)];
+        } else {
+          memcpy(record + FC_STATE_O, o, (size_t)Dv * sizeof(float));
+        }
       }
-      record[FC_STATE_M] = st.m[i];
-      record[FC_STATE_L] =
-          _mm512_reduce_add_ps(_mm512_loadu_ps(st.l + i * KEY_BLOCK));
-      memcpy(record + FC_STATE_O, st.o + i * Dv, (size_t)Dv * sizeof(float));
     }
   }
 }
@@ -437,7 +590,10 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
   a.table = table;
   a.plan = fc_splitkv_make_plan(p);
   a.chunks = (a.plan.slots + CHUNK - 1) / CHUNK;
-  a.padded_dim = (p->head_dim + 15) / 16 * 16;
+  a.padded_dim = (p->head_dim + PAIR - 1) / PAIR * PAIR;
+  a.padded_dv = (p->v_head_dim + PASS - 1) / PASS * PASS;
+  a.k_pairs = p->k.dtype == FLASHCPU_DTYPE_BF16;
+  a.v_pairs = p->v.dtype == FLASHCPU_DTYPE_BF16;
   a.scores_final = p->softcap == 0.0f && !p->additive;
   a.q_factor = a.scores_final ? p->scale * LOG2E_F : p->scale;
   const bool rows_differ =
@@ -445,8 +601,26 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
                        p->window_right >= 0);
   a.needs_finish = !a.scores_final || p->tree || rows_differ;
 
-  const int64_t tiles = p->batch * p->kv_heads * a.plan.splits;
-  const size_t workspace = (size_t)tiles * (size_t)a.plan.slots *
+  /* Heads per tile: as many as keep TILES_PER_TEAM tiles for every team
+   * (the largest divisor of kv_heads that does). Prefetch: the next block
+   * into L1; on the 16-core Xeon 2, 4 or 8 blocks ahead and the T1/T2 hints
+   * were slower or no faster (bench/NOTES.md). */
+  a.prefetch_blocks = PREFETCH_BLOCKS;
+  a.prefetch_hint = 0;
+  const int64_t wanted = TILES_PER_TEAM * runtime->plan.team_count;
+  a.heads_per_tile = 1;
+  for (int64_t g = p->kv_heads; g >= 1; g--) {
+    if (p->kv_heads % g) continue;
+    if (p->batch * a.plan.splits * (p->kv_heads / g) >= wanted || g == 1) {
+      a.heads_per_tile = g;
+      break;
+    }
+  }
+  a.head_groups = p->kv_heads / a.heads_per_tile;
+
+  const int64_t tiles = p->batch * a.head_groups * a.plan.splits;
+  const size_t workspace = (size_t)(p->batch * p->kv_heads * a.plan.splits) *
+                           (size_t)a.plan.slots *
                            (size_t)fc_state_floats(p->v_head_dim) *
                            sizeof(float);
   if (fc_runtime_reserve_call_workspace(runtime, workspace) != 0)
