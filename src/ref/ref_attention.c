@@ -24,6 +24,7 @@
 
 #include "api/errors.h"
 #include "common/mask.h"
+#include "common/score.h"
 #include "kernels/kernel_support.h"
 
 enum {
@@ -32,7 +33,6 @@ enum {
   REF_DOT_LANES = 8          /* independent partial sums: lets -O2 vectorise */
 };
 
-#define LOG2E_F 1.44269504088896340736f
 
 typedef struct ref_plan {
   int64_t rows_per_tile;
@@ -70,7 +70,7 @@ static ref_plan make_plan(const fc_problem *p) {
   plan.tile_count = p->batch * p->kv_heads * plan.tiles_per_head;
   plan.slots_per_tile = p->group * rows;
   plan.scores_final = p->softcap == 0.0f && p->additive == NULL;
-  plan.q_factor = plan.scores_final ? p->scale * LOG2E_F : p->scale;
+  plan.q_factor = plan.scores_final ? p->scale * FC_LOG2E_F : p->scale;
   return plan;
 }
 
@@ -128,16 +128,6 @@ static float dot(const float *a, const float *b, int64_t n) {
   for (; d < n; d++) sum += a[d] * b[d];
   for (int lane = 0; lane < REF_DOT_LANES; lane++) sum += partial[lane];
   return sum;
-}
-
-/* Softcap and additive mask on a scaled score, then into the log2 domain.
- * An additive -inf hides the key like any mask, even when the score is NaN. */
-static float finish_score(const fc_problem *p, float score,
-                          const float *mask_row, int64_t key) {
-  float mask = mask_row ? mask_row[key * p->additive->strides[3]] : 0.0f;
-  if (mask == -INFINITY) return -INFINITY;
-  if (p->softcap > 0.0f) score = p->softcap * tanhf(score / p->softcap);
-  return (score + mask) * LOG2E_F;
 }
 
 /* Folds scores s[0..count) of keys whose V rows start at v into one row's
@@ -257,7 +247,7 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
                       : NULL;
       for (int64_t j = a; j < e; j++) {
         float score = dot(q_row, w.k + (j - j0) * D, D);
-        if (!plan->scores_final) score = finish_score(p, score, mask_row, j);
+        if (!plan->scores_final) score = fc_finish_score(p, score, mask_row, j);
         if (kind == FC_TILE_PARTIAL && j >= tree_begin &&
             !fc_tree_allows(p, b, row, j, tree_begin))
           score = -INFINITY;

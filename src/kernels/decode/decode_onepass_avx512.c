@@ -13,6 +13,7 @@
 
 #include "api/errors.h"
 #include "common/mask.h"
+#include "common/score.h"
 #include "dispatch/kernel_table.h"
 #include "kernels/kernel_support.h"
 #include "kernels/decode/decode_onepass.h"
@@ -20,7 +21,6 @@
 
 enum { KEY_BLOCK = 16, HEADS_IN_REGISTERS = 8 };
 
-#define LOG2E_F 1.44269504088896340736f
 
 typedef struct decode_args {
   const fc_problem *p;
@@ -96,10 +96,7 @@ static void finish_scores(const decode_args *a, float *s, int64_t b,
   for (int64_t j = 0; j < n; j++) {
     int64_t key = j0 + j;
     if (!a->scores_final) {
-      float mask = mask_row ? mask_row[key * p->additive->strides[3]] : 0.0f;
-      float score = s[j];
-      if (p->softcap > 0.0f) score = p->softcap * tanhf(score / p->softcap);
-      s[j] = mask == -INFINITY ? -INFINITY : (score + mask) * LOG2E_F;
+      s[j] = fc_finish_score(p, s[j], mask_row, key);
     }
     if (key >= tree_begin && !fc_tree_allows(p, b, row, key, tree_begin))
       s[j] = -INFINITY;
@@ -225,7 +222,7 @@ flashcpu_status fc_attention_decode_onepass__avx512(
     flashcpu_context *ctx, fc_runtime *runtime,
     const struct fc_kernel_table *table, const fc_problem *p) {
   decode_args a = {p, table, 0.0f, p->softcap == 0.0f && !p->additive};
-  a.q_factor = a.scores_final ? p->scale * LOG2E_F : p->scale;
+  a.q_factor = a.scores_final ? p->scale * FC_LOG2E_F : p->scale;
   flashcpu_status status =
       fc_kernel_reserve_scratch(ctx, runtime, scratch_for_team, p);
   if (status != FLASHCPU_OK) return status;

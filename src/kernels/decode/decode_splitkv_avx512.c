@@ -31,6 +31,7 @@
 
 #include "api/errors.h"
 #include "common/mask.h"
+#include "common/score.h"
 #include "dispatch/kernel_table.h"
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/kernel_support.h"
@@ -41,7 +42,6 @@ enum { KEY_BLOCK = 16, CHUNK = 4, KEYS_PER_GROUP = 4, PAIR = 32, PASS = 64 };
 /* Tiles per team a launch aims for, key blocks prefetched ahead. */
 enum { TILES_PER_TEAM = 2, PREFETCH_BLOCKS = 1 };
 
-#define LOG2E_F 1.44269504088896340736f
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 typedef struct splitkv_args {
@@ -256,10 +256,7 @@ static void finish_scores(const splitkv_args *a, float *s, int64_t b,
       continue;
     }
     if (!a->scores_final) {
-      float mask = mask_row ? mask_row[key * p->additive->strides[3]] : 0.0f;
-      float score = s[j];
-      if (p->softcap > 0.0f) score = p->softcap * tanhf(score / p->softcap);
-      s[j] = mask == -INFINITY ? -INFINITY : (score + mask) * LOG2E_F;
+      s[j] = fc_finish_score(p, s[j], mask_row, key);
     }
     if (key >= tree_begin && !fc_tree_allows(p, b, row, key, tree_begin))
       s[j] = -INFINITY;
@@ -595,7 +592,7 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
   a.k_pairs = p->k.dtype == FLASHCPU_DTYPE_BF16;
   a.v_pairs = p->v.dtype == FLASHCPU_DTYPE_BF16;
   a.scores_final = p->softcap == 0.0f && !p->additive;
-  a.q_factor = a.scores_final ? p->scale * LOG2E_F : p->scale;
+  a.q_factor = a.scores_final ? p->scale * FC_LOG2E_F : p->scale;
   const bool rows_differ =
       p->q_len > 1 && (p->causal || p->window_left >= 0 ||
                        p->window_right >= 0);

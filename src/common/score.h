@@ -1,0 +1,24 @@
+/* A raw score (q.k times scale) finished the way every kernel must: softcap,
+ * then the additive mask, into the log2 domain. An additive -inf hides the
+ * key even when the score is NaN. Shared by the scalar paths of every
+ * kernel so that they agree on the order of these steps. */
+#ifndef FLASHCPU_COMMON_SCORE_H
+#define FLASHCPU_COMMON_SCORE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "common/problem.h"
+
+#define FC_LOG2E_F 1.44269504088896340736f
+
+/* mask_row: the additive mask's row for (batch, head, query row), or NULL. */
+static inline float fc_finish_score(const fc_problem *p, float score,
+                                    const float *mask_row, int64_t key) {
+  float mask = mask_row ? mask_row[key * p->additive->strides[3]] : 0.0f;
+  if (mask == -INFINITY) return -INFINITY;
+  if (p->softcap > 0.0f) score = p->softcap * tanhf(score / p->softcap);
+  return (score + mask) * FC_LOG2E_F;
+}
+
+#endif
