@@ -31,6 +31,16 @@ class PrefillBf16Dot : public testing::Test {
   void TearDown() override { unsetenv("FLASHCPU_PREFILL_BF16_DOT"); }
 };
 
+TEST_F(PrefillBf16Dot, VerboseNamesTheVariant) {
+  setenv("FLASHCPU_VERBOSE", "1", 1);
+  testing::internal::CaptureStderr();
+  AttentionCase c;
+  c.q_len(40).kv_len(60).heads(2, 1).head_dim(16).dtypes(BF16, BF16, F32).seed(2).Test();
+  const std::string log = testing::internal::GetCapturedStderr();
+  unsetenv("FLASHCPU_VERBOSE");
+  EXPECT_NE(log.find("fc_attention_prefill__avx512bf16"), std::string::npos) << log;
+}
+
 TEST_F(PrefillBf16Dot, CausalGqaWithRemainders) {
   AttentionCase c;
   c.batch(2).q_len(77).kv_len(131).heads(8, 2).head_dim(128).dtypes(BF16, BF16, F32)

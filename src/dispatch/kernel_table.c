@@ -210,5 +210,12 @@ fc_attention_fn fc_kernel_table_choose(const fc_kernel_table *table,
   snprintf(reason, reason_size, "%lld rows: no decode kernel takes them",
            (long long)p->q_len);
   *name = table->tiled_name;
+#if defined(__x86_64__)
+  /* The AVX-512 prefill hands bf16 Q/K to its AVX512-BF16 variant on
+   * request: name the kernel that really runs. */
+  if (table->tiled == fc_attention_prefill__avx512 &&
+      fc_prefill_bf16_dot_applies(p))
+    *name = "fc_attention_prefill__avx512bf16";
+#endif
   return table->tiled;
 }
