@@ -16,8 +16,6 @@ static inline fcv fcv_fma(fcv a, fcv b, fcv c) { return _mm256_fmadd_ps(a, b, c)
 static inline fcv fcv_mul(fcv a, fcv b) { return _mm256_mul_ps(a, b); }
 static inline fcv fcv_add(fcv a, fcv b) { return _mm256_add_ps(a, b); }
 static inline fcv fcv_sub(fcv a, fcv b) { return _mm256_sub_ps(a, b); }
-static inline fcv fcv_div(fcv a, fcv b) { return _mm256_div_ps(a, b); }
-static inline fcv fcv_min(fcv a, fcv b) { return _mm256_min_ps(a, b); }
 static inline fcv fcv_exp2(fcv x) { return fc256_exp2(x); }
 
 /* max that keeps NaN from either side (MAXPS alone returns its second
