@@ -92,6 +92,9 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
   append(out, "isa features: %s\n", *features ? features : "(none)");
   append(out, "isa chosen: %s\n", flashcpu_isa_name(ctx->table.isa));
   append(out, "kernels:\n  attention, any rows: %s\n", ctx->table.tiled_name);
+  if (ctx->table.tiled_bf16_dot_name)
+    append(out, "  attention, any rows, bf16 q and k: %s\n",
+           ctx->table.tiled_bf16_dot_name);
   append(out, "  attention, one row: %s\n",
          ctx->table.decode_name ? ctx->table.decode_name
                                 : ctx->table.tiled_name);

@@ -85,6 +85,13 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     FILL_CONVERTERS(table, avx512);
     table->tiled = fc_attention_prefill__avx512;
     table->tiled_name = "fc_attention_prefill__avx512";
+    /* Opt-in: on the 16-core Xeon (Emerald Rapids) this variant ran slower
+     * than widening K to f32 (bench/NOTES.md). */
+    if (fc_cpu_features_get()->avx512_bf16 && getenv("FLASHCPU_PREFILL_BF16_DOT") &&
+        strcmp(getenv("FLASHCPU_PREFILL_BF16_DOT"), "1") == 0) {
+      table->tiled_bf16_dot = fc_attention_prefill__avx512bf16;
+      table->tiled_bf16_dot_name = "fc_attention_prefill__avx512bf16";
+    }
     table->decode = fc_attention_decode_onepass__avx512;
     table->decode_name = "fc_attention_decode_onepass__avx512";
     table->decode_splitkv = fc_attention_decode_splitkv__avx512;
@@ -209,13 +216,11 @@ fc_attention_fn fc_kernel_table_choose(const fc_kernel_table *table,
   if (decode) return decode;
   snprintf(reason, reason_size, "%lld rows: no decode kernel takes them",
            (long long)p->q_len);
+  if (table->tiled_bf16_dot && p->q.dtype == FLASHCPU_DTYPE_BF16 &&
+      p->k.dtype == FLASHCPU_DTYPE_BF16 && p->head_dim % 2 == 0) {
+    *name = table->tiled_bf16_dot_name;
+    return table->tiled_bf16_dot;
+  }
   *name = table->tiled_name;
-#if defined(__x86_64__)
-  /* The AVX-512 prefill hands bf16 Q/K to its AVX512-BF16 variant on
-   * request: name the kernel that really runs. */
-  if (table->tiled == fc_attention_prefill__avx512 &&
-      fc_prefill_bf16_dot_applies(p))
-    *name = "fc_attention_prefill__avx512bf16";
-#endif
   return table->tiled;
 }

@@ -40,10 +40,15 @@ typedef struct fc_kernel_table {
   flashcpu_isa isa; /* the ISA the table was filled for */
   fc_row_to_f32_fn row_to_f32[3]; /* indexed by flashcpu_dtype */
   const char *row_to_f32_names[3];
-  /* Any number of query rows: the portable tiled kernel on every ISA so
-   * far (SIMD prefill kernels take this slot). */
+  /* Any number of query rows: the SIMD prefill kernel of the ISA (the
+   * portable tiled kernel for scalar). */
   fc_attention_fn tiled;
   const char *tiled_name;
+  /* The same for bf16 Q and K with an even head_dim, by AVX512-BF16 dot
+   * products; NULL unless FLASHCPU_PREFILL_BF16_DOT=1 asked for it (read
+   * once, when the table is filled) and the CPU has them. */
+  fc_attention_fn tiled_bf16_dot;
+  const char *tiled_bf16_dot_name;
   /* One query row, one pass over K/V per GQA group; NULL where the ISA has
    * none (then tiled runs decode too). */
   fc_attention_fn decode;

@@ -18,9 +18,6 @@ struct fc_kernel_table;
 FC_DECLARE_PREFILL(avx512);
 FC_DECLARE_PREFILL(avx512bf16);
 FC_DECLARE_PREFILL(avx2);
-/* Whether the AVX-512 kernel hands p to the AVX512-BF16 variant: bf16 Q
- * and K, an even head_dim, a CPU with AVX512-BF16. */
-int fc_prefill_bf16_dot_applies(const fc_problem *p);
 #endif
 #if defined(__aarch64__)
 FC_DECLARE_PREFILL(neon);
