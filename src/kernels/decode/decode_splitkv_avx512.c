@@ -305,59 +305,92 @@ static void softmax_chunk(const __m512 scores[CHUNK], int64_t n, float *m,
   }
 }
 
+/* Lane masks for elements d .. d + 31 of a row of dim elements, made once
+ * per pass so that the per-row loads carry no mask arithmetic. */
+typedef struct span32 {
+  __mmask32 pair_mask; /* bf16 even/odd loads: one 32-element load */
+  __mmask16 lo, hi;    /* other dtypes: two 16-element loads */
+} span32;
+
+static ALWAYS_INLINE span32 span_of(int64_t d, int64_t dim) {
+  const int64_t left = dim - d;
+  span32 m;
+  m.pair_mask = left >= 32 ? (__mmask32)0xffffffffu
+                           : (__mmask32)(left <= 0 ? 0u : (1u << left) - 1u);
+  m.lo = lanes_of(left);
+  m.hi = lanes_of(left - 16);
+  return m;
+}
+
+/* load32 with the masks of span_of. */
+static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
+                                    int pairs, int64_t d, span32 m,
+                                    __m512 *lo, __m512 *hi) {
+  if (pairs) {
+    const __m512i raw =
+        _mm512_maskz_loadu_epi16(m.pair_mask, (const uint16_t *)row + d);
+    *lo = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+    *hi = _mm512_castsi512_ps(
+        _mm512_and_si512(raw, _mm512_set1_epi32((int)0xffff0000u)));
+    return;
+  }
+  *lo = fc512_load(row, dtype, d, m.lo);
+  *hi = fc512_load(row, dtype, d + 16, m.hi);
+}
+
 /* o[s] = alpha[s] * o[s] + sum_j w[s][j] * v_j over the block, for the
- * chunk's slots, 64 columns at a time in registers. Keys a slot does not
- * see (seen[s] bit clear) never touch V: a hidden row may hold anything,
- * NaN included. */
+ * chunk's slots, 64 columns (4 slots x 4 vectors: 16 accumulators) at a
+ * time in registers; columns past dv are zero and land in the padding.
+ * Keys a slot does not see (seen[s] bit clear) never touch V: a hidden row
+ * may hold anything, NaN included; that rarer case has its own loop so
+ * that the common one carries no per-key masks. */
 static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
                                             flashcpu_dtype dtype, int pairs,
                                             int64_t dv, int64_t padded_dv,
                                             int64_t n, float *o,
                                             const float *weights,
                                             const float alpha[CHUNK],
-                                            const __mmask16 seen[CHUNK]) {
-  const __mmask16 lanes = fc512_tail_mask(n);
-  const int all_seen = seen[0] == lanes && seen[1] == lanes &&
-                       seen[2] == lanes && seen[3] == lanes;
+                                            const __mmask16 seen[CHUNK],
+                                            int all_seen) {
   for (int64_t d = 0; d < dv; d += PASS) {
-    const int second = d + PAIR < dv; /* constant for dv 64 and 128 */
+    const span32 first = span_of(d, dv), second = span_of(d + PAIR, dv);
     __m512 acc[CHUNK][4];
     for (int s = 0; s < CHUNK; s++) {
       const __m512 factor = _mm512_set1_ps(alpha[s]);
-      for (int v = 0; v < 4; v++)
-        acc[s][v] = _mm512_mul_ps(
-            _mm512_loadu_ps(o + s * padded_dv + d + 16 * v), factor);
+      for (int x = 0; x < 4; x++)
+        acc[s][x] = _mm512_mul_ps(
+            _mm512_loadu_ps(o + s * padded_dv + d + 16 * x), factor);
     }
     if (all_seen) {
       for (int64_t j = 0; j < n; j++) {
         __m512 v[4];
-        load32(v_rows[j], dtype, pairs, d, dv, &v[0], &v[1]);
-        if (second) load32(v_rows[j], dtype, pairs, d + PAIR, dv, &v[2], &v[3]);
+        load_span(v_rows[j], dtype, pairs, d, first, &v[0], &v[1]);
+        load_span(v_rows[j], dtype, pairs, d + PAIR, second, &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
           const __m512 w = _mm512_set1_ps(weights[s * KEY_BLOCK + j]);
-          for (int x = 0; x < (second ? 4 : 2); x++)
+          for (int x = 0; x < 4; x++)
             acc[s][x] = _mm512_fmadd_ps(w, v[x], acc[s][x]);
         }
       }
     } else {
+      const unsigned any = (unsigned)(seen[0] | seen[1] | seen[2] | seen[3]);
       for (int64_t j = 0; j < n; j++) {
-        const unsigned any = (unsigned)(seen[0] | seen[1] | seen[2] | seen[3]);
         if (!((any >> j) & 1u)) continue;
         __m512 v[4];
-        load32(v_rows[j], dtype, pairs, d, dv, &v[0], &v[1]);
-        if (second) load32(v_rows[j], dtype, pairs, d + PAIR, dv, &v[2], &v[3]);
+        load_span(v_rows[j], dtype, pairs, d, first, &v[0], &v[1]);
+        load_span(v_rows[j], dtype, pairs, d + PAIR, second, &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
           const __mmask16 use =
               (__mmask16)(0u - (((unsigned)seen[s] >> j) & 1u));
           const __m512 w = _mm512_set1_ps(weights[s * KEY_BLOCK + j]);
-          for (int x = 0; x < (second ? 4 : 2); x++)
+          for (int x = 0; x < 4; x++)
             acc[s][x] = _mm512_mask3_fmadd_ps(w, v[x], acc[s][x], use);
         }
       }
     }
     for (int s = 0; s < CHUNK; s++)
-      for (int v = 0; v < 4; v++)
-        _mm512_storeu_ps(o + s * padded_dv + d + 16 * v, acc[s][v]);
+      for (int x = 0; x < 4; x++)
+        _mm512_storeu_ps(o + s * padded_dv + d + 16 * x, acc[s][x]);
   }
 }
 
@@ -366,9 +399,12 @@ static void accumulate_dispatch(const char *const *v_rows,
                                 int64_t padded_dv, int64_t n, float *o,
                                 const float *weights, const float alpha[CHUNK],
                                 const __mmask16 seen[CHUNK]) {
+  const __mmask16 lanes = fc512_tail_mask(n);
+  if (seen[0] == lanes && seen[1] == lanes && seen[2] == lanes &&
+      seen[3] == lanes) {
 #define VALUES_FOR(dt, pairs, dim)                                             \
   accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
-                    seen)
+                    seen, 1)
 #define BY_DTYPE(dim_value)                                                    \
   switch (dtype) {                                                             \
   case FLASHCPU_DTYPE_F32:                                                     \
@@ -379,8 +415,14 @@ static void accumulate_dispatch(const char *const *v_rows,
     return;                                                                    \
   default: VALUES_FOR(FLASHCPU_DTYPE_BF16, 1, dim_value); return;              \
   }
-  if (dv == 128) BY_DTYPE(128)
-  if (dv == 64) BY_DTYPE(64)
+    if (dv == 128) BY_DTYPE(128)
+    if (dv == 64) BY_DTYPE(64)
+    BY_DTYPE(dv)
+  }
+#undef VALUES_FOR
+#define VALUES_FOR(dt, pairs, dim)                                             \
+  accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
+                    seen, 0)
   BY_DTYPE(dv)
 #undef BY_DTYPE
 #undef VALUES_FOR
