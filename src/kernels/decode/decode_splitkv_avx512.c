@@ -39,8 +39,8 @@
 #include "simd/simd_avx512.h"
 
 enum { KEY_BLOCK = 16, CHUNK = 4, KEYS_PER_GROUP = 4, PAIR = 32, PASS = 64 };
-/* Tiles per team a launch aims for, key blocks prefetched ahead. */
-enum { TILES_PER_TEAM = 2, PREFETCH_BLOCKS = 1 };
+/* Tiles per team a launch aims for. */
+enum { TILES_PER_TEAM = 2 };
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -53,8 +53,6 @@ typedef struct splitkv_args {
   int64_t padded_dv;   /* v_head_dim rounded up to 64 */
   int64_t heads_per_tile;
   int64_t head_groups; /* kv_heads / heads_per_tile */
-  int64_t prefetch_blocks; /* key blocks ahead that are prefetched, 0: none */
-  int prefetch_hint;       /* 0: T0, 1: T1, 2: T2, 3: NTA */
   float q_factor;
   int scores_final;    /* no softcap or additive mask: Q carries log2(e) */
   int needs_finish;    /* some score needs per-key work after the dot */
@@ -132,6 +130,15 @@ static ALWAYS_INLINE void load32(const char *row, flashcpu_dtype dtype,
   *hi = fc512_load(row, dtype, d + 16, lanes_of(dim - d - 16));
 }
 
+/* The lines of bytes (64 or 128) at p, into L1: the same row of the next
+ * key block, fetched a line at a time as this block's lines are read,
+ * because bursts of prefetches ahead of a block stall the loads behind
+ * them (both machines followed a spread stream at up to twice the rate). */
+static ALWAYS_INLINE void prefetch_span(const char *p, int64_t bytes) {
+  _mm_prefetch(p, _MM_HINT_T0);
+  if (bytes > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
+}
+
 /* Lane i of the result is the sum of the 16 lanes of v[i]. */
 static ALWAYS_INLINE __m512 sum16(const __m512 v[16]) {
   __m512 pairs[8], quads[4], halves[2];
@@ -161,8 +168,9 @@ static ALWAYS_INLINE __m512 sum16(const __m512 v[16]) {
 static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
                                        flashcpu_dtype dtype, int pairs,
                                        const float *q, int64_t padded_dim,
-                                       int64_t dim, int64_t n,
+                                       int64_t dim, int64_t n, int64_t ahead,
                                        __m512 scores[CHUNK]) {
+  const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
   __m512 groups[KEY_BLOCK / KEYS_PER_GROUP];
   for (int g = 0; g < KEY_BLOCK / KEYS_PER_GROUP; g++) {
     if (g * KEYS_PER_GROUP >= n) {
@@ -175,9 +183,11 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
       acc[i] = _mm512_setzero_ps();
     for (int64_t d = 0; d < dim; d += PAIR) {
       __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
-      for (int j = 0; j < KEYS_PER_GROUP; j++)
-        load32(k_rows[g * KEYS_PER_GROUP + j], dtype, pairs, d, dim, &lo[j],
-               &hi[j]);
+      for (int j = 0; j < KEYS_PER_GROUP; j++) {
+        const char *row = k_rows[g * KEYS_PER_GROUP + j];
+        if (ahead) prefetch_span(row + d * size + ahead, PAIR * size);
+        load32(row, dtype, pairs, d, dim, &lo[j], &hi[j]);
+      }
       for (int s = 0; s < CHUNK; s++) {
         const __m512 q_lo = _mm512_loadu_ps(q + s * padded_dim + d);
         const __m512 q_hi = _mm512_loadu_ps(q + s * padded_dim + d + 16);
@@ -210,9 +220,9 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
 static void chunk_scores_dispatch(const char *const *k_rows,
                                   flashcpu_dtype dtype, const float *q,
                                   int64_t padded_dim, int64_t dim, int64_t n,
-                                  __m512 scores[CHUNK]) {
+                                  int64_t ahead, __m512 scores[CHUNK]) {
 #define SCORES_FOR(dt, pairs, dim_value)                                       \
-  chunk_scores(k_rows, dt, pairs, q, padded_dim, dim_value, n, scores)
+  chunk_scores(k_rows, dt, pairs, q, padded_dim, dim_value, n, ahead, scores)
 #define BY_DTYPE(dim_value)                                                    \
   switch (dtype) {                                                             \
   case FLASHCPU_DTYPE_F32:                                                     \
@@ -351,7 +361,8 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
                                             const float *weights,
                                             const float alpha[CHUNK],
                                             const __mmask16 seen[CHUNK],
-                                            int all_seen) {
+                                            int all_seen, int64_t ahead) {
+  const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
   for (int64_t d = 0; d < dv; d += PASS) {
     const span32 first = span_of(d, dv), second = span_of(d + PAIR, dv);
     __m512 acc[CHUNK][4];
@@ -364,6 +375,10 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
     if (all_seen) {
       for (int64_t j = 0; j < n; j++) {
         __m512 v[4];
+        if (ahead) {
+          prefetch_span(v_rows[j] + d * size + ahead, PAIR * size);
+          prefetch_span(v_rows[j] + (d + PAIR) * size + ahead, PAIR * size);
+        }
         load_span(v_rows[j], dtype, pairs, d, first, &v[0], &v[1]);
         load_span(v_rows[j], dtype, pairs, d + PAIR, second, &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
@@ -398,13 +413,13 @@ static void accumulate_dispatch(const char *const *v_rows,
                                 flashcpu_dtype dtype, int64_t dv,
                                 int64_t padded_dv, int64_t n, float *o,
                                 const float *weights, const float alpha[CHUNK],
-                                const __mmask16 seen[CHUNK]) {
+                                const __mmask16 seen[CHUNK], int64_t ahead) {
   const __mmask16 lanes = fc512_tail_mask(n);
   if (seen[0] == lanes && seen[1] == lanes && seen[2] == lanes &&
       seen[3] == lanes) {
 #define VALUES_FOR(dt, pairs, dim)                                             \
   accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
-                    seen, 1)
+                    seen, 1, ahead)
 #define BY_DTYPE(dim_value)                                                    \
   switch (dtype) {                                                             \
   case FLASHCPU_DTYPE_F32:                                                     \
@@ -422,29 +437,11 @@ static void accumulate_dispatch(const char *const *v_rows,
 #undef VALUES_FOR
 #define VALUES_FOR(dt, pairs, dim)                                             \
   accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
-                    seen, 0)
+                    seen, 0, 0)
   BY_DTYPE(dv)
 #undef BY_DTYPE
 #undef VALUES_FOR
 }
-
-#define PREFETCH_LOOP(hint)                                                    \
-  for (int64_t j = j0; j < j1; j++) {                                          \
-    const char *row = fc_view_row(view, b, j, kv_head);                        \
-    for (int64_t offset = 0; offset < bytes; offset += 64)                     \
-      _mm_prefetch(row + offset, hint);                                        \
-  }
-static void prefetch_rows(const fc_view *view, int64_t b, int64_t kv_head,
-                          int64_t j0, int64_t j1, int64_t dim, int hint) {
-  const int64_t bytes = dim * view->element_size;
-  switch (hint) {
-  case 0: PREFETCH_LOOP(_MM_HINT_T0) break;
-  case 1: PREFETCH_LOOP(_MM_HINT_T1) break;
-  case 2: PREFETCH_LOOP(_MM_HINT_T2) break;
-  default: PREFETCH_LOOP(_MM_HINT_NTA) break;
-  }
-}
-#undef PREFETCH_LOOP
 
 static float *record_of(const splitkv_args *a, int64_t bk, int64_t split,
                         int64_t slot) {
@@ -493,10 +490,12 @@ static void init_chunks(const splitkv_args *a, const chunk_state *st,
   }
 }
 
-/* One kv head's block: every chunk of this thread. */
+/* One kv head's block: every chunk of this thread. The first chunk's
+ * loads prefetch the same rows of the next block when there is one. */
 static void head_block(const splitkv_args *a, const chunk_state *st,
                        const fc_team_view *team, int64_t b, int64_t kv_head,
-                       int64_t h, int64_t j0, int64_t n, int64_t kv_length) {
+                       int64_t h, int64_t j0, int64_t n, int64_t kv_length,
+                       bool next_block) {
   const fc_problem *p = a->p;
   const int64_t D = p->head_dim, Dv = p->v_head_dim;
   const char *k_rows[KEY_BLOCK], *v_rows[KEY_BLOCK];
@@ -512,9 +511,11 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
   for (int64_t mine = 0; mine < st->count; mine++) {
     const int64_t chunk = team->rank + mine * team->size;
     const int64_t i0 = (h * st->count + mine) * CHUNK;
+    const bool ahead = next_block && mine == 0;
     __m512 scores[CHUNK];
     chunk_scores_dispatch(k_rows, p->k.dtype, st->q + i0 * a->padded_dim,
-                          a->padded_dim, D, n, scores);
+                          a->padded_dim, D, n, ahead ? KEY_BLOCK * k_step : 0,
+                          scores);
     if (a->needs_finish) {
       float s[CHUNK * KEY_BLOCK];
       for (int c = 0; c < CHUNK; c++) {
@@ -531,7 +532,7 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
     if (seen[0] | seen[1] | seen[2] | seen[3])
       accumulate_dispatch(v_rows, p->v.dtype, Dv, a->padded_dv, n,
                           st->o + i0 * a->padded_dv, st->weights, alpha,
-                          seen);
+                          seen, ahead ? KEY_BLOCK * v_step : 0);
   }
 }
 
@@ -543,7 +544,7 @@ static void splitkv_tile(void *opaque, int64_t tile,
   const int64_t bg = tile / a->plan.splits;
   const int64_t b = bg / a->head_groups;
   const int64_t h0 = bg % a->head_groups * a->heads_per_tile;
-  const int64_t D = p->head_dim, Dv = p->v_head_dim;
+  const int64_t Dv = p->v_head_dim;
   const chunk_state st = carve(a, team);
   const int64_t kv_length = fc_problem_kv_length(p, b);
 
@@ -557,21 +558,11 @@ static void splitkv_tile(void *opaque, int64_t tile,
   if (end > last.end) end = last.end;
 
   if (begin < end) init_chunks(a, &st, b, h0, team);
-  const int64_t ahead = a->prefetch_blocks * KEY_BLOCK;
   for (int64_t j0 = begin; j0 < end; j0 += KEY_BLOCK) {
     const int64_t n = end - j0 < KEY_BLOCK ? end - j0 : KEY_BLOCK;
-    for (int64_t h = 0; h < a->heads_per_tile; h++) {
-      const int64_t kv_head = h0 + h;
-      if (ahead > 0 && j0 + ahead < end) {
-        const int64_t next_end =
-            j0 + ahead + KEY_BLOCK < end ? j0 + ahead + KEY_BLOCK : end;
-        prefetch_rows(&p->k, b, kv_head, j0 + ahead, next_end, D,
-                      a->prefetch_hint);
-        prefetch_rows(&p->v, b, kv_head, j0 + ahead, next_end, Dv,
-                      a->prefetch_hint);
-      }
-      head_block(a, &st, team, b, kv_head, h, j0, n, kv_length);
-    }
+    for (int64_t h = 0; h < a->heads_per_tile; h++)
+      head_block(a, &st, team, b, h0 + h, h, j0, n, kv_length,
+                 j0 + KEY_BLOCK < end);
   }
 
   /* Partial states of this split; an empty one is m = -inf only. */
@@ -644,8 +635,6 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
    * (the largest divisor of kv_heads that does). Prefetch: the next block
    * into L1; on the 16-core Xeon 2, 4 or 8 blocks ahead and the T1/T2 hints
    * were slower or no faster (bench/NOTES.md). */
-  a.prefetch_blocks = PREFETCH_BLOCKS;
-  a.prefetch_hint = 0;
   const int64_t wanted = TILES_PER_TEAM * runtime->plan.team_count;
   a.heads_per_tile = 1;
   for (int64_t g = p->kv_heads; g >= 1; g--) {
