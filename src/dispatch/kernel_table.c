@@ -96,6 +96,13 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     table->decode_name = "fc_attention_decode_onepass__avx512";
     table->decode_splitkv = fc_attention_decode_splitkv__avx512;
     table->decode_splitkv_name = "fc_attention_decode_splitkv__avx512";
+    /* On by default: bf16 q and K products are exact in f32. */
+    if (fc_cpu_features_get()->avx512_bf16 &&
+        !(getenv("FLASHCPU_DECODE_BF16_DOT") &&
+          strcmp(getenv("FLASHCPU_DECODE_BF16_DOT"), "0") == 0)) {
+      table->decode_bf16_scores = fc_bf16_splitkv_scores__avx512bf16;
+      table->decode_bf16_scores_name = "fc_bf16_splitkv_scores__avx512bf16";
+    }
     break;
   case FLASHCPU_ISA_AVX2:
     FILL_CONVERTERS(table, avx2);

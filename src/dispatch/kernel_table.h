@@ -5,10 +5,17 @@
 #define FLASHCPU_DISPATCH_KERNEL_TABLE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dispatch/cpu_features.h"
 #include "flashcpu/flashcpu.h"
 #include "kernels/convert/convert.h"
+
+/* The split-KV kernel's bf16 scores function (kernels/decode). */
+typedef void (*fc_splitkv_bf16_scores_fn)(const char *const *k_rows,
+                                          const uint16_t *q, int64_t q_stride,
+                                          int64_t dim, int64_t n, float factor,
+                                          int64_t ahead, float *scores);
 
 struct fc_runtime;
 struct fc_problem;
@@ -57,6 +64,11 @@ typedef struct fc_kernel_table {
    * states merge in a fixed tree (FlashDecoding); NULL where none. */
   fc_attention_fn decode_splitkv;
   const char *decode_splitkv_name;
+  /* Its scores from bf16 q and K by AVX512-BF16 dot products; NULL where
+   * the CPU has none or FLASHCPU_DECODE_BF16_DOT=0 (read once, when the
+   * table is filled) turned them off. */
+  fc_splitkv_bf16_scores_fn decode_bf16_scores;
+  const char *decode_bf16_scores_name;
   fc_decode_thresholds decode_thresholds;
 } fc_kernel_table;
 

@@ -29,6 +29,17 @@ fc_splitkv_plan fc_splitkv_make_plan(const fc_problem *p);
 flashcpu_status fc_attention_decode_splitkv__avx512(
     flashcpu_context *ctx, fc_runtime *runtime,
     const struct fc_kernel_table *table, const fc_problem *p);
+
+/* Its scores of a chunk's 4 slots for a 16-key block from bf16 q and K by
+ * VDPBF16PS (fc_splitkv_bf16_scores_fn; CPUs with AVX512-BF16 only):
+ * scores[16 * s + j] = factor * (q_s . k_j). q_s is the raw bf16 row of
+ * slot s at q + s * q_stride, zero-padded to a multiple of 32 elements;
+ * k_rows past n repeat a valid row (their lanes are garbage). ahead: bytes
+ * from each K row to the row prefetched with it, 0 = none. */
+void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
+                                        const uint16_t *q, int64_t q_stride,
+                                        int64_t dim, int64_t n, float factor,
+                                        int64_t ahead, float *scores);
 #endif
 
 #endif

@@ -34,11 +34,18 @@
 #include "common/score.h"
 #include "dispatch/kernel_table.h"
 #include "kernels/decode/decode_splitkv.h"
+#include "kernels/decode/splitkv_scores.h"
 #include "kernels/kernel_support.h"
 #include "kernels/merge/merge_states.h"
 #include "simd/simd_avx512.h"
 
-enum { KEY_BLOCK = 16, CHUNK = 4, KEYS_PER_GROUP = 4, PAIR = 32, PASS = 64 };
+enum {
+  KEY_BLOCK = FC_SPLITKV_KEY_BLOCK,
+  CHUNK = FC_SPLITKV_CHUNK,
+  KEYS_PER_GROUP = FC_SPLITKV_KEYS_PER_GROUP,
+  PAIR = 32,
+  PASS = 64
+};
 /* Tiles per team a launch aims for. */
 enum { TILES_PER_TEAM = 2 };
 
@@ -57,6 +64,9 @@ typedef struct splitkv_args {
   int scores_final;    /* no softcap or additive mask: Q carries log2(e) */
   int needs_finish;    /* some score needs per-key work after the dot */
   int k_pairs, v_pairs; /* bf16: even/odd order per 32 elements */
+  /* bf16 q and K on a CPU with AVX512-BF16: scores by dot products on the
+   * raw bf16 rows (q kept unscaled, q_factor applied to the sums). */
+  fc_splitkv_bf16_scores_fn bf16_scores;
   float *partials;     /* [batch][kv head][split][slot] state records */
 } splitkv_args;
 
@@ -139,29 +149,6 @@ static ALWAYS_INLINE void prefetch_span(const char *p, int64_t bytes) {
   if (bytes > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
 }
 
-/* Lane i of the result is the sum of the 16 lanes of v[i]. */
-static ALWAYS_INLINE __m512 sum16(const __m512 v[16]) {
-  __m512 pairs[8], quads[4], halves[2];
-  for (int i = 0; i < 8; i++)
-    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  for (int i = 0; i < 4; i++) {
-    __m512d x = _mm512_castps_pd(pairs[2 * i]);
-    __m512d y = _mm512_castps_pd(pairs[2 * i + 1]);
-    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  for (int i = 0; i < 2; i++)
-    halves[i] = _mm512_add_ps(
-        _mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1],
-                             _MM_SHUFFLE(2, 0, 2, 0)),
-        _mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1],
-                             _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(
-      _mm512_shuffle_f32x4(halves[0], halves[1], _MM_SHUFFLE(2, 0, 2, 0)),
-      _mm512_shuffle_f32x4(halves[0], halves[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 /* Scores of a chunk's 4 slots for a block's keys: scores[s] lane j is
  * q_s . k_j (lanes past n are garbage; k_rows past n repeat a valid row).
  * dim and dtype are constants in the specialised callers. */
@@ -199,21 +186,9 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
         }
       }
     }
-    groups[g] = sum16(acc);
+    groups[g] = fc_splitkv_sum16(acc);
   }
-  /* groups[g] holds slot s's keys 4g..4g+3 in 128-bit lane s: transpose. */
-  __m512 low01 = _mm512_shuffle_f32x4(groups[0], groups[1],
-                                      _MM_SHUFFLE(1, 0, 1, 0));
-  __m512 low23 = _mm512_shuffle_f32x4(groups[2], groups[3],
-                                      _MM_SHUFFLE(1, 0, 1, 0));
-  __m512 high01 = _mm512_shuffle_f32x4(groups[0], groups[1],
-                                       _MM_SHUFFLE(3, 2, 3, 2));
-  __m512 high23 = _mm512_shuffle_f32x4(groups[2], groups[3],
-                                       _MM_SHUFFLE(3, 2, 3, 2));
-  scores[0] = _mm512_shuffle_f32x4(low01, low23, _MM_SHUFFLE(2, 0, 2, 0));
-  scores[1] = _mm512_shuffle_f32x4(low01, low23, _MM_SHUFFLE(3, 1, 3, 1));
-  scores[2] = _mm512_shuffle_f32x4(high01, high23, _MM_SHUFFLE(2, 0, 2, 0));
-  scores[3] = _mm512_shuffle_f32x4(high01, high23, _MM_SHUFFLE(3, 1, 3, 1));
+  fc_splitkv_transpose_groups(groups, scores);
 }
 
 /* head_dim 64 and 128 and each K dtype get their own unrolled copy. */
@@ -472,7 +447,10 @@ static void init_chunks(const splitkv_args *a, const chunk_state *st,
         if (slot < a->plan.slots) {
           const char *row = fc_view_row(&p->q, b, slot / p->group,
                                         kv_head * p->group + slot % p->group);
-          a->table->row_to_f32[p->q.dtype](row, D, a->q_factor, q);
+          if (a->bf16_scores)
+            memcpy(q, row, (size_t)D * sizeof(uint16_t));
+          else
+            a->table->row_to_f32[p->q.dtype](row, D, a->q_factor, q);
           if (a->k_pairs)
             for (int64_t d0 = 0; d0 < PD; d0 += PAIR) {
               float natural[PAIR];
@@ -513,9 +491,18 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
     const int64_t i0 = (h * st->count + mine) * CHUNK;
     const bool ahead = next_block && mine == 0;
     __m512 scores[CHUNK];
-    chunk_scores_dispatch(k_rows, p->k.dtype, st->q + i0 * a->padded_dim,
-                          a->padded_dim, D, n, ahead ? KEY_BLOCK * k_step : 0,
-                          scores);
+    if (a->bf16_scores) {
+      float s[CHUNK * KEY_BLOCK];
+      a->bf16_scores(k_rows, (const uint16_t *)(st->q + i0 * a->padded_dim),
+                     2 * a->padded_dim, D, n, a->q_factor,
+                     ahead ? KEY_BLOCK * k_step : 0, s);
+      for (int c = 0; c < CHUNK; c++)
+        scores[c] = _mm512_loadu_ps(s + c * KEY_BLOCK);
+    } else {
+      chunk_scores_dispatch(k_rows, p->k.dtype, st->q + i0 * a->padded_dim,
+                            a->padded_dim, D, n,
+                            ahead ? KEY_BLOCK * k_step : 0, scores);
+    }
     if (a->needs_finish) {
       float s[CHUNK * KEY_BLOCK];
       for (int c = 0; c < CHUNK; c++) {
@@ -622,7 +609,10 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
   a.chunks = (a.plan.slots + CHUNK - 1) / CHUNK;
   a.padded_dim = (p->head_dim + PAIR - 1) / PAIR * PAIR;
   a.padded_dv = (p->v_head_dim + PASS - 1) / PASS * PASS;
-  a.k_pairs = p->k.dtype == FLASHCPU_DTYPE_BF16;
+  if (table->decode_bf16_scores && p->q.dtype == FLASHCPU_DTYPE_BF16 &&
+      p->k.dtype == FLASHCPU_DTYPE_BF16)
+    a.bf16_scores = table->decode_bf16_scores;
+  a.k_pairs = p->k.dtype == FLASHCPU_DTYPE_BF16 && !a.bf16_scores;
   a.v_pairs = p->v.dtype == FLASHCPU_DTYPE_BF16;
   a.scores_final = p->softcap == 0.0f && !p->additive;
   a.q_factor = a.scores_final ? p->scale * FC_LOG2E_F : p->scale;

@@ -1,0 +1,65 @@
+/* Split-KV decode scores from bf16 q and K by AVX512-BF16 dot products
+ * (VDPBF16PS: 32 bf16 pairs into 16 f32 sums per instruction), for CPUs
+ * that have them. The products of two bf16 values are exact in f32; the
+ * sums round as the FMA path's do, in a different order. Half the
+ * arithmetic of widening K to f32, and no widening. */
+#include "kernels/decode/decode_splitkv.h"
+#include "kernels/decode/splitkv_scores.h"
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+enum { PAIR = 32 };
+
+static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
+                                      const uint16_t *q, int64_t q_stride,
+                                      int64_t dim, int64_t n, float factor,
+                                      int64_t ahead, float *out) {
+  __m512 groups[FC_SPLITKV_KEY_BLOCK / FC_SPLITKV_KEYS_PER_GROUP];
+  for (int g = 0; g < FC_SPLITKV_KEY_BLOCK / FC_SPLITKV_KEYS_PER_GROUP; g++) {
+    if (g * FC_SPLITKV_KEYS_PER_GROUP >= n) {
+      groups[g] = _mm512_setzero_ps();
+      continue;
+    }
+    __m512 acc[FC_SPLITKV_CHUNK * FC_SPLITKV_KEYS_PER_GROUP];
+    for (int i = 0; i < FC_SPLITKV_CHUNK * FC_SPLITKV_KEYS_PER_GROUP; i++)
+      acc[i] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < dim; d += PAIR) {
+      const int64_t left = dim - d;
+      const __mmask32 mask =
+          left >= PAIR ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+      __m512bh k[FC_SPLITKV_KEYS_PER_GROUP];
+      for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++) {
+        const char *row = k_rows[g * FC_SPLITKV_KEYS_PER_GROUP + j];
+        if (ahead) _mm_prefetch(row + 2 * d + ahead, _MM_HINT_T0);
+        k[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask,
+                                                  (const uint16_t *)row + d);
+      }
+      for (int s = 0; s < FC_SPLITKV_CHUNK; s++) {
+        const __m512bh qs = (__m512bh)_mm512_loadu_si512(q + s * q_stride + d);
+        for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++)
+          acc[s * FC_SPLITKV_KEYS_PER_GROUP + j] = _mm512_dpbf16_ps(
+              acc[s * FC_SPLITKV_KEYS_PER_GROUP + j], qs, k[j]);
+      }
+    }
+    groups[g] = fc_splitkv_sum16(acc);
+  }
+  __m512 scores[FC_SPLITKV_CHUNK];
+  fc_splitkv_transpose_groups(groups, scores);
+  const __m512 f = _mm512_set1_ps(factor);
+  for (int s = 0; s < FC_SPLITKV_CHUNK; s++)
+    _mm512_storeu_ps(out + s * FC_SPLITKV_KEY_BLOCK,
+                     _mm512_mul_ps(scores[s], f));
+}
+
+void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
+                                        const uint16_t *q, int64_t q_stride,
+                                        int64_t dim, int64_t n, float factor,
+                                        int64_t ahead, float *out) {
+  /* head_dim 64 and 128 get their own unrolled copy. */
+  if (dim == 128)
+    scores_bf16(k_rows, q, q_stride, 128, n, factor, ahead, out);
+  else if (dim == 64)
+    scores_bf16(k_rows, q, q_stride, 64, n, factor, ahead, out);
+  else
+    scores_bf16(k_rows, q, q_stride, dim, n, factor, ahead, out);
+}
