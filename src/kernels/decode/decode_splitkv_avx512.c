@@ -17,10 +17,13 @@
  * softmax (vector exp2, log2 domain). bf16 rows are widened 32 elements at
  * a time with one shift (even elements) and one and (odd elements): q and
  * the output accumulators are kept in that even/odd order per 32 elements
- * and put back in order when the partial state is written. Values: 64
- * output columns of the chunk's 4 slots (16 registers) stay in registers
- * across the block's 16 V rows; the rescale by the softmax correction is
- * folded into their load.
+ * and put back in order when the partial state is written. With bf16 q and
+ * K on a CPU with AVX512-BF16 the scores come from VDPBF16PS on the raw
+ * rows instead (splitkv_scores_avx512bf16.c). Values: 64 output columns of
+ * the chunk's 4 slots (16 registers) stay in registers across the block's
+ * 16 V rows; the rescale by the softmax correction is folded into their
+ * load. Each K and V line read prefetches the same line of the next key
+ * block, so prefetches are spread evenly over the loads.
  *
  * Each tile writes a partial state (m, l, o) per slot to the call
  * workspace; a second launch merges each slot's splits with the fixed tree
