@@ -415,4 +415,10 @@ std::string AttentionCase::Describe() const {
   return text.str();
 }
 
+bool CpuHasFeature(const std::string &name) {
+  char features[512];
+  flashcpu_cpu_features(features, sizeof features);
+  return (" " + std::string(features) + " ").find(" " + name + " ") != std::string::npos;
+}
+
 }  // namespace fctest

@@ -163,6 +163,9 @@ class AttentionCase {
   std::vector<int64_t> kv_lengths_before_;
 };
 
+// Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
+bool CpuHasFeature(const std::string &name);
+
 }  // namespace fctest
 
 #endif  // FLASHCPU_TESTS_ATTENTION_CASE_H

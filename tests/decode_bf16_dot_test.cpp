@@ -16,12 +16,6 @@ namespace {
 
 constexpr flashcpu_dtype BF16 = FLASHCPU_DTYPE_BF16, F32 = FLASHCPU_DTYPE_F32;
 
-bool CpuHasAvx512Bf16() {
-  char features[512];
-  flashcpu_cpu_features(features, sizeof features);
-  return (" " + std::string(features) + " ").find(" avx512_bf16 ") != std::string::npos;
-}
-
 std::string Describe(const flashcpu_context *ctx) {
   std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
   flashcpu_context_describe(ctx, text.data(), text.size());
@@ -33,7 +27,7 @@ class DecodeBf16Scores : public testing::TestWithParam<const char *> {
  protected:
   void SetUp() override {
     dot_ = std::string(GetParam()) == "1";
-    if (dot_ && !CpuHasAvx512Bf16()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+    if (dot_ && !CpuHasFeature("avx512_bf16")) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
     setenv("FLASHCPU_DECODE_BF16_DOT", GetParam(), 1);
     ASSERT_EQ(flashcpu_context_create(nullptr, &ctx_), FLASHCPU_OK);
     unsetenv("FLASHCPU_DECODE_BF16_DOT");

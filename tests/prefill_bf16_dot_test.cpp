@@ -15,16 +15,10 @@ namespace {
 
 constexpr flashcpu_dtype BF16 = FLASHCPU_DTYPE_BF16, F32 = FLASHCPU_DTYPE_F32;
 
-bool CpuHasAvx512Bf16() {
-  char features[512];
-  flashcpu_cpu_features(features, sizeof features);
-  return (" " + std::string(features) + " ").find(" avx512_bf16 ") != std::string::npos;
-}
-
 class PrefillBf16Dot : public testing::Test {
  protected:
   void SetUp() override {
-    if (!CpuHasAvx512Bf16())
+    if (!CpuHasFeature("avx512_bf16"))
       GTEST_SKIP() << "this CPU lacks AVX512-BF16";
     setenv("FLASHCPU_PREFILL_BF16_DOT", "1", 1);
     ASSERT_EQ(flashcpu_context_create(nullptr, &ctx_), FLASHCPU_OK);
