@@ -87,8 +87,8 @@ TEST_P(DecodeBf16Scores, F32QueryKeepsTheWideningPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DotOnOff, DecodeBf16Scores, testing::Values("1", "0"),
-                         [](const testing::TestParamInfo<const char *> &info) {
-                           return std::string(info.param) == "1" ? "dot" : "widened";
+                         [](const testing::TestParamInfo<const char *> &param) {
+                           return std::string(param.param) == "1" ? "dot" : "widened";
                          });
 
 }  // namespace
