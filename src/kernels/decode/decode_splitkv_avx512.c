@@ -121,26 +121,40 @@ static ALWAYS_INLINE __mmask16 lanes_of(int64_t remaining) {
   return remaining <= 0 ? 0 : fc512_tail_mask(remaining);
 }
 
-/* Elements d .. d + 31 of a row as two f32 vectors (elements past dim
- * zero): bf16 in even/odd order (lo: d, d + 2, ...; hi: d + 1, d + 3, ...)
- * when pairs, else in order (lo: d .. d + 15, hi: d + 16 .. d + 31). */
-static ALWAYS_INLINE void load32(const char *row, flashcpu_dtype dtype,
-                                 int pairs, int64_t d, int64_t dim,
-                                 __m512 *lo, __m512 *hi) {
+/* Lane masks for elements d .. d + 31 of a row of dim elements, made once
+ * per pass so that the per-row loads carry no mask arithmetic. */
+typedef struct span32 {
+  __mmask32 pair_mask; /* bf16 even/odd loads: one 32-element load */
+  __mmask16 lo, hi;    /* other dtypes: two 16-element loads */
+} span32;
+
+static ALWAYS_INLINE span32 span_of(int64_t d, int64_t dim) {
+  const int64_t left = dim - d;
+  span32 m;
+  m.pair_mask = left >= 32 ? (__mmask32)0xffffffffu
+                           : (__mmask32)(left <= 0 ? 0u : (1u << left) - 1u);
+  m.lo = lanes_of(left);
+  m.hi = lanes_of(left - 16);
+  return m;
+}
+
+/* Elements d .. d + 31 of a row as two f32 vectors (elements past the
+ * span's end zero): bf16 in even/odd order (lo: d, d + 2, ...; hi: d + 1,
+ * d + 3, ...) when pairs, else in order (lo: d .. d + 15, hi: d + 16 ..
+ * d + 31). */
+static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
+                                    int pairs, int64_t d, span32 m,
+                                    __m512 *lo, __m512 *hi) {
   if (pairs) {
-    const int64_t left = dim - d;
-    const __mmask32 mask =
-        left >= 32 ? (__mmask32)0xffffffffu
-                   : (__mmask32)((left <= 0 ? 0u : (1u << left) - 1u));
     const __m512i raw =
-        _mm512_maskz_loadu_epi16(mask, (const uint16_t *)row + d);
+        _mm512_maskz_loadu_epi16(m.pair_mask, (const uint16_t *)row + d);
     *lo = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
     *hi = _mm512_castsi512_ps(
         _mm512_and_si512(raw, _mm512_set1_epi32((int)0xffff0000u)));
     return;
   }
-  *lo = fc512_load(row, dtype, d, lanes_of(dim - d));
-  *hi = fc512_load(row, dtype, d + 16, lanes_of(dim - d - 16));
+  *lo = fc512_load(row, dtype, d, m.lo);
+  *hi = fc512_load(row, dtype, d + 16, m.hi);
 }
 
 /* The lines of bytes (64 or 128) at p, into L1: the same row of the next
@@ -176,7 +190,7 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
       for (int j = 0; j < KEYS_PER_GROUP; j++) {
         const char *row = k_rows[g * KEYS_PER_GROUP + j];
         if (ahead) prefetch_span(row + d * size + ahead, PAIR * size);
-        load32(row, dtype, pairs, d, dim, &lo[j], &hi[j]);
+        load_span(row, dtype, pairs, d, span_of(d, dim), &lo[j], &hi[j]);
       }
       for (int s = 0; s < CHUNK; s++) {
         const __m512 q_lo = _mm512_loadu_ps(q + s * padded_dim + d);
@@ -293,39 +307,6 @@ static void softmax_chunk(const __m512 scores[CHUNK], int64_t n, float *m,
   }
 }
 
-/* Lane masks for elements d .. d + 31 of a row of dim elements, made once
- * per pass so that the per-row loads carry no mask arithmetic. */
-typedef struct span32 {
-  __mmask32 pair_mask; /* bf16 even/odd loads: one 32-element load */
-  __mmask16 lo, hi;    /* other dtypes: two 16-element loads */
-} span32;
-
-static ALWAYS_INLINE span32 span_of(int64_t d, int64_t dim) {
-  const int64_t left = dim - d;
-  span32 m;
-  m.pair_mask = left >= 32 ? (__mmask32)0xffffffffu
-                           : (__mmask32)(left <= 0 ? 0u : (1u << left) - 1u);
-  m.lo = lanes_of(left);
-  m.hi = lanes_of(left - 16);
-  return m;
-}
-
-/* load32 with the masks of span_of. */
-static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
-                                    int pairs, int64_t d, span32 m,
-                                    __m512 *lo, __m512 *hi) {
-  if (pairs) {
-    const __m512i raw =
-        _mm512_maskz_loadu_epi16(m.pair_mask, (const uint16_t *)row + d);
-    *lo = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
-    *hi = _mm512_castsi512_ps(
-        _mm512_and_si512(raw, _mm512_set1_epi32((int)0xffff0000u)));
-    return;
-  }
-  *lo = fc512_load(row, dtype, d, m.lo);
-  *hi = fc512_load(row, dtype, d + 16, m.hi);
-}
-
 /* o[s] = alpha[s] * o[s] + sum_j w[s][j] * v_j over the block, for the
  * chunk's slots, 64 columns (4 slots x 4 vectors: 16 accumulators) at a
  * time in registers; columns past dv are zero and land in the padding.
@@ -428,7 +409,7 @@ static float *record_of(const splitkv_args *a, int64_t bk, int64_t split,
              fc_state_floats(a->p->v_head_dim);
 }
 
-/* Element i of a row in even/odd order per 32 (see load32). */
+/* Element i of a row in even/odd order per 32 (see load_span). */
 static int64_t paired_index(int64_t i) {
   const int64_t base = i / PAIR * PAIR, k = i % PAIR;
   return base + (k % 2) * 16 + k / 2;
