@@ -12,10 +12,12 @@
 #include "kernels/convert/convert.h"
 
 /* The split-KV kernel's bf16 scores function (kernels/decode). */
+struct fc_prefetch_sweep;
 typedef void (*fc_splitkv_bf16_scores_fn)(const char *const *k_rows,
                                           const uint16_t *q, int64_t q_stride,
                                           int64_t dim, int64_t n, float factor,
-                                          int64_t ahead, float *scores);
+                                          struct fc_prefetch_sweep *sweep,
+                                          float *scores);
 
 struct fc_runtime;
 struct fc_problem;

@@ -11,6 +11,7 @@
 #include "runtime/runtime.h"
 
 struct fc_kernel_table;
+struct fc_prefetch_sweep;
 
 /* Query rows the kernel takes (speculative verification: 2..64). */
 #define FC_SPLITKV_MAX_ROWS 64
@@ -34,12 +35,13 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
  * VDPBF16PS (fc_splitkv_bf16_scores_fn; CPUs with AVX512-BF16 only):
  * scores[16 * s + j] = factor * (q_s . k_j). q_s is the raw bf16 row of
  * slot s at q + s * q_stride, zero-padded to a multiple of 32 elements;
- * k_rows past n repeat a valid row (their lanes are garbage). ahead: bytes
- * from each K row to the row prefetched with it, 0 = none. */
+ * k_rows past n repeat a valid row (their lanes are garbage). sweep: the
+ * prefetch stream to advance a line per line read (NULL: none). */
 void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
                                         const uint16_t *q, int64_t q_stride,
                                         int64_t dim, int64_t n, float factor,
-                                        int64_t ahead, float *scores);
+                                        struct fc_prefetch_sweep *sweep,
+                                        float *scores);
 #endif
 
 #endif

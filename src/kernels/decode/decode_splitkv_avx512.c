@@ -22,8 +22,10 @@
  * rows instead (splitkv_scores_avx512bf16.c). Values: 64 output columns of
  * the chunk's 4 slots (16 registers) stay in registers across the block's
  * 16 V rows; the rescale by the softmax correction is folded into their
- * load. Each K and V line read prefetches the same line of the next key
- * block, so prefetches are spread evenly over the loads.
+ * load. Each K and V line read prefetches a line of the next key block,
+ * walking that block's rows of the tile's heads in address order
+ * (prefetch_sweep.h): prefetches spread evenly over the loads, addresses
+ * ascending although the loads go head by head.
  *
  * Each tile writes a partial state (m, l, o) per slot to the call
  * workspace; a second launch merges each slot's splits with the fixed tree
@@ -37,6 +39,7 @@
 #include "common/score.h"
 #include "dispatch/kernel_table.h"
 #include "kernels/decode/decode_splitkv.h"
+#include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_scores.h"
 #include "kernels/kernel_support.h"
 #include "kernels/merge/merge_states.h"
@@ -157,22 +160,14 @@ static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
   *hi = fc512_load(row, dtype, d + 16, m.hi);
 }
 
-/* The lines of bytes (64 or 128) at p, into L1: the same row of the next
- * key block, fetched a line at a time as this block's lines are read,
- * because bursts of prefetches ahead of a block stall the loads behind
- * them (both machines followed a spread stream at up to twice the rate). */
-static ALWAYS_INLINE void prefetch_span(const char *p, int64_t bytes) {
-  _mm_prefetch(p, _MM_HINT_T0);
-  if (bytes > 64) _mm_prefetch(p + 64, _MM_HINT_T0);
-}
-
 /* Scores of a chunk's 4 slots for a block's keys: scores[s] lane j is
  * q_s . k_j (lanes past n are garbage; k_rows past n repeat a valid row).
  * dim and dtype are constants in the specialised callers. */
 static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
                                        flashcpu_dtype dtype, int pairs,
                                        const float *q, int64_t padded_dim,
-                                       int64_t dim, int64_t n, int64_t ahead,
+                                       int64_t dim, int64_t n,
+                                       fc_prefetch_sweep *sweep,
                                        __m512 scores[CHUNK]) {
   const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
   __m512 groups[KEY_BLOCK / KEYS_PER_GROUP];
@@ -189,7 +184,10 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
       __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
       for (int j = 0; j < KEYS_PER_GROUP; j++) {
         const char *row = k_rows[g * KEYS_PER_GROUP + j];
-        if (ahead) prefetch_span(row + d * size + ahead, PAIR * size);
+        if (sweep) {
+          fc_sweep_next(sweep);
+          if (PAIR * size > FC_SWEEP_LINE) fc_sweep_next(sweep);
+        }
         load_span(row, dtype, pairs, d, span_of(d, dim), &lo[j], &hi[j]);
       }
       for (int s = 0; s < CHUNK; s++) {
@@ -212,9 +210,10 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
 static void chunk_scores_dispatch(const char *const *k_rows,
                                   flashcpu_dtype dtype, const float *q,
                                   int64_t padded_dim, int64_t dim, int64_t n,
-                                  int64_t ahead, __m512 scores[CHUNK]) {
+                                  fc_prefetch_sweep *sweep,
+                                  __m512 scores[CHUNK]) {
 #define SCORES_FOR(dt, pairs, dim_value)                                       \
-  chunk_scores(k_rows, dt, pairs, q, padded_dim, dim_value, n, ahead, scores)
+  chunk_scores(k_rows, dt, pairs, q, padded_dim, dim_value, n, sweep, scores)
 #define BY_DTYPE(dim_value)                                                    \
   switch (dtype) {                                                             \
   case FLASHCPU_DTYPE_F32:                                                     \
@@ -320,7 +319,8 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
                                             const float *weights,
                                             const float alpha[CHUNK],
                                             const __mmask16 seen[CHUNK],
-                                            int all_seen, int64_t ahead) {
+                                            int all_seen,
+                                            fc_prefetch_sweep *sweep) {
   const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
   for (int64_t d = 0; d < dv; d += PASS) {
     const span32 first = span_of(d, dv), second = span_of(d + PAIR, dv);
@@ -334,10 +334,9 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
     if (all_seen) {
       for (int64_t j = 0; j < n; j++) {
         __m512 v[4];
-        if (ahead) {
-          prefetch_span(v_rows[j] + d * size + ahead, PAIR * size);
-          prefetch_span(v_rows[j] + (d + PAIR) * size + ahead, PAIR * size);
-        }
+        if (sweep)
+          for (int64_t line = 0; line < 2 * PAIR * size; line += FC_SWEEP_LINE)
+            fc_sweep_next(sweep);
         load_span(v_rows[j], dtype, pairs, d, first, &v[0], &v[1]);
         load_span(v_rows[j], dtype, pairs, d + PAIR, second, &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
@@ -372,13 +371,14 @@ static void accumulate_dispatch(const char *const *v_rows,
                                 flashcpu_dtype dtype, int64_t dv,
                                 int64_t padded_dv, int64_t n, float *o,
                                 const float *weights, const float alpha[CHUNK],
-                                const __mmask16 seen[CHUNK], int64_t ahead) {
+                                const __mmask16 seen[CHUNK],
+                                fc_prefetch_sweep *sweep) {
   const __mmask16 lanes = fc512_tail_mask(n);
   if (seen[0] == lanes && seen[1] == lanes && seen[2] == lanes &&
       seen[3] == lanes) {
 #define VALUES_FOR(dt, pairs, dim)                                             \
   accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
-                    seen, 1, ahead)
+                    seen, 1, sweep)
 #define BY_DTYPE(dim_value)                                                    \
   switch (dtype) {                                                             \
   case FLASHCPU_DTYPE_F32:                                                     \
@@ -396,7 +396,7 @@ static void accumulate_dispatch(const char *const *v_rows,
 #undef VALUES_FOR
 #define VALUES_FOR(dt, pairs, dim)                                             \
   accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
-                    seen, 0, 0)
+                    seen, 0, NULL)
   BY_DTYPE(dv)
 #undef BY_DTYPE
 #undef VALUES_FOR
@@ -453,11 +453,11 @@ static void init_chunks(const splitkv_args *a, const chunk_state *st,
 }
 
 /* One kv head's block: every chunk of this thread. The first chunk's
- * loads prefetch the same rows of the next block when there is one. */
+ * loads advance the sweeps of the next block (NULL: none). */
 static void head_block(const splitkv_args *a, const chunk_state *st,
                        const fc_team_view *team, int64_t b, int64_t kv_head,
                        int64_t h, int64_t j0, int64_t n, int64_t kv_length,
-                       bool next_block) {
+                       fc_prefetch_sweep *k_sweep, fc_prefetch_sweep *v_sweep) {
   const fc_problem *p = a->p;
   const int64_t D = p->head_dim, Dv = p->v_head_dim;
   const char *k_rows[KEY_BLOCK], *v_rows[KEY_BLOCK];
@@ -473,19 +473,19 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
   for (int64_t mine = 0; mine < st->count; mine++) {
     const int64_t chunk = team->rank + mine * team->size;
     const int64_t i0 = (h * st->count + mine) * CHUNK;
-    const bool ahead = next_block && mine == 0;
+    const bool ahead = mine == 0;
     __m512 scores[CHUNK];
     if (a->bf16_scores) {
       float s[CHUNK * KEY_BLOCK];
       a->bf16_scores(k_rows, (const uint16_t *)(st->q + i0 * a->padded_dim),
                      2 * a->padded_dim, D, n, a->q_factor,
-                     ahead ? KEY_BLOCK * k_step : 0, s);
+                     ahead ? k_sweep : NULL, s);
       for (int c = 0; c < CHUNK; c++)
         scores[c] = _mm512_loadu_ps(s + c * KEY_BLOCK);
     } else {
       chunk_scores_dispatch(k_rows, p->k.dtype, st->q + i0 * a->padded_dim,
                             a->padded_dim, D, n,
-                            ahead ? KEY_BLOCK * k_step : 0, scores);
+                            ahead ? k_sweep : NULL, scores);
     }
     if (a->needs_finish) {
       float s[CHUNK * KEY_BLOCK];
@@ -503,7 +503,7 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
     if (seen[0] | seen[1] | seen[2] | seen[3])
       accumulate_dispatch(v_rows, p->v.dtype, Dv, a->padded_dv, n,
                           st->o + i0 * a->padded_dv, st->weights, alpha,
-                          seen, ahead ? KEY_BLOCK * v_step : 0);
+                          seen, ahead ? v_sweep : NULL);
   }
 }
 
@@ -529,11 +529,24 @@ static void splitkv_tile(void *opaque, int64_t tile,
   if (end > last.end) end = last.end;
 
   if (begin < end) init_chunks(a, &st, b, h0, team);
+  const int64_t hpt = a->heads_per_tile;
+  const int64_t k_size = p->k.element_size, v_size = p->v.element_size;
   for (int64_t j0 = begin; j0 < end; j0 += KEY_BLOCK) {
     const int64_t n = end - j0 < KEY_BLOCK ? end - j0 : KEY_BLOCK;
-    for (int64_t h = 0; h < a->heads_per_tile; h++)
-      head_block(a, &st, team, b, h0 + h, h, j0, n, kv_length,
-                 j0 + KEY_BLOCK < end);
+    /* The next block's rows of the tile's heads, empty after the last. */
+    const int64_t next = j0 + KEY_BLOCK;
+    const int64_t next_n =
+        end - next < KEY_BLOCK ? end - next : KEY_BLOCK;
+    fc_prefetch_sweep k_sweep, v_sweep;
+    fc_sweep_init(&k_sweep, next < end ? fc_view_row(&p->k, b, next, h0) : NULL,
+                  next_n, hpt, p->k.strides[1] * k_size,
+                  p->k.strides[2] * k_size, p->head_dim * k_size);
+    fc_sweep_init(&v_sweep, next < end ? fc_view_row(&p->v, b, next, h0) : NULL,
+                  next_n, hpt, p->v.strides[1] * v_size,
+                  p->v.strides[2] * v_size, p->v_head_dim * v_size);
+    for (int64_t h = 0; h < hpt; h++)
+      head_block(a, &st, team, b, h0 + h, h, j0, n, kv_length, &k_sweep,
+                 &v_sweep);
   }
 
   /* Partial states of this split; an empty one is m = -inf only. */
@@ -607,8 +620,7 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
 
   /* Heads per tile: as many as keep TILES_PER_TEAM tiles for every team
    * (the largest divisor of kv_heads that does). Prefetch: the next block
-   * into L1; on the 16-core Xeon 2, 4 or 8 blocks ahead and the T1/T2 hints
-   * were slower or no faster (bench/NOTES.md). */
+   * into L1; 2 blocks ahead or into L2 was no faster (bench/NOTES.md). */
   const int64_t wanted = TILES_PER_TEAM * runtime->plan.team_count;
   a.heads_per_tile = 1;
   for (int64_t g = p->kv_heads; g >= 1; g--) {

@@ -4,6 +4,7 @@
  * sums round as the FMA path's do, in a different order. Half the
  * arithmetic of widening K to f32, and no widening. */
 #include "kernels/decode/decode_splitkv.h"
+#include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_scores.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -13,7 +14,7 @@ enum { PAIR = 32 };
 static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
                                       const uint16_t *q, int64_t q_stride,
                                       int64_t dim, int64_t n, float factor,
-                                      int64_t ahead, float *out) {
+                                      fc_prefetch_sweep *sweep, float *out) {
   __m512 groups[FC_SPLITKV_KEY_BLOCK / FC_SPLITKV_KEYS_PER_GROUP];
   for (int g = 0; g < FC_SPLITKV_KEY_BLOCK / FC_SPLITKV_KEYS_PER_GROUP; g++) {
     if (g * FC_SPLITKV_KEYS_PER_GROUP >= n) {
@@ -30,7 +31,7 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
       __m512bh k[FC_SPLITKV_KEYS_PER_GROUP];
       for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++) {
         const char *row = k_rows[g * FC_SPLITKV_KEYS_PER_GROUP + j];
-        if (ahead) _mm_prefetch(row + 2 * d + ahead, _MM_HINT_T0);
+        if (sweep) fc_sweep_next(sweep);
         k[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask,
                                                   (const uint16_t *)row + d);
       }
@@ -54,12 +55,12 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
 void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
                                         const uint16_t *q, int64_t q_stride,
                                         int64_t dim, int64_t n, float factor,
-                                        int64_t ahead, float *out) {
+                                        fc_prefetch_sweep *sweep, float *out) {
   /* head_dim 64 and 128 get their own unrolled copy. */
   if (dim == 128)
-    scores_bf16(k_rows, q, q_stride, 128, n, factor, ahead, out);
+    scores_bf16(k_rows, q, q_stride, 128, n, factor, sweep, out);
   else if (dim == 64)
-    scores_bf16(k_rows, q, q_stride, 64, n, factor, ahead, out);
+    scores_bf16(k_rows, q, q_stride, 64, n, factor, sweep, out);
   else
-    scores_bf16(k_rows, q, q_stride, dim, n, factor, ahead, out);
+    scores_bf16(k_rows, q, q_stride, dim, n, factor, sweep, out);
 }

@@ -1,0 +1,22 @@
+/* Exposes the decode kernels' prefetch sweep (static inline C in
+ * src/kernels/decode/prefetch_sweep.h) to the C++ test: the lines a sweep
+ * hands out, in order. */
+#include <stdint.h>
+
+#include "kernels/decode/prefetch_sweep.h"
+
+int64_t fctest_sweep_lines(const char *first_row, int64_t keys, int64_t heads,
+                           int64_t key_step, int64_t head_step,
+                           int64_t row_bytes, const char **lines,
+                           int64_t capacity) {
+  fc_prefetch_sweep sweep;
+  fc_sweep_init(&sweep, first_row, keys, heads, key_step, head_step, row_bytes);
+  int64_t count = 0;
+  for (const char *line = fc_sweep_take(&sweep); line;
+       line = fc_sweep_take(&sweep)) {
+    if (count < capacity)
+      lines[count] = line;
+    count++;
+  }
+  return count;
+}
