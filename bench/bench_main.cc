@@ -17,6 +17,7 @@
 #include "bench_cases.h"
 #include "common/ceilings.h"
 #include "common/cpu_info.h"
+#include "common/quiet_openmp.h"
 
 namespace {
 
@@ -84,6 +85,7 @@ bool MeasureCeilings(const std::vector<int> &thread_counts, bool measure,
 } // namespace
 
 int main(int argc, char **argv) {
+  toolkit_quiet_openmp();
   const bool filter_given = HasFlag(argc, argv, "--benchmark_filter") ||
                             std::getenv("BENCHMARK_FILTER") != nullptr;
   const bool list_only = HasFlag(argc, argv, "--benchmark_list_tests");

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "common/cpu_info.h"
+#include "common/quiet_openmp.h"
 
 static void print_help(FILE *stream) {
   fprintf(stream,
@@ -119,6 +120,7 @@ int cli_info(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  toolkit_quiet_openmp();
   if (argc < 2) {
     print_help(stderr);
     return CLI_EXIT_USAGE;
