@@ -531,6 +531,18 @@ static void splitkv_tile(void *opaque, int64_t tile,
   if (begin < end) init_chunks(a, &st, b, h0, team);
   const int64_t hpt = a->heads_per_tile;
   const int64_t k_size = p->k.element_size, v_size = p->v.element_size;
+  if (begin < end) {
+    const int64_t n = end - begin < KEY_BLOCK ? end - begin : KEY_BLOCK;
+    fc_prefetch_sweep first_k, first_v;
+    fc_sweep_init(&first_k, fc_view_row(&p->k, b, begin, h0), n, hpt,
+                  p->k.strides[1] * k_size, p->k.strides[2] * k_size,
+                  p->head_dim * k_size);
+    fc_sweep_init(&first_v, fc_view_row(&p->v, b, begin, h0), n, hpt,
+                  p->v.strides[1] * v_size, p->v.strides[2] * v_size,
+                  p->v_head_dim * v_size);
+    fc_sweep_all(&first_k);
+    fc_sweep_all(&first_v);
+  }
   for (int64_t j0 = begin; j0 < end; j0 += KEY_BLOCK) {
     const int64_t n = end - j0 < KEY_BLOCK ? end - j0 : KEY_BLOCK;
     /* The next block's rows of the tile's heads, empty after the last. */
