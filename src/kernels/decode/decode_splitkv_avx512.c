@@ -264,22 +264,86 @@ static void finish_scores(const splitkv_args *a, float *s, int64_t b,
   }
 }
 
+/* Slot s's largest score (lanes of masked[s]) in lane s of every 128-bit
+ * lane: a transpose/max tree, no scalar reductions. NaN-free inputs only
+ * (max_ps does not propagate NaN). */
+static ALWAYS_INLINE __m512 block_max4(const __m512 masked[CHUNK]) {
+  const __m512 t0 = _mm512_max_ps(_mm512_unpacklo_ps(masked[0], masked[1]),
+                                  _mm512_unpackhi_ps(masked[0], masked[1]));
+  const __m512 t1 = _mm512_max_ps(_mm512_unpacklo_ps(masked[2], masked[3]),
+                                  _mm512_unpackhi_ps(masked[2], masked[3]));
+  __m512 u = _mm512_max_ps(
+      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t0),
+                                          _mm512_castps_pd(t1))),
+      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t0),
+                                          _mm512_castps_pd(t1))));
+  u = _mm512_max_ps(u, _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm512_max_ps(u,
+                       _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+/* Lane s of every 128-bit lane of v, in all 16 lanes. */
+#define SLOT_LANE(v, s) _mm512_permute_ps((v), _MM_SHUFFLE(s, s, s, s))
+
 /* Online softmax of a chunk's block: scores become weights (0 for hidden
  * keys and lanes past n) in weights[slot * 16 + key]; alpha[slot] is the
  * factor the slot's output must be rescaled by (exactly 1 where the running
- * max did not move). seen[slot]: the keys the slot sees, as a lane mask. */
-static void softmax_chunk(const __m512 scores[CHUNK], int64_t n, float *m,
-                          float *l, float *weights, float alpha[CHUNK],
-                          __mmask16 seen[CHUNK]) {
+ * max did not move). seen[slot]: the keys the slot sees, as a lane mask.
+ * The 4 slots go through the max, the shift and the sums as vectors; a
+ * block with a NaN score takes softmax_chunk_nan, which propagates it. */
+static void softmax_chunk_nan(const __m512 masked[CHUNK], float *m, float *l,
+                              float *weights, float alpha[CHUNK],
+                              const __mmask16 seen[CHUNK]);
+
+static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
+                                        float *m, float *l, float *weights,
+                                        float alpha[CHUNK],
+                                        __mmask16 seen[CHUNK]) {
   const __mmask16 lanes = fc512_tail_mask(n);
+  const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
   __m512 masked[CHUNK];
+  __mmask16 nan = 0, any_seen = 0;
+  for (int c = 0; c < CHUNK; c++) {
+    masked[c] = _mm512_mask_mov_ps(minus_inf, lanes, scores[c]);
+    seen[c] = _mm512_cmp_ps_mask(masked[c], minus_inf, _CMP_NEQ_UQ) & lanes;
+    nan |= _mm512_cmp_ps_mask(masked[c], masked[c], _CMP_UNORD_Q);
+    any_seen |= (__mmask16)((seen[c] != 0) << c);
+  }
+  if (nan) {
+    softmax_chunk_nan(masked, m, l, weights, alpha, seen);
+    return;
+  }
+  /* Lanes 0..3 of each 128-bit lane: the slots' running max, old and new.
+   * A slot that saw nothing keeps its state: shift 0, alpha exactly 1. */
+  const __m512 m_old = _mm512_broadcast_f32x4(_mm_loadu_ps(m));
+  const __m512 m_new = _mm512_max_ps(m_old, block_max4(masked));
+  const __mmask16 moved = (__mmask16)(any_seen * 0x1111u);
+  const __m512 factor = fc512_exp2(_mm512_maskz_sub_ps(moved, m_old, m_new));
+  _mm_storeu_ps(alpha, _mm512_castps512_ps128(factor));
+  _mm_storeu_ps(m, _mm512_castps512_ps128(m_new));
+#define SLOT_WEIGHTS(c)                                                        \
+  do {                                                                         \
+    const __m512 w = _mm512_maskz_mov_ps(                                      \
+        seen[c], fc512_exp2(_mm512_sub_ps(masked[c], SLOT_LANE(m_new, c))));  \
+    const __m512 sums = _mm512_loadu_ps(l + c * KEY_BLOCK);                    \
+    _mm512_storeu_ps(l + c * KEY_BLOCK,                                        \
+                     _mm512_fmadd_ps(sums, SLOT_LANE(factor, c), w));          \
+    _mm512_storeu_ps(weights + c * KEY_BLOCK, w);                              \
+  } while (0)
+  SLOT_WEIGHTS(0);
+  SLOT_WEIGHTS(1);
+  SLOT_WEIGHTS(2);
+  SLOT_WEIGHTS(3);
+#undef SLOT_WEIGHTS
+}
+
+/* The softmax above, one slot at a time, for blocks with a NaN score: the
+ * NaN becomes the slot's max and so reaches its output. */
+static void softmax_chunk_nan(const __m512 masked[CHUNK], float *m, float *l,
+                              float *weights, float alpha[CHUNK],
+                              const __mmask16 seen[CHUNK]) {
   float m_new[CHUNK], shift[16] = {0};
   for (int c = 0; c < CHUNK; c++) {
-    masked[c] =
-        _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), lanes, scores[c]);
-    seen[c] = _mm512_cmp_ps_mask(masked[c], _mm512_set1_ps(-INFINITY),
-                                 _CMP_NEQ_UQ) &
-              lanes;
     m_new[c] = m[c];
     if (!seen[c]) continue;
     float block_max = _mm512_reduce_max_ps(masked[c]);
@@ -465,10 +529,15 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
   const char *v0 = fc_view_row(&p->v, b, j0, kv_head);
   const int64_t k_step = p->k.strides[1] * p->k.element_size;
   const int64_t v_step = p->v.strides[1] * p->v.element_size;
+  /* Rows past n repeat the last (the loads stay in bounds). */
+  const char *k = k0, *v = v0;
   for (int64_t j = 0; j < KEY_BLOCK; j++) {
-    const int64_t key = j < n ? j : n - 1;
-    k_rows[j] = k0 + key * k_step;
-    v_rows[j] = v0 + key * v_step;
+    k_rows[j] = k;
+    v_rows[j] = v;
+    if (j + 1 < n) {
+      k += k_step;
+      v += v_step;
+    }
   }
   for (int64_t mine = 0; mine < st->count; mine++) {
     const int64_t chunk = team->rank + mine * team->size;
