@@ -265,8 +265,7 @@ static void finish_scores(const splitkv_args *a, float *s, int64_t b,
 }
 
 /* Slot s's largest score (lanes of masked[s]) in lane s of every 128-bit
- * lane: a transpose/max tree, no scalar reductions. NaN-free inputs only
- * (max_ps does not propagate NaN). */
+ * lane: a transpose/max tree, no scalar reductions. */
 static ALWAYS_INLINE __m512 block_max4(const __m512 masked[CHUNK]) {
   const __m512 t0 = _mm512_max_ps(_mm512_unpacklo_ps(masked[0], masked[1]),
                                   _mm512_unpackhi_ps(masked[0], masked[1]));
@@ -289,11 +288,9 @@ static ALWAYS_INLINE __m512 block_max4(const __m512 masked[CHUNK]) {
  * keys and lanes past n) in weights[slot * 16 + key]; alpha[slot] is the
  * factor the slot's output must be rescaled by (exactly 1 where the running
  * max did not move). seen[slot]: the keys the slot sees, as a lane mask.
- * The 4 slots go through the max, the shift and the sums as vectors; a
- * block with a NaN score takes softmax_chunk_nan, which propagates it. */
-static void softmax_chunk_nan(const __m512 masked[CHUNK], float *m, float *l,
-                              float *weights, float alpha[CHUNK],
-                              const __mmask16 seen[CHUNK]);
+ * The 4 slots go through the max, the shift and the sums as vectors. A
+ * NaN score (max_ps may drop it from the max) gives a NaN weight, so the
+ * slot's sum and output become NaN all the same. */
 
 static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
                                         float *m, float *l, float *weights,
@@ -302,16 +299,11 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
   const __mmask16 lanes = fc512_tail_mask(n);
   const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
   __m512 masked[CHUNK];
-  __mmask16 nan = 0, any_seen = 0;
+  __mmask16 any_seen = 0;
   for (int c = 0; c < CHUNK; c++) {
     masked[c] = _mm512_mask_mov_ps(minus_inf, lanes, scores[c]);
     seen[c] = _mm512_cmp_ps_mask(masked[c], minus_inf, _CMP_NEQ_UQ) & lanes;
-    nan |= _mm512_cmp_ps_mask(masked[c], masked[c], _CMP_UNORD_Q);
     any_seen |= (__mmask16)((seen[c] != 0) << c);
-  }
-  if (nan) {
-    softmax_chunk_nan(masked, m, l, weights, alpha, seen);
-    return;
   }
   /* Lanes 0..3 of each 128-bit lane: the slots' running max, old and new.
    * A slot that saw nothing keeps its state: shift 0, alpha exactly 1. */
@@ -335,39 +327,6 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
   SLOT_WEIGHTS(2);
   SLOT_WEIGHTS(3);
 #undef SLOT_WEIGHTS
-}
-
-/* The softmax above, one slot at a time, for blocks with a NaN score: the
- * NaN becomes the slot's max and so reaches its output. */
-static void softmax_chunk_nan(const __m512 masked[CHUNK], float *m, float *l,
-                              float *weights, float alpha[CHUNK],
-                              const __mmask16 seen[CHUNK]) {
-  float m_new[CHUNK], shift[16] = {0};
-  for (int c = 0; c < CHUNK; c++) {
-    m_new[c] = m[c];
-    if (!seen[c]) continue;
-    float block_max = _mm512_reduce_max_ps(masked[c]);
-    if (_mm512_cmp_ps_mask(masked[c], masked[c], _CMP_UNORD_Q))
-      block_max = NAN;
-    m_new[c] = (block_max > m[c] || isnan(block_max)) ? block_max : m[c];
-    shift[c] = m[c] - m_new[c];
-  }
-  /* exp2(0) is exactly 1: slots that saw nothing keep their state. */
-  _mm512_storeu_ps(shift, fc512_exp2(_mm512_loadu_ps(shift)));
-  for (int c = 0; c < CHUNK; c++) {
-    alpha[c] = shift[c];
-    if (!seen[c]) {
-      _mm512_storeu_ps(weights + c * KEY_BLOCK, _mm512_setzero_ps());
-      continue;
-    }
-    __m512 w = fc512_exp2(_mm512_sub_ps(masked[c], _mm512_set1_ps(m_new[c])));
-    w = _mm512_maskz_mov_ps(seen[c], w);
-    __m512 sums = _mm512_loadu_ps(l + c * KEY_BLOCK);
-    if (alpha[c] != 1.0f) sums = _mm512_mul_ps(sums, _mm512_set1_ps(alpha[c]));
-    _mm512_storeu_ps(l + c * KEY_BLOCK, _mm512_add_ps(sums, w));
-    _mm512_storeu_ps(weights + c * KEY_BLOCK, w);
-    m[c] = m_new[c];
-  }
 }
 
 /* o[s] = alpha[s] * o[s] + sum_j w[s][j] * v_j over the block, for the

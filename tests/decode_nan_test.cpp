@@ -1,0 +1,130 @@
+// NaN through split-KV decode (the kernel flashcpu picks for 1 to 8 query
+// rows on AVX-512 CPUs): NaN in what a row reads (q, a visible K or V row)
+// reaches that row's output, in whichever split it lies; NaN in keys the row
+// does not see does not. Each case is also compared with the oracle.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "attention_case.h"
+
+namespace fctest {
+namespace {
+
+// 600 keys: three splits of 256 keys (the last partial). GQA 4.
+constexpr int64_t kS = 600, kHq = 8, kHkv = 2, kD = 128;
+
+std::string Describe(const flashcpu_context *ctx) {
+  std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
+  flashcpu_context_describe(ctx, text.data(), text.size());
+  return text.data();
+}
+
+bool RowHasNan(const AttentionCase &c, int64_t b, int64_t i, int64_t h) {
+  for (int64_t d = 0; d < kD; d++)
+    if (std::isnan(c.out_at(b, i, h, d))) return true;
+  return false;
+}
+
+bool RowFinite(const AttentionCase &c, int64_t b, int64_t i, int64_t h) {
+  for (int64_t d = 0; d < kD; d++)
+    if (!std::isfinite(c.out_at(b, i, h, d))) return false;
+  return std::isfinite(c.lse_at(b, h, i));
+}
+
+class DecodeNan : public testing::TestWithParam<flashcpu_dtype> {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(flashcpu_context_create(nullptr, &ctx_), FLASHCPU_OK);
+    if (Describe(ctx_).find("split KV: fc_attention_decode_splitkv__avx512") ==
+        std::string::npos)
+      GTEST_SKIP() << "no AVX-512 split-KV kernel here";
+  }
+  void TearDown() override { flashcpu_context_destroy(ctx_); }
+  AttentionCase &Configure(AttentionCase &c, int64_t rows) {
+    const flashcpu_dtype t = GetParam();
+    return c.batch(2).q_len(rows).kv_len(kS).heads(kHq, kHkv).head_dim(kD)
+        .causal().dtypes(t, t, t).seed(97);
+  }
+  flashcpu_context *ctx_ = nullptr;
+};
+
+TEST_P(DecodeNan, NanQueryPoisonsOnlyThatHead) {
+  AttentionCase c;
+  Configure(c, 1).Build();
+  c.q().Set(1, 0, 5, 100, NAN);
+  c.Test(ctx_);
+  for (int64_t h = 0; h < kHq; h++) {
+    if (h == 5) {
+      EXPECT_TRUE(RowHasNan(c, 1, 0, h));
+      EXPECT_TRUE(std::isnan(c.lse_at(1, h, 0)));
+    } else {
+      EXPECT_TRUE(RowFinite(c, 1, 0, h)) << "head " << h;
+    }
+    EXPECT_TRUE(RowFinite(c, 0, 0, h)) << "other batch, head " << h;
+  }
+}
+
+TEST_P(DecodeNan, NanKeyInAMiddleSplitPoisonsItsGroup) {
+  AttentionCase c;
+  Configure(c, 1).Build();
+  c.k().Set(0, 300, 1, 64, NAN);  // split 1, kv head 1: q heads 4..7
+  c.Test(ctx_);
+  for (int64_t h = 0; h < kHq; h++) {
+    if (h / 4 == 1) {
+      EXPECT_TRUE(RowHasNan(c, 0, 0, h)) << "head " << h;
+      EXPECT_TRUE(std::isnan(c.lse_at(0, h, 0))) << "head " << h;
+    } else {
+      EXPECT_TRUE(RowFinite(c, 0, 0, h)) << "head " << h;
+    }
+    EXPECT_TRUE(RowFinite(c, 1, 0, h)) << "other batch, head " << h;
+  }
+}
+
+TEST_P(DecodeNan, NanValuePoisonsThatElement) {
+  AttentionCase c;
+  Configure(c, 1).Build();
+  c.v().Set(0, 520, 0, 7, NAN);  // split 2, kv head 0: q heads 0..3
+  c.Test(ctx_);
+  for (int64_t h = 0; h < kHq; h++) {
+    EXPECT_EQ(std::isnan(c.out_at(0, 0, h, 7)), h < 4) << "head " << h;
+    EXPECT_TRUE(std::isfinite(c.out_at(0, 0, h, 6))) << "head " << h;
+    EXPECT_TRUE(std::isfinite(c.lse_at(0, h, 0))) << "V does not enter lse";
+  }
+}
+
+TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
+  // 4 rows, causal: row i sees keys up to kS - 4 + i; batch 1 holds 400
+  // keys, and the rows after them are not part of the call.
+  AttentionCase c;
+  Configure(c, 4).kv_lengths({kS, 400}).Build();
+  for (int64_t d = 0; d < kD; d++) {
+    c.k().Set(0, kS - 1, 0, d, NAN);  // seen by row 3 only
+    c.v().Set(0, kS - 1, 0, d, NAN);
+    c.k().Set(1, 450, 1, d, NAN);     // past batch 1's length
+    c.v().Set(1, 450, 1, d, NAN);
+  }
+  c.Test(ctx_);
+  for (int64_t i = 0; i < 4; i++)
+    for (int64_t h = 0; h < kHq; h++) {
+      if (i == 3 && h < 4) {
+        EXPECT_TRUE(RowHasNan(c, 0, i, h)) << "row " << i << " head " << h;
+      } else {
+        EXPECT_TRUE(RowFinite(c, 0, i, h)) << "row " << i << " head " << h;
+      }
+      EXPECT_TRUE(RowFinite(c, 1, i, h)) << "batch 1 row " << i << " head " << h;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeNan,
+                         testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
+                                         FLASHCPU_DTYPE_BF16),
+                         [](const testing::TestParamInfo<flashcpu_dtype> &info) {
+                           return std::string(flashcpu_dtype_name(info.param));
+                         });
+
+}  // namespace
+}  // namespace fctest
