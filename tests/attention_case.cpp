@@ -415,6 +415,20 @@ std::string AttentionCase::Describe() const {
   return text.str();
 }
 
+bool AttentionCase::out_row_has_nan(int64_t b, int64_t i, int64_t h) const {
+  const int64_t dv = v_head_dim_ < 0 ? head_dim_ : v_head_dim_;
+  for (int64_t d = 0; d < dv; d++)
+    if (std::isnan(out_at(b, i, h, d))) return true;
+  return false;
+}
+
+bool AttentionCase::out_row_finite(int64_t b, int64_t i, int64_t h) const {
+  const int64_t dv = v_head_dim_ < 0 ? head_dim_ : v_head_dim_;
+  for (int64_t d = 0; d < dv; d++)
+    if (!std::isfinite(out_at(b, i, h, d))) return false;
+  return std::isfinite(lse_at(b, h, i));
+}
+
 bool CpuHasFeature(const std::string &name) {
   char features[512];
   flashcpu_cpu_features(features, sizeof features);

@@ -107,6 +107,10 @@ class AttentionCase {
   const TestTensor &out() const { return out_; }
   double out_at(int64_t b, int64_t i, int64_t h, int64_t d) const { return out_.Get(b, i, h, d); }
   float lse_at(int64_t b, int64_t h, int64_t i) const;
+  // Whether some element of output row (b, i, h) is NaN; whether all are
+  // finite and so is its lse.
+  bool out_row_has_nan(int64_t b, int64_t i, int64_t h) const;
+  bool out_row_finite(int64_t b, int64_t i, int64_t h) const;
   // The oracle's row (and lse) for (b, h, i).
   std::vector<double> OracleRow(int64_t b, int64_t h, int64_t i, double *lse = nullptr) const;
 

@@ -23,18 +23,6 @@ std::string Describe(const flashcpu_context *ctx) {
   return text.data();
 }
 
-bool RowHasNan(const AttentionCase &c, int64_t b, int64_t i, int64_t h) {
-  for (int64_t d = 0; d < kD; d++)
-    if (std::isnan(c.out_at(b, i, h, d))) return true;
-  return false;
-}
-
-bool RowFinite(const AttentionCase &c, int64_t b, int64_t i, int64_t h) {
-  for (int64_t d = 0; d < kD; d++)
-    if (!std::isfinite(c.out_at(b, i, h, d))) return false;
-  return std::isfinite(c.lse_at(b, h, i));
-}
-
 class DecodeNan : public testing::TestWithParam<flashcpu_dtype> {
  protected:
   void SetUp() override {
@@ -52,20 +40,27 @@ class DecodeNan : public testing::TestWithParam<flashcpu_dtype> {
   flashcpu_context *ctx_ = nullptr;
 };
 
+// The one row of batch b is NaN (output and lse) for the heads poisoned
+// says and finite for the others; the other batch is finite throughout.
+template <typename Poisoned>
+void ExpectNanHeads(const AttentionCase &c, int64_t b, Poisoned poisoned) {
+  for (int64_t h = 0; h < kHq; h++) {
+    if (poisoned(h)) {
+      EXPECT_TRUE(c.out_row_has_nan(b, 0, h)) << "head " << h;
+      EXPECT_TRUE(std::isnan(c.lse_at(b, h, 0))) << "head " << h;
+    } else {
+      EXPECT_TRUE(c.out_row_finite(b, 0, h)) << "head " << h;
+    }
+    EXPECT_TRUE(c.out_row_finite(1 - b, 0, h)) << "other batch, head " << h;
+  }
+}
+
 TEST_P(DecodeNan, NanQueryPoisonsOnlyThatHead) {
   AttentionCase c;
   Configure(c, 1).Build();
   c.q().Set(1, 0, 5, 100, NAN);
   c.Test(ctx_);
-  for (int64_t h = 0; h < kHq; h++) {
-    if (h == 5) {
-      EXPECT_TRUE(RowHasNan(c, 1, 0, h));
-      EXPECT_TRUE(std::isnan(c.lse_at(1, h, 0)));
-    } else {
-      EXPECT_TRUE(RowFinite(c, 1, 0, h)) << "head " << h;
-    }
-    EXPECT_TRUE(RowFinite(c, 0, 0, h)) << "other batch, head " << h;
-  }
+  ExpectNanHeads(c, 1, [](int64_t h) { return h == 5; });
 }
 
 TEST_P(DecodeNan, NanKeyInAMiddleSplitPoisonsItsGroup) {
@@ -73,15 +68,7 @@ TEST_P(DecodeNan, NanKeyInAMiddleSplitPoisonsItsGroup) {
   Configure(c, 1).Build();
   c.k().Set(0, 300, 1, 64, NAN);  // split 1, kv head 1: q heads 4..7
   c.Test(ctx_);
-  for (int64_t h = 0; h < kHq; h++) {
-    if (h / 4 == 1) {
-      EXPECT_TRUE(RowHasNan(c, 0, 0, h)) << "head " << h;
-      EXPECT_TRUE(std::isnan(c.lse_at(0, h, 0))) << "head " << h;
-    } else {
-      EXPECT_TRUE(RowFinite(c, 0, 0, h)) << "head " << h;
-    }
-    EXPECT_TRUE(RowFinite(c, 1, 0, h)) << "other batch, head " << h;
-  }
+  ExpectNanHeads(c, 0, [](int64_t h) { return h / 4 == 1; });
 }
 
 TEST_P(DecodeNan, NanValuePoisonsThatElement) {
@@ -111,19 +98,19 @@ TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
   for (int64_t i = 0; i < 4; i++)
     for (int64_t h = 0; h < kHq; h++) {
       if (i == 3 && h < 4) {
-        EXPECT_TRUE(RowHasNan(c, 0, i, h)) << "row " << i << " head " << h;
+        EXPECT_TRUE(c.out_row_has_nan(0, i, h)) << "row " << i << " head " << h;
       } else {
-        EXPECT_TRUE(RowFinite(c, 0, i, h)) << "row " << i << " head " << h;
+        EXPECT_TRUE(c.out_row_finite(0, i, h)) << "row " << i << " head " << h;
       }
-      EXPECT_TRUE(RowFinite(c, 1, i, h)) << "batch 1 row " << i << " head " << h;
+      EXPECT_TRUE(c.out_row_finite(1, i, h)) << "batch 1 row " << i << " head " << h;
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeNan,
                          testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
                                          FLASHCPU_DTYPE_BF16),
-                         [](const testing::TestParamInfo<flashcpu_dtype> &info) {
-                           return std::string(flashcpu_dtype_name(info.param));
+                         [](const testing::TestParamInfo<flashcpu_dtype> &param_info) {
+                           return std::string(flashcpu_dtype_name(param_info.param));
                          });
 
 }  // namespace

@@ -21,18 +21,6 @@ AttentionCase &Configure(AttentionCase &c, flashcpu_dtype dtype) {
       .dtypes(dtype, dtype, dtype).seed(83);
 }
 
-bool RowHasNan(const AttentionCase &c, int64_t b, int64_t i, int64_t h) {
-  for (int64_t d = 0; d < kD; d++)
-    if (std::isnan(c.out_at(b, i, h, d))) return true;
-  return false;
-}
-
-bool RowFinite(const AttentionCase &c, int64_t b, int64_t i, int64_t h) {
-  for (int64_t d = 0; d < kD; d++)
-    if (!std::isfinite(c.out_at(b, i, h, d))) return false;
-  return std::isfinite(c.lse_at(b, h, i));
-}
-
 class NanPropagation : public testing::TestWithParam<flashcpu_dtype> {};
 
 TEST_P(NanPropagation, NanQueryRowPoisonsOnlyThatRow) {
@@ -40,11 +28,11 @@ TEST_P(NanPropagation, NanQueryRowPoisonsOnlyThatRow) {
   Configure(c, GetParam()).Build();
   c.q().Set(1, 40, 3, 5, NAN);
   c.Test();
-  EXPECT_TRUE(RowHasNan(c, 1, 40, 3));
+  EXPECT_TRUE(c.out_row_has_nan(1, 40, 3));
   EXPECT_TRUE(std::isnan(c.lse_at(1, 3, 40)));
-  EXPECT_TRUE(RowFinite(c, 1, 40, 2)) << "same row, the other head of the group";
-  EXPECT_TRUE(RowFinite(c, 1, 39, 3)) << "same head, previous row";
-  EXPECT_TRUE(RowFinite(c, 0, 40, 3)) << "same row and head, other batch";
+  EXPECT_TRUE(c.out_row_finite(1, 40, 2)) << "same row, the other head of the group";
+  EXPECT_TRUE(c.out_row_finite(1, 39, 3)) << "same head, previous row";
+  EXPECT_TRUE(c.out_row_finite(0, 40, 3)) << "same row and head, other batch";
 }
 
 TEST_P(NanPropagation, NanVisibleKeyPoisonsTheRowsThatSeeIt) {
@@ -57,10 +45,10 @@ TEST_P(NanPropagation, NanVisibleKeyPoisonsTheRowsThatSeeIt) {
     for (int64_t h = 0; h < kHq; h++) {
       const bool sees = h / 2 == 1 && key <= i + kOffset;
       if (sees) {
-        EXPECT_TRUE(RowHasNan(c, 0, i, h)) << "row " << i << " head " << h;
+        EXPECT_TRUE(c.out_row_has_nan(0, i, h)) << "row " << i << " head " << h;
         EXPECT_TRUE(std::isnan(c.lse_at(0, h, i))) << "row " << i << " head " << h;
       } else {
-        EXPECT_TRUE(RowFinite(c, 0, i, h)) << "row " << i << " head " << h;
+        EXPECT_TRUE(c.out_row_finite(0, i, h)) << "row " << i << " head " << h;
       }
     }
 }
@@ -102,14 +90,14 @@ TEST_P(NanPropagation, NanInKeysARowDoesNotSeeIsIgnored) {
     c.v().Set(1, 75, 0, d, NAN);
   }
   c.Test();
-  for (int64_t i = 0; i < kL - 1; i++) EXPECT_TRUE(RowFinite(c, 0, i, 0)) << "row " << i;
-  EXPECT_TRUE(RowHasNan(c, 0, kL - 1, 0));  // the last row does see key S - 1
+  for (int64_t i = 0; i < kL - 1; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
+  EXPECT_TRUE(c.out_row_has_nan(0, kL - 1, 0));  // the last row does see key S - 1
   // Rows 65..68 see key 75 when their random tree bit says so (the oracle
   // comparison covers them); every other row of batch 1 is finite.
   for (int64_t i = 0; i < kL; i++)
     for (int64_t h = 0; h < kHq; h++)
       if (!(h < 2 && i >= 65 && i < kL - 1)) {
-        EXPECT_TRUE(RowFinite(c, 1, i, h)) << "row " << i;
+        EXPECT_TRUE(c.out_row_finite(1, i, h)) << "row " << i;
       }
 }
 
@@ -119,10 +107,10 @@ TEST_P(NanPropagation, NanVisibleAdditiveValuePoisonsThatRow) {
   c.additive_at(0, 2, 33, 12) = NAN;   // key 12 <= 33 + 30: visible
   c.additive_at(0, 1, 10, 90) = NAN;   // key 90 > 10 + 30: causally hidden
   c.Test();
-  EXPECT_TRUE(RowHasNan(c, 0, 33, 2));
+  EXPECT_TRUE(c.out_row_has_nan(0, 33, 2));
   EXPECT_TRUE(std::isnan(c.lse_at(0, 2, 33)));
-  EXPECT_TRUE(RowFinite(c, 0, 33, 3));
-  EXPECT_TRUE(RowFinite(c, 0, 10, 1));
+  EXPECT_TRUE(c.out_row_finite(0, 33, 3));
+  EXPECT_TRUE(c.out_row_finite(0, 10, 1));
 }
 
 TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanValue) {
@@ -132,7 +120,7 @@ TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanValue) {
   for (int64_t i = 0; i < kL; i++) c.additive_at(0, 0, i, 20) = -INFINITY;
   for (int64_t d = 0; d < kD; d++) c.v().Set(0, 20, 0, d, NAN);
   c.Test();
-  for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(RowFinite(c, 0, i, 0)) << "row " << i;
+  for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
 }
 
 // The additive mask's -inf is a mask ("-INFINITY hides a key"; "a key is
@@ -146,7 +134,7 @@ TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanKey) {
   for (int64_t i = 0; i < kL; i++) c.additive_at(0, 0, i, 20) = -INFINITY;
   for (int64_t d = 0; d < kD; d++) c.k().Set(0, 20, 0, d, NAN);
   c.Test();
-  for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(RowFinite(c, 0, i, 0)) << "row " << i;
+  for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
 }
 
 TEST_P(NanPropagation, NanQueryInRowHiddenByAdditiveMaskGivesEmptyRow) {
