@@ -8,7 +8,7 @@
 #   carry: ["build-device"]
 #   command: bash tools/device/run.sh PARTS [bench filter]
 # (PARTS: info, tests, runtime, cli, bench, all, bench-prefill, bench-decode,
-# torch, torch-prefill, torch-decode; run.sh lists what each does)
+# torch, torch-prefill, torch-decode, ab-decode; run.sh lists what each does)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build="$root/build-device"

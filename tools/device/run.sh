@@ -14,6 +14,9 @@
 #   torch          torch-prefill and torch-decode:
 #   torch-prefill  tools/torch_compare.py on the bench-prefill cases
 #   torch-decode   tools/torch_compare.py on the bench-decode cases
+#   ab-decode      the bench-decode cases through `flashcpu run`, old and
+#                  new alternating, two rounds: the old build is build-old/
+#                  from build_old.sh COMMIT (carry it beside build-device)
 # (the last five run only when named: they take minutes). The torch parts use
 # /opt/torch/.venv/bin/python3 where it exists, else python3.
 set -uo pipefail
@@ -110,5 +113,37 @@ fi
 if named torch || named torch-decode; then
   torch_compare torch-decode --phase decode --preset llama3-8b \
     --dtype bf16 --lengths 1K,16K,32K --batch 1
+fi
+if named ab-decode; then
+  old=build-old
+  if [ ! -x "$old/tools/flashcpu" ]; then
+    echo "ab-decode: no $old/tools/flashcpu (tools/device/build_old.sh COMMIT)" >&2
+    status=1
+  else
+    all=$(nproc)
+    {
+      echo "old: $(cat "$old/COMMIT" 2>/dev/null || echo unknown)"
+      for round in 1 2; do
+        for side in old new; do
+          cli="$build/tools/flashcpu"
+          libs="$PWD/$build/bundle-lib"
+          if [ "$side" = old ]; then
+            cli="$old/tools/flashcpu"
+            libs="$PWD/$old/src:$libs"
+          fi
+          for kv in 1024 16384; do
+            for threads in 1 "$all"; do
+              printf '%s round %s kv %s threads %s: ' "$side" "$round" "$kv" "$threads"
+              # Both sides without the tools' own spinning OpenMP threads.
+              OMP_WAIT_POLICY=passive LD_LIBRARY_PATH="$libs" "$cli" run \
+                --phase decode --kv "$kv" --threads "$threads" 2>&1 |
+                grep -E '^  (time|rate)' | tr -s ' ' | tr '\n' ' '
+              echo
+            done
+          done
+        done
+      done
+    } 2>&1 | tee "$out/ab-decode.txt"
+  fi
 fi
 exit $status
