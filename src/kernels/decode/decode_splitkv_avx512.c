@@ -659,8 +659,8 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
   a.needs_finish = !a.scores_final || p->tree || rows_differ;
 
   /* Heads per tile: as many as keep TILES_PER_TEAM tiles for every team
-   * (the largest divisor of kv_heads that does). Prefetch: the next block
-   * into L1; 2 blocks ahead or into L2 was no faster (bench/NOTES.md). */
+   * (the largest divisor of kv_heads that does). Prefetch: the next block,
+   * into L2 (prefetch_sweep.h); 2 blocks ahead was no faster. */
   const int64_t wanted = TILES_PER_TEAM * runtime->plan.team_count;
   a.heads_per_tile = 1;
   for (int64_t g = p->kv_heads; g >= 1; g--) {

@@ -87,18 +87,23 @@ fc_sweep_take(fc_prefetch_sweep *s) {
   return line;
 }
 
-/* Prefetches the sweep's next line into L1 (nothing once it is done; L2
- * was slower: 20.5 vs 22.1 GB/s on the VM). */
+/* Prefetches the sweep's next line (nothing once it is done) with the
+ * lowest temporal hint that still caches it (prefetcht2 on x86: into L2).
+ * A block of every head is 64 KiB of K and V, more than L1 holds, and the
+ * hint does not hold one of the core's few L1 fill buffers for a whole
+ * memory latency: on the 16-core Xeon, kv 1K on 16 threads took 76-91 us
+ * against 106-108 with L1 prefetches, kv 16K 101-104 GB/s against 89-99;
+ * the 2-core VM showed no difference. The non-temporal hint was 2x slower. */
 static inline __attribute__((always_inline)) void
 fc_sweep_next(fc_prefetch_sweep *s) {
   const char *line = fc_sweep_take(s);
   if (line)
-    __builtin_prefetch(line, 0, 3);
+    __builtin_prefetch(line, 0, 1);
 }
 
-/* Prefetches every line of the sweep at once: for a tile's first block,
- * which no earlier block prefetched (address order still beats the
- * kernel's head-by-head demand misses). */
+/* Prefetches every line of the sweep at once, into L1: for a tile's first
+ * block, which no earlier block prefetched and which is read next (address
+ * order still beats the kernel's head-by-head demand misses). */
 static inline void fc_sweep_all(fc_prefetch_sweep *s) {
   for (const char *line = fc_sweep_take(s); line; line = fc_sweep_take(s))
     __builtin_prefetch(line, 0, 3);
