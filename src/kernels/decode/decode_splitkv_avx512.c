@@ -291,7 +291,6 @@ static ALWAYS_INLINE __m512 block_max4(const __m512 masked[CHUNK]) {
  * The 4 slots go through the max, the shift and the sums as vectors. A
  * NaN score (max_ps may drop it from the max) gives a NaN weight, so the
  * slot's sum and output become NaN all the same. */
-
 static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
                                         float *m, float *l, float *weights,
                                         float alpha[CHUNK],
