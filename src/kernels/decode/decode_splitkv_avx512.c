@@ -500,19 +500,20 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
   for (int64_t mine = 0; mine < st->count; mine++) {
     const int64_t chunk = team->rank + mine * team->size;
     const int64_t i0 = (h * st->count + mine) * CHUNK;
-    const bool ahead = mine == 0;
+    /* One chunk per thread advances the sweeps: they cover the block once. */
+    const bool advances = mine == 0;
     __m512 scores[CHUNK];
     if (a->bf16_scores) {
       float s[CHUNK * KEY_BLOCK];
       a->bf16_scores(k_rows, (const uint16_t *)(st->q + i0 * a->padded_dim),
                      2 * a->padded_dim, D, n, a->q_factor,
-                     ahead ? k_sweep : NULL, s);
+                     advances ? k_sweep : NULL, s);
       for (int c = 0; c < CHUNK; c++)
         scores[c] = _mm512_loadu_ps(s + c * KEY_BLOCK);
     } else {
       chunk_scores_dispatch(k_rows, p->k.dtype, st->q + i0 * a->padded_dim,
                             a->padded_dim, D, n,
-                            ahead ? k_sweep : NULL, scores);
+                            advances ? k_sweep : NULL, scores);
     }
     if (a->needs_finish) {
       float s[CHUNK * KEY_BLOCK];
@@ -530,8 +531,26 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
     if (seen[0] | seen[1] | seen[2] | seen[3])
       accumulate_dispatch(v_rows, p->v.dtype, Dv, a->padded_dv, n,
                           st->o + i0 * a->padded_dv, st->weights, alpha,
-                          seen, ahead ? v_sweep : NULL);
+                          seen, advances ? v_sweep : NULL);
   }
+}
+
+/* Sweeps over the K and V rows of the tile's heads (from h0) for the block
+ * of keys at key: at most KEY_BLOCK keys, none at or past end (empty when
+ * key >= end). */
+static void block_sweeps(const splitkv_args *a, int64_t b, int64_t h0,
+                         int64_t key, int64_t end, fc_prefetch_sweep *k_sweep,
+                         fc_prefetch_sweep *v_sweep) {
+  const fc_problem *p = a->p;
+  const int64_t n = end - key < KEY_BLOCK ? end - key : KEY_BLOCK;
+  const bool any = key < end;
+  const int64_t k_size = p->k.element_size, v_size = p->v.element_size;
+  fc_sweep_init(k_sweep, any ? fc_view_row(&p->k, b, key, h0) : NULL, n,
+                a->heads_per_tile, p->k.strides[1] * k_size,
+                p->k.strides[2] * k_size, p->head_dim * k_size);
+  fc_sweep_init(v_sweep, any ? fc_view_row(&p->v, b, key, h0) : NULL, n,
+                a->heads_per_tile, p->v.strides[1] * v_size,
+                p->v.strides[2] * v_size, p->v_head_dim * v_size);
 }
 
 static void splitkv_tile(void *opaque, int64_t tile,
@@ -557,32 +576,17 @@ static void splitkv_tile(void *opaque, int64_t tile,
 
   if (begin < end) init_chunks(a, &st, b, h0, team);
   const int64_t hpt = a->heads_per_tile;
-  const int64_t k_size = p->k.element_size, v_size = p->v.element_size;
   if (begin < end) {
-    const int64_t n = end - begin < KEY_BLOCK ? end - begin : KEY_BLOCK;
     fc_prefetch_sweep first_k, first_v;
-    fc_sweep_init(&first_k, fc_view_row(&p->k, b, begin, h0), n, hpt,
-                  p->k.strides[1] * k_size, p->k.strides[2] * k_size,
-                  p->head_dim * k_size);
-    fc_sweep_init(&first_v, fc_view_row(&p->v, b, begin, h0), n, hpt,
-                  p->v.strides[1] * v_size, p->v.strides[2] * v_size,
-                  p->v_head_dim * v_size);
+    block_sweeps(a, b, h0, begin, end, &first_k, &first_v);
     fc_sweep_all(&first_k);
     fc_sweep_all(&first_v);
   }
   for (int64_t j0 = begin; j0 < end; j0 += KEY_BLOCK) {
     const int64_t n = end - j0 < KEY_BLOCK ? end - j0 : KEY_BLOCK;
     /* The next block's rows of the tile's heads, empty after the last. */
-    const int64_t next = j0 + KEY_BLOCK;
-    const int64_t next_n =
-        end - next < KEY_BLOCK ? end - next : KEY_BLOCK;
     fc_prefetch_sweep k_sweep, v_sweep;
-    fc_sweep_init(&k_sweep, next < end ? fc_view_row(&p->k, b, next, h0) : NULL,
-                  next_n, hpt, p->k.strides[1] * k_size,
-                  p->k.strides[2] * k_size, p->head_dim * k_size);
-    fc_sweep_init(&v_sweep, next < end ? fc_view_row(&p->v, b, next, h0) : NULL,
-                  next_n, hpt, p->v.strides[1] * v_size,
-                  p->v.strides[2] * v_size, p->v_head_dim * v_size);
+    block_sweeps(a, b, h0, j0 + KEY_BLOCK, end, &k_sweep, &v_sweep);
     for (int64_t h = 0; h < hpt; h++)
       head_block(a, &st, team, b, h0 + h, h, j0, n, kv_length, &k_sweep,
                  &v_sweep);
