@@ -2,8 +2,10 @@
  * spinning while flashcpu is timed. An OpenMP runtime lets idle team
  * threads busy-wait after a parallel region (libomp: KMP_BLOCKTIME, 200 ms
  * by default); on a machine with one core per flashcpu thread they then
- * compete with flashcpu's workers. On the 16-core Xeon that made a decode
- * call at kv 16 take 38 us on 16 threads instead of 12. */
+ * compete with flashcpu's workers. On the 16-core Xeon a decode call at kv
+ * 16 on 16 threads took 38 us with them and 12 us with KMP_BLOCKTIME=0, one
+ * run each (bench/NOTES.md: later runs swung 12-37 us with the pool's spin
+ * count too, so that figure mixes both effects). */
 #ifndef FLASHCPU_TOOLS_QUIET_OPENMP_H
 #define FLASHCPU_TOOLS_QUIET_OPENMP_H
 
