@@ -1,0 +1,309 @@
+/* flashcpu_decode_access: the split-KV decode kernel's memory access
+ * pattern without its arithmetic, to see what one core (or several) waits
+ * on. It reads decode-shaped bf16 K/V caches (BSHD: key, head, dim),
+ * rotated over layers that together exceed the last-level cache, the way
+ * the kernel's widest tiles do (every kv head, 16-key blocks, head by head;
+ * each thread a contiguous key range of each layer), in these orders:
+ *   stream    the thread's K range, then its V range, in address order
+ *   blocks    the kernel's order, no software prefetch
+ *   sweep-t2  the kernel's order with its prefetch sweep of the next block
+ *             (prefetcht2, one line per line read; first block in a burst)
+ *   sweep-t0  the same with prefetcht0
+ * --work N adds N independent vector FMAs per 64-byte line read (the
+ * kernel does about 6 for bf16 K/V with GQA 4: 48 per key and head), so
+ * the overlap of memory and arithmetic can be seen apart from either;
+ * --footprint-mb small enough for the caches gives the arithmetic alone.
+ * Prints GB/s (median of --reps passes over every layer) per order and the
+ * read ceiling of the same thread count (the `flashcpu run` ceiling). */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ceilings.h"
+#include "common/quiet_openmp.h"
+#include "common/timer.h"
+#include "kernels/decode/prefetch_sweep.h"
+
+enum { MAX_REPS = 101 };
+
+typedef enum order { STREAM, BLOCKS, SWEEP_T2, SWEEP_T0, ORDERS } order;
+static const char *const order_names[ORDERS] = {"stream", "blocks",
+                                                "sweep-t2", "sweep-t0"};
+
+typedef struct shape {
+  int64_t kv, heads, dim; /* keys, kv heads, head_dim (bf16 elements) */
+  int64_t layers;
+  int64_t block; /* keys per block: the prefetch sweep's unit */
+  int64_t group; /* keys read per head in turn (block: K, V head by head) */
+  int work; /* vector FMAs per line read */
+} shape;
+
+/* Even lines' FMAs go to acc[0..7], odd lines' to acc[8..15]: with two
+ * lines per step, `work` <= 8 FMAs per line cost their throughput, not the
+ * latency of a chain. */
+typedef struct sink {
+  __m512 acc[16];
+} sink;
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Two 64-byte lines read, `work` FMAs on each. */
+static ALWAYS_INLINE void take_2_lines(__m512 acc[16], const char *line,
+                                       int work) {
+  const __m512 x = _mm512_loadu_ps((const float *)line);
+  const __m512 y = _mm512_loadu_ps((const float *)(line + FC_SWEEP_LINE));
+  for (int i = 0; i < work; i++) {
+    acc[i] = _mm512_fmadd_ps(acc[i], x, x);
+    acc[8 + i] = _mm512_fmadd_ps(acc[8 + i], y, y);
+  }
+  if (work == 0) {
+    acc[0] = _mm512_add_ps(acc[0], x);
+    acc[8] = _mm512_add_ps(acc[8], y);
+  }
+}
+
+static ALWAYS_INLINE void prefetch_next(fc_prefetch_sweep *next, int hint) {
+  if (!next) return;
+  const char *line = fc_sweep_take(next);
+  if (line && hint == 3)
+    __builtin_prefetch(line, 0, 3);
+  else if (line)
+    __builtin_prefetch(line, 0, 1);
+}
+
+static ALWAYS_INLINE void read_range(sink *s, const char *first,
+                                     int64_t bytes, int work) {
+  __m512 acc[16];
+  memcpy(acc, s->acc, sizeof acc);
+  for (int64_t b = 0; b < bytes; b += 2 * FC_SWEEP_LINE)
+    take_2_lines(acc, first + b, work);
+  memcpy(s->acc, acc, sizeof acc);
+}
+
+/* Head h's rows of keys [key, key + n), with a line of `next` prefetched
+ * per line read (hint: __builtin_prefetch's locality; next NULL: none).
+ * The sweep is copied into a local for the loop, as the kernel does: the
+ * row loads go through char pointers that may alias it, so through the
+ * pointer every line would store and reload it, a chain of store
+ * forwarding (bench/NOTES.md). */
+static ALWAYS_INLINE void read_rows(sink *s, const char *base,
+                                    const shape *sh, int64_t key, int64_t n,
+                                    int64_t h, fc_prefetch_sweep *next,
+                                    int hint, int work) {
+  const int64_t row = sh->dim * 2, key_step = sh->heads * row;
+  fc_prefetch_sweep sweep;
+  if (next) sweep = *next;
+  __m512 acc[16];
+  memcpy(acc, s->acc, sizeof acc);
+  for (int64_t j = 0; j < n; j++) {
+    const char *r = base + (key + j) * key_step + h * row;
+    for (int64_t b = 0; b < row; b += 2 * FC_SWEEP_LINE) {
+      prefetch_next(next ? &sweep : NULL, hint);
+      prefetch_next(next ? &sweep : NULL, hint);
+      take_2_lines(acc, r + b, work);
+    }
+  }
+  memcpy(s->acc, acc, sizeof acc);
+  if (next) *next = sweep;
+}
+
+static void block_sweep(fc_prefetch_sweep *sw, const char *base,
+                        const shape *sh, int64_t key, int64_t end) {
+  const int64_t row = sh->dim * 2;
+  const int64_t n = end - key < sh->block ? end - key : sh->block;
+  fc_sweep_init(sw, key < end ? base + key * sh->heads * row : NULL, n,
+                sh->heads, sh->heads * row, row, row);
+}
+
+/* One thread's keys [begin, end) of one layer. */
+static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
+                                          const char *v, const shape *sh,
+                                          int64_t begin, int64_t end, order o,
+                                          int work) {
+  const int64_t key_bytes = sh->heads * sh->dim * 2;
+  if (o == STREAM) {
+    read_range(s, k + begin * key_bytes, (end - begin) * key_bytes, work);
+    read_range(s, v + begin * key_bytes, (end - begin) * key_bytes, work);
+    return;
+  }
+  const bool prefetch = o == SWEEP_T2 || o == SWEEP_T0;
+  const int hint = o == SWEEP_T0 ? 3 : 1;
+  if (prefetch && begin < end) {
+    fc_prefetch_sweep fk, fv;
+    block_sweep(&fk, k, sh, begin, end);
+    block_sweep(&fv, v, sh, begin, end);
+    fc_sweep_all(&fk);
+    fc_sweep_all(&fv);
+  }
+  for (int64_t key = begin; key < end; key += sh->block) {
+    const int64_t n = end - key < sh->block ? end - key : sh->block;
+    fc_prefetch_sweep nk, nv;
+    block_sweep(&nk, k, sh, key + sh->block, end);
+    block_sweep(&nv, v, sh, key + sh->block, end);
+    if (sh->group >= sh->block) {
+      /* Head by head, K rows then V rows, as the kernel. */
+      for (int64_t h = 0; h < sh->heads; h++) {
+        read_rows(s, k, sh, key, n, h, prefetch ? &nk : NULL, hint, work);
+        read_rows(s, v, sh, key, n, h, prefetch ? &nv : NULL, hint, work);
+      }
+      continue;
+    }
+    /* The block's K then its V, a group of keys of every head at a time. */
+    for (int64_t g = 0; g < n; g += sh->group) {
+      const int64_t m = n - g < sh->group ? n - g : sh->group;
+      for (int64_t h = 0; h < sh->heads; h++)
+        read_rows(s, k, sh, key + g, m, h, prefetch ? &nk : NULL, hint, work);
+    }
+    for (int64_t g = 0; g < n; g += sh->group) {
+      const int64_t m = n - g < sh->group ? n - g : sh->group;
+      for (int64_t h = 0; h < sh->heads; h++)
+        read_rows(s, v, sh, key + g, m, h, prefetch ? &nv : NULL, hint, work);
+    }
+  }
+}
+
+/* The work per line as a constant, so the accumulators stay in registers. */
+static void read_layer(sink *s, const char *k, const char *v, const shape *sh,
+                       int64_t begin, int64_t end, order o) {
+  switch (sh->work) {
+#define WORK(w)                                                                \
+  case w: read_layer_with(s, k, v, sh, begin, end, o, w); return;
+    WORK(0) WORK(1) WORK(2) WORK(3) WORK(4) WORK(5) WORK(6) WORK(7) WORK(8)
+#undef WORK
+  }
+}
+
+/* Where the threads' sums go, so that no read is optimised away. */
+static volatile float sums[64];
+
+static int compare_doubles(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int64_t parse_int(const char *text, const char *flag) {
+  char *end = NULL;
+  const long long value = strtoll(text, &end, 10);
+  if (!end || *end || value < 0) {
+    fprintf(stderr, "flashcpu_decode_access: %s wants a number >= 0, got "
+                    "'%s'\n", flag, text);
+    exit(2);
+  }
+  return value;
+}
+
+int main(int argc, char **argv) {
+  shape sh = {16384, 8, 128, 0, 16, 16, 0};
+  int64_t threads = 1, reps = 7, footprint_mb = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *flag = argv[i];
+    if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+      printf("usage: flashcpu_decode_access [--kv S] [--heads H] [--dim D] "
+             "[--threads T] [--block B] [--group G] [--work N] [--reps R] [--footprint-mb M]\n"
+             "Reads bf16 K/V caches in split-KV decode's order (see the "
+             "source's head comment). Defaults: kv 16384, 8 heads, dim 128,\n"
+             "1 thread, blocks of 16 keys read head by head, work 0, 7 reps, footprint 4x the last-level cache "
+             "(at least 1 GiB).\n");
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "flashcpu_decode_access: %s needs a value\n", flag);
+      return 2;
+    }
+    const int64_t value = parse_int(argv[++i], flag);
+    if (!strcmp(flag, "--kv")) sh.kv = value;
+    else if (!strcmp(flag, "--heads")) sh.heads = value;
+    else if (!strcmp(flag, "--dim")) sh.dim = value;
+    else if (!strcmp(flag, "--threads")) threads = value;
+    else if (!strcmp(flag, "--work")) sh.work = (int)value;
+    else if (!strcmp(flag, "--block")) sh.block = value;
+    else if (!strcmp(flag, "--group")) sh.group = value;
+    else if (!strcmp(flag, "--reps")) reps = value;
+    else if (!strcmp(flag, "--footprint-mb")) footprint_mb = value;
+    else {
+      fprintf(stderr, "flashcpu_decode_access: unknown option %s\n", flag);
+      return 2;
+    }
+  }
+  if (sh.kv < 1 || sh.heads < 1 || sh.dim < 64 || sh.dim % 64 || threads < 1 || sh.block < 1 || sh.group < 1 ||
+      reps < 1 || reps > MAX_REPS || sh.work > 8) {
+    fprintf(stderr, "flashcpu_decode_access: want kv, heads, threads >= 1, "
+                    "dim a multiple of 64, reps 1..%d, work 0..8\n",
+            MAX_REPS);
+    return 2;
+  }
+  toolkit_quiet_openmp();
+  toolkit_ceilings ceil;
+  if (toolkit_measure_ceilings((int)threads, &ceil) != 0) {
+    fprintf(stderr, "flashcpu_decode_access: cannot measure the ceilings\n");
+    return 1;
+  }
+  const int64_t layer_bytes = sh.kv * sh.heads * sh.dim * 2;
+  const double footprint =
+      footprint_mb ? (double)footprint_mb * 1048576.0
+                   : (ceil.read_buffer_bytes > 1073741824.0
+                          ? ceil.read_buffer_bytes
+                          : 1073741824.0);
+  sh.layers = (int64_t)(footprint / (2.0 * (double)layer_bytes));
+  if (sh.layers < 1) sh.layers = 1;
+  char **k = calloc((size_t)sh.layers, sizeof *k);
+  char **v = calloc((size_t)sh.layers, sizeof *v);
+  if (!k || !v) return 1;
+  for (int64_t l = 0; l < sh.layers; l++) {
+    k[l] = aligned_alloc(4096, (size_t)((layer_bytes + 4095) & ~4095LL));
+    v[l] = aligned_alloc(4096, (size_t)((layer_bytes + 4095) & ~4095LL));
+    if (!k[l] || !v[l]) {
+      fprintf(stderr, "flashcpu_decode_access: out of memory\n");
+      return 1;
+    }
+    memset(k[l], 0x3c, (size_t)layer_bytes);
+    memset(v[l], 0x3c, (size_t)layer_bytes);
+  }
+  printf("decode access: kv %lld, heads %lld, dim %lld, bf16, %lld layers "
+         "(%.0f MiB), threads %lld, blocks of %lld keys, groups of %lld, work "
+         "%d FMAs per line\n",
+         (long long)sh.kv, (long long)sh.heads, (long long)sh.dim,
+         (long long)sh.layers,
+         2.0 * (double)(layer_bytes * sh.layers) / 1048576.0,
+         (long long)threads, (long long)sh.block, (long long)sh.group,
+         sh.work);
+  toolkit_print_ceilings(stdout, &ceil);
+  /* Each thread a contiguous range of 16-key blocks of every layer. */
+  const int64_t blocks = (sh.kv + sh.block - 1) / sh.block;
+  const double bytes = 2.0 * (double)layer_bytes * (double)sh.layers;
+  for (int o = 0; o < ORDERS; o++) {
+    double rate[MAX_REPS];
+    for (int64_t r = 0; r < reps + 1; r++) { /* pass 0 warms up */
+      const double t0 = toolkit_now_seconds();
+#pragma omp parallel num_threads((int)threads)
+      {
+        const int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+        int64_t begin = blocks * t / n * sh.block;
+        int64_t end = blocks * (t + 1) / n * sh.block;
+        if (end > sh.kv) end = sh.kv;
+        sink s;
+        for (int i = 0; i < 16; i++) s.acc[i] = _mm512_setzero_ps();
+        for (int64_t l = 0; l < sh.layers; l++)
+          read_layer(&s, k[l], v[l], &sh, begin, end, (order)o);
+        __m512 total = s.acc[0];
+        for (int i = 1; i < 16; i++) total = _mm512_add_ps(total, s.acc[i]);
+        sums[omp_get_thread_num() % 64] = _mm512_reduce_add_ps(total);
+      }
+      if (r > 0) rate[r - 1] = bytes / (toolkit_now_seconds() - t0) / 1e9;
+    }
+    qsort(rate, (size_t)reps, sizeof rate[0], compare_doubles);
+    printf("  %-9s %6.1f GB/s median (%5.1f%% of read), min %.1f, max %.1f\n",
+           order_names[o], rate[reps / 2],
+           100.0 * rate[reps / 2] / ceil.read_gbps, rate[0], rate[reps - 1]);
+  }
+  for (int64_t l = 0; l < sh.layers; l++) {
+    free(k[l]);
+    free(v[l]);
+  }
+  free(k);
+  free(v);
+  return 0;
+}
