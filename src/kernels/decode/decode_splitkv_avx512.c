@@ -167,9 +167,11 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
                                        flashcpu_dtype dtype, int pairs,
                                        const float *q, int64_t padded_dim,
                                        int64_t dim, int64_t n,
-                                       fc_prefetch_sweep *sweep,
+                                       fc_prefetch_sweep *shared_sweep,
                                        __m512 scores[CHUNK]) {
   const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
+  const bool prefetch = shared_sweep != NULL;
+  fc_prefetch_sweep sweep = fc_sweep_copy(shared_sweep);
   __m512 groups[KEY_BLOCK / KEYS_PER_GROUP];
   for (int g = 0; g < KEY_BLOCK / KEYS_PER_GROUP; g++) {
     if (g * KEYS_PER_GROUP >= n) {
@@ -184,9 +186,9 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
       __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
       for (int j = 0; j < KEYS_PER_GROUP; j++) {
         const char *row = k_rows[g * KEYS_PER_GROUP + j];
-        if (sweep) {
-          fc_sweep_next(sweep);
-          if (PAIR * size > FC_SWEEP_LINE) fc_sweep_next(sweep);
+        if (prefetch) {
+          fc_sweep_next(&sweep);
+          if (PAIR * size > FC_SWEEP_LINE) fc_sweep_next(&sweep);
         }
         load_span(row, dtype, pairs, d, span_of(d, dim), &lo[j], &hi[j]);
       }
@@ -203,6 +205,7 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
     }
     groups[g] = fc_splitkv_sum16(acc);
   }
+  if (prefetch) *shared_sweep = sweep;
   fc_splitkv_transpose_groups(groups, scores);
 }
 
@@ -342,8 +345,10 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
                                             const float alpha[CHUNK],
                                             const __mmask16 seen[CHUNK],
                                             int all_seen,
-                                            fc_prefetch_sweep *sweep) {
+                                            fc_prefetch_sweep *shared_sweep) {
   const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
+  const bool prefetch = shared_sweep != NULL;
+  fc_prefetch_sweep sweep = fc_sweep_copy(shared_sweep);
   for (int64_t d = 0; d < dv; d += PASS) {
     const span32 first = span_of(d, dv), second = span_of(d + PAIR, dv);
     __m512 acc[CHUNK][4];
@@ -356,9 +361,9 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
     if (all_seen) {
       for (int64_t j = 0; j < n; j++) {
         __m512 v[4];
-        if (sweep)
+        if (prefetch)
           for (int64_t line = 0; line < 2 * PAIR * size; line += FC_SWEEP_LINE)
-            fc_sweep_next(sweep);
+            fc_sweep_next(&sweep);
         load_span(v_rows[j], dtype, pairs, d, first, &v[0], &v[1]);
         load_span(v_rows[j], dtype, pairs, d + PAIR, second, &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
@@ -387,6 +392,7 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
       for (int x = 0; x < 4; x++)
         _mm512_storeu_ps(o + s * padded_dv + d + 16 * x, acc[s][x]);
   }
+  if (prefetch) *shared_sweep = sweep;
 }
 
 static void accumulate_dispatch(const char *const *v_rows,

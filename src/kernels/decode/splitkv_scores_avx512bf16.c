@@ -14,7 +14,10 @@ enum { PAIR = 32 };
 static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
                                       const uint16_t *q, int64_t q_stride,
                                       int64_t dim, int64_t n, float factor,
-                                      fc_prefetch_sweep *sweep, float *out) {
+                                      fc_prefetch_sweep *shared_sweep,
+                                      float *out) {
+  const bool prefetch = shared_sweep != NULL;
+  fc_prefetch_sweep sweep = fc_sweep_copy(shared_sweep);
   __m512 groups[FC_SPLITKV_KEY_BLOCK / FC_SPLITKV_KEYS_PER_GROUP];
   for (int g = 0; g < FC_SPLITKV_KEY_BLOCK / FC_SPLITKV_KEYS_PER_GROUP; g++) {
     if (g * FC_SPLITKV_KEYS_PER_GROUP >= n) {
@@ -31,7 +34,7 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
       __m512bh k[FC_SPLITKV_KEYS_PER_GROUP];
       for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++) {
         const char *row = k_rows[g * FC_SPLITKV_KEYS_PER_GROUP + j];
-        if (sweep) fc_sweep_next(sweep);
+        if (prefetch) fc_sweep_next(&sweep);
         k[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask,
                                                   (const uint16_t *)row + d);
       }
@@ -44,6 +47,7 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
     }
     groups[g] = fc_splitkv_sum16(acc);
   }
+  if (prefetch) *shared_sweep = sweep;
   __m512 scores[FC_SPLITKV_CHUNK];
   fc_splitkv_transpose_groups(groups, scores);
   const __m512 f = _mm512_set1_ps(factor);
