@@ -1,13 +1,19 @@
 // Split-KV decode's scores from bf16 q and K: by AVX512-BF16 dot products
-// (the default on CPUs that have them) and by widening K to f32 (the other
-// CPUs, or FLASHCPU_DECODE_BF16_DOT=0), both against the float64 oracle.
+// (FLASHCPU_DECODE_BF16_DOT=1; the default on AMD CPUs that have them) and
+// by widening K to f32 (=0; the default elsewhere), both against the
+// float64 oracle.
 // The variable is read when a context fills its kernel table, so each test
 // makes its own context with it set and unsets it again.
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 #include "attention_case.h"
 
@@ -90,6 +96,36 @@ INSTANTIATE_TEST_SUITE_P(DotOnOff, DecodeBf16Scores, testing::Values("1", "0"),
                          [](const testing::TestParamInfo<const char *> &param) {
                            return std::string(param.param) == "1" ? "dot" : "widened";
                          });
+
+bool VendorIsAmd() {
+#if defined(__x86_64__)
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::string(vendor) == "AuthenticAMD";
+#else
+  return false;
+#endif
+}
+
+// Unset, the dot products run on AMD CPUs with AVX512-BF16 only (one
+// VDPBF16PS cost 3-5 FMAs on the Xeon the project measures on).
+TEST(DecodeBf16ScoresDefault, DotProductsOnExactlyOnAmdWithAvx512Bf16) {
+  unsetenv("FLASHCPU_DECODE_BF16_DOT");
+  flashcpu_context *ctx = nullptr;
+  ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
+  const std::string text = Describe(ctx);
+  flashcpu_context_destroy(ctx);
+  if (text.find("split KV: fc_attention_decode_splitkv__avx512") == std::string::npos)
+    GTEST_SKIP() << "no AVX-512 split-KV kernel here";
+  const bool named =
+      text.find("split KV scores, bf16 q and k: fc_bf16_splitkv_scores__avx512bf16") !=
+      std::string::npos;
+  EXPECT_EQ(named, CpuHasFeature("avx512_bf16") && VendorIsAmd()) << text;
+}
 
 }  // namespace
 }  // namespace fctest

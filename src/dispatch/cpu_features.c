@@ -46,6 +46,13 @@ static bool request_amx_permission(void) {
 
 static void detect(void) {
   unsigned int eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    char vendor[12];
+    memcpy(vendor, &ebx, 4);
+    memcpy(vendor + 4, &edx, 4);
+    memcpy(vendor + 8, &ecx, 4);
+    detected.vendor_amd = memcmp(vendor, "AuthenticAMD", 12) == 0;
+  }
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return;
   bool osxsave = ecx & (1u << 27), avx = ecx & (1u << 28);
   bool fma = ecx & (1u << 12), f16c = ecx & (1u << 29);

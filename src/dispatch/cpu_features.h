@@ -14,6 +14,7 @@ typedef struct fc_cpu_features {
   bool avx512_bf16, avx512_fp16;
   bool amx_bf16;        /* CPU has AMX-BF16 and AMX-TILE, XCR0 has tile state */
   bool amx_permitted;   /* Linux granted this process the AMX tile data */
+  bool vendor_amd;      /* cpuid vendor "AuthenticAMD" */
   /* aarch64 */
   bool neon, sve, arm_bf16, arm_fp16;
 } fc_cpu_features;

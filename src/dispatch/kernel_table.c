@@ -73,6 +73,23 @@ int fc_isa_parse(const char *text) {
         "fc_bf16_row_to_f32__" #isa;                                           \
   } while (0)
 
+#if defined(__x86_64__)
+/* Split-KV decode's bf16 scores by VDPBF16PS (products of bf16 values are
+ * exact in f32), or by widening K to f32 and FMA. FLASHCPU_DECODE_BF16_DOT
+ * =1 or =0 decides; unset, the dot products run on AMD CPUs only: one
+ * VDPBF16PS took as long as one FMA on the 2-core AMD VM (twice the work
+ * per instruction) but 3.2-5 FMAs' time on the 16-core Xeon (Emerald
+ * Rapids), where the widening path was as fast or faster (bench/NOTES.md;
+ * `flashcpu_instruction_rates` measures both). */
+static bool decode_bf16_dot_wanted(const fc_cpu_features *cpu) {
+  if (!cpu->avx512_bf16) return false;
+  const char *env = getenv("FLASHCPU_DECODE_BF16_DOT");
+  if (env && strcmp(env, "1") == 0) return true;
+  if (env && strcmp(env, "0") == 0) return false;
+  return cpu->vendor_amd;
+}
+#endif
+
 void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   memset(table, 0, sizeof *table);
   table->isa = isa;
@@ -96,10 +113,7 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     table->decode_name = "fc_attention_decode_onepass__avx512";
     table->decode_splitkv = fc_attention_decode_splitkv__avx512;
     table->decode_splitkv_name = "fc_attention_decode_splitkv__avx512";
-    /* On by default: bf16 q and K products are exact in f32. */
-    if (fc_cpu_features_get()->avx512_bf16 &&
-        !(getenv("FLASHCPU_DECODE_BF16_DOT") &&
-          strcmp(getenv("FLASHCPU_DECODE_BF16_DOT"), "0") == 0)) {
+    if (decode_bf16_dot_wanted(fc_cpu_features_get())) {
       table->decode_bf16_scores = fc_bf16_splitkv_scores__avx512bf16;
       table->decode_bf16_scores_name = "fc_bf16_splitkv_scores__avx512bf16";
     }

@@ -67,8 +67,9 @@ typedef struct fc_kernel_table {
   fc_attention_fn decode_splitkv;
   const char *decode_splitkv_name;
   /* Its scores from bf16 q and K by AVX512-BF16 dot products; NULL where
-   * the CPU has none or FLASHCPU_DECODE_BF16_DOT=0 (read once, when the
-   * table is filled) turned them off. */
+   * the CPU has none, and by default on CPUs other than AMD's, where they
+   * ran slower than widening (FLASHCPU_DECODE_BF16_DOT=1 / =0 forces them
+   * on / off; read once, when the table is filled). */
   fc_splitkv_bf16_scores_fn decode_bf16_scores;
   const char *decode_bf16_scores_name;
   fc_decode_thresholds decode_thresholds;

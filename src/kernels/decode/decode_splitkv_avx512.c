@@ -18,8 +18,9 @@
  * a time with one shift (even elements) and one and (odd elements): q and
  * the output accumulators are kept in that even/odd order per 32 elements
  * and put back in order when the partial state is written. With bf16 q and
- * K on a CPU with AVX512-BF16 the scores come from VDPBF16PS on the raw
- * rows instead (splitkv_scores_avx512bf16.c). Values: 64 output columns of
+ * K, where the kernel table chose them (AMD CPUs with AVX512-BF16 by
+ * default), the scores come from VDPBF16PS on the raw rows instead
+ * (splitkv_scores_avx512bf16.c). Values: 64 output columns of
  * the chunk's 4 slots (16 registers) stay in registers across the block's
  * 16 V rows; the rescale by the softmax correction is folded into their
  * load. Each K and V line read prefetches a line of the next key block,
