@@ -90,6 +90,12 @@ const DecodeCase kDecodeCases[] = {
     {"rows4_not_causal_mha", [](AttentionCase &c) {
        c.q_len(4).kv_len(270).heads(5, 5).head_dim(32);
      }},
+    // Ten splits of 256 keys: more than the split launch merges itself, so
+    // a merge launch follows (the cases above merge in the split launch).
+    {"bf16_kv2500_ten_splits_merge_launch", [](AttentionCase &c) {
+       c.batch(2).kv_len(2500).heads(8, 2).head_dim(128).dtypes(BF16, BF16, F32)
+           .kv_lengths({2500, 2049});
+     }},
 };
 
 // A context created with these environment settings (restored after).
@@ -177,7 +183,8 @@ TEST_P(DecodeDeterminism, SameBytesForAnyThreadCount) {
 INSTANTIATE_TEST_SUITE_P(Cases, DecodeDeterminism,
                          testing::Values(kDecodeCases[0], kDecodeCases[1], kDecodeCases[6],
                                          kDecodeCases[11], kDecodeCases[13],
-                                         kDecodeCases[15]),
+                                         kDecodeCases[15], kDecodeCases[16],
+                                         kDecodeCases[17]),
                          [](const testing::TestParamInfo<DecodeCase> &param_info) {
                            return std::string(param_info.param.name);
                          });

@@ -29,10 +29,15 @@
  * ascending although the loads go head by head.
  *
  * Each tile writes a partial state (m, l, o) per slot to the call
- * workspace; a second launch merges each slot's splits with the fixed tree
- * of kernels/merge (the code flashcpu_merge_states runs) and writes the
- * rows. Splits depend on the shape only. */
+ * workspace; each slot's splits are merged with the fixed tree of
+ * kernels/merge (the code flashcpu_merge_states runs) and the rows written:
+ * by a second launch, or, where a (batch, kv head) has few splits, in the
+ * same launch by the thread that writes a head group's last partial state
+ * (a counter per group), which saves the second launch's start and barrier
+ * on short caches. Either way the tree is the same, so are the bytes.
+ * Splits depend on the shape only. */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "api/errors.h"
@@ -55,6 +60,12 @@ enum {
 };
 /* Tiles per team a launch aims for. */
 enum { TILES_PER_TEAM = 2 };
+/* At most this many splits per (batch, kv head): merged in the split
+ * launch by the group's last writer (one thread merges heads_per_tile x
+ * slots x splits states; with more splits the merge launch spreads them).
+ * Xeon, 16 threads: kv 256 (1 split) 31 -> 27 us, kv 1K (4) 75 -> 69 us,
+ * but kv 2K (8) 116-132 -> 130-134 us (bench/NOTES.md). */
+enum { MERGE_IN_LAUNCH_MAX_SPLITS = 4 };
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -75,6 +86,10 @@ typedef struct splitkv_args {
    * raw bf16 rows (q kept unscaled, q_factor applied to the sums). */
   fc_splitkv_bf16_scores_fn bf16_scores;
   float *partials;     /* [batch][kv head][split][slot] state records */
+  /* Merge in the split launch: records written per (batch, head group),
+   * the group's total; NULL where a merge launch follows instead. */
+  atomic_int *records_done;
+  int records_per_group;
 } splitkv_args;
 
 /* One thread's chunks for every head of the tile: q, o, running m, l (16
@@ -560,6 +575,21 @@ static void block_sweeps(const splitkv_args *a, int64_t b, int64_t h0,
                 p->v.strides[2] * v_size, p->v_head_dim * v_size);
 }
 
+/* Merges slot's splits of (batch, kv head) bk with the fixed tree and
+ * writes its output row. */
+static void merge_slot(const splitkv_args *a, int64_t bk, int64_t slot) {
+  const fc_problem *p = a->p;
+  const int64_t b = bk / p->kv_heads, kv_head = bk % p->kv_heads;
+  float *first = record_of(a, bk, 0, slot);
+  fc_merge_state_tree(first,
+                      a->plan.slots * fc_state_floats(p->v_head_dim),
+                      a->plan.splits, p->v_head_dim);
+  fc_write_output_row(p, b, slot / p->group,
+                      kv_head * p->group + slot % p->group,
+                      first[FC_STATE_M], first[FC_STATE_L],
+                      first + FC_STATE_O);
+}
+
 static void splitkv_tile(void *opaque, int64_t tile,
                          const fc_team_view *team) {
   const splitkv_args *a = opaque;
@@ -600,6 +630,7 @@ static void splitkv_tile(void *opaque, int64_t tile,
   }
 
   /* Partial states of this split; an empty one is m = -inf only. */
+  int written = 0;
   for (int64_t h = 0; h < a->heads_per_tile; h++) {
     const int64_t bk = b * p->kv_heads + h0 + h;
     for (int64_t mine = 0; mine < st.count; mine++) {
@@ -609,6 +640,7 @@ static void splitkv_tile(void *opaque, int64_t tile,
         const int64_t i = (h * st.count + mine) * CHUNK + c;
         if (slot >= a->plan.slots) break;
         float *record = record_of(a, bk, split, slot);
+        written++;
         if (begin >= end || st.m[i] == -INFINITY) {
           record[FC_STATE_M] = -INFINITY;
           continue;
@@ -626,23 +658,24 @@ static void splitkv_tile(void *opaque, int64_t tile,
       }
     }
   }
+
+  /* The group's last writer merges it: acq_rel makes every record written
+   * before an earlier increment visible to the thread that completes it. */
+  if (a->records_done && written > 0) {
+    const int before = atomic_fetch_add_explicit(
+        &a->records_done[bg], written, memory_order_acq_rel);
+    if (before + written == a->records_per_group)
+      for (int64_t h = 0; h < a->heads_per_tile; h++)
+        for (int64_t slot = 0; slot < a->plan.slots; slot++)
+          merge_slot(a, b * p->kv_heads + h0 + h, slot);
+  }
 }
 
 /* Tile = (batch, kv head, slot): one fixed tree over the splits. */
 static void merge_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const splitkv_args *a = opaque;
   if (team->rank != 0) return;
-  const fc_problem *p = a->p;
-  const int64_t slot = tile % a->plan.slots, bk = tile / a->plan.slots;
-  const int64_t b = bk / p->kv_heads, kv_head = bk % p->kv_heads;
-  float *first = record_of(a, bk, 0, slot);
-  fc_merge_state_tree(first,
-                      a->plan.slots * fc_state_floats(p->v_head_dim),
-                      a->plan.splits, p->v_head_dim);
-  fc_write_output_row(p, b, slot / p->group,
-                      kv_head * p->group + slot % p->group,
-                      first[FC_STATE_M], first[FC_STATE_L],
-                      first + FC_STATE_O);
+  merge_slot(a, tile / a->plan.slots, tile % a->plan.slots);
 }
 
 flashcpu_status fc_attention_decode_splitkv__avx512(
@@ -683,16 +716,34 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
   a.head_groups = p->kv_heads / a.heads_per_tile;
 
   const int64_t tiles = p->batch * a.head_groups * a.plan.splits;
-  const size_t workspace = (size_t)(p->batch * p->kv_heads * a.plan.splits) *
-                           (size_t)a.plan.slots *
-                           (size_t)fc_state_floats(p->v_head_dim) *
-                           sizeof(float);
+  const size_t partial_bytes =
+      (size_t)(p->batch * p->kv_heads * a.plan.splits) *
+      (size_t)a.plan.slots * (size_t)fc_state_floats(p->v_head_dim) *
+      sizeof(float);
+  const int64_t groups = p->batch * a.head_groups;
+  const int64_t records_per_group =
+      a.plan.splits * a.heads_per_tile * a.plan.slots;
+  const bool merge_in_launch = a.plan.splits <= MERGE_IN_LAUNCH_MAX_SPLITS &&
+                               records_per_group <= INT32_MAX;
+  const size_t counters_offset = (partial_bytes + 63) & ~(size_t)63;
+  const size_t workspace =
+      merge_in_launch
+          ? counters_offset + (size_t)groups * sizeof(atomic_int)
+          : partial_bytes;
   if (fc_runtime_reserve_call_workspace(runtime, workspace) != 0)
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
                    "flashcpu_attention: out of memory allocating %zu bytes "
                    "for split-KV partial states",
                    workspace);
   a.partials = runtime->call_workspace;
+  if (merge_in_launch) {
+    a.records_done =
+        (atomic_int *)((char *)runtime->call_workspace + counters_offset);
+    a.records_per_group = (int)records_per_group;
+    /* The launch publishes these to its threads. */
+    for (int64_t g = 0; g < groups; g++)
+      atomic_init(&a.records_done[g], 0);
+  }
   flashcpu_status status =
       fc_kernel_reserve_scratch(ctx, runtime, scratch_for_team, &a);
   if (status != FLASHCPU_OK) return status;
@@ -701,7 +752,7 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
   fc_launch merge = {merge_tile, &a, p->batch * p->kv_heads * a.plan.slots,
                      false, NULL};
   if (fc_runtime_launch(runtime, &splits) != 0 ||
-      fc_runtime_launch(runtime, &merge) != 0)
+      (!merge_in_launch && fc_runtime_launch(runtime, &merge) != 0))
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
                    "flashcpu_attention: out of memory launching split-KV "
                    "decode");
