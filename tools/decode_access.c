@@ -9,6 +9,9 @@
  *   sweep-t2  the kernel's order with its prefetch sweep of the next block
  *             (prefetcht2, one line per line read; first block in a burst)
  *   sweep-t0  the same with prefetcht0
+ *   sweep-ptr sweep-t2 advanced through the caller's pointer rather than a
+ *             local copy, as the kernel did before 76e4f62 (a store of the
+ *             sweep per line; measured the same as sweep-t2)
  * --work N adds N independent vector FMAs per 64-byte line read (the
  * kernel does about 6 for bf16 K/V with GQA 4: 48 per key and head), so
  * the overlap of memory and arithmetic can be seen apart from either;
@@ -29,9 +32,10 @@
 
 enum { MAX_REPS = 101 };
 
-typedef enum order { STREAM, BLOCKS, SWEEP_T2, SWEEP_T0, ORDERS } order;
+typedef enum order { STREAM, BLOCKS, SWEEP_T2, SWEEP_T0, SWEEP_PTR, ORDERS } order;
 static const char *const order_names[ORDERS] = {"stream", "blocks",
-                                                "sweep-t2", "sweep-t0"};
+                                                "sweep-t2", "sweep-t0",
+                                                "sweep-ptr"};
 
 typedef struct shape {
   int64_t kv, heads, dim; /* keys, kv heads, head_dim (bf16 elements) */
@@ -84,30 +88,29 @@ static ALWAYS_INLINE void read_range(sink *s, const char *first,
 }
 
 /* Head h's rows of keys [key, key + n), with a line of `next` prefetched
- * per line read (hint: __builtin_prefetch's locality; next NULL: none).
- * The sweep is copied into a local for the loop, as the kernel does: the
- * row loads go through char pointers that may alias it, so through the
- * pointer every line would store and reload it, a chain of store
- * forwarding (bench/NOTES.md). */
+ * per line read (hint: __builtin_prefetch's locality; next NULL: none;
+ * shared: advance *next itself rather than a local copy, as the kernel
+ * did before 76e4f62). */
 static ALWAYS_INLINE void read_rows(sink *s, const char *base,
                                     const shape *sh, int64_t key, int64_t n,
                                     int64_t h, fc_prefetch_sweep *next,
-                                    int hint, int work) {
+                                    int hint, bool shared, int work) {
   const int64_t row = sh->dim * 2, key_step = sh->heads * row;
   fc_prefetch_sweep sweep;
   if (next) sweep = *next;
+  fc_prefetch_sweep *walk = next && !shared ? &sweep : next;
   __m512 acc[16];
   memcpy(acc, s->acc, sizeof acc);
   for (int64_t j = 0; j < n; j++) {
     const char *r = base + (key + j) * key_step + h * row;
     for (int64_t b = 0; b < row; b += 2 * FC_SWEEP_LINE) {
-      prefetch_next(next ? &sweep : NULL, hint);
-      prefetch_next(next ? &sweep : NULL, hint);
+      prefetch_next(walk, hint);
+      prefetch_next(walk, hint);
       take_2_lines(acc, r + b, work);
     }
   }
   memcpy(s->acc, acc, sizeof acc);
-  if (next) *next = sweep;
+  if (next && !shared) *next = sweep;
 }
 
 static void block_sweep(fc_prefetch_sweep *sw, const char *base,
@@ -129,7 +132,8 @@ static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
     read_range(s, v + begin * key_bytes, (end - begin) * key_bytes, work);
     return;
   }
-  const bool prefetch = o == SWEEP_T2 || o == SWEEP_T0;
+  const bool prefetch = o != BLOCKS;
+  const bool shared = o == SWEEP_PTR;
   const int hint = o == SWEEP_T0 ? 3 : 1;
   if (prefetch && begin < end) {
     fc_prefetch_sweep fk, fv;
@@ -143,25 +147,26 @@ static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
     fc_prefetch_sweep nk, nv;
     block_sweep(&nk, k, sh, key + sh->block, end);
     block_sweep(&nv, v, sh, key + sh->block, end);
+    fc_prefetch_sweep *next_k = prefetch ? &nk : NULL;
+    fc_prefetch_sweep *next_v = prefetch ? &nv : NULL;
     if (sh->group >= sh->block) {
       /* Head by head, K rows then V rows, as the kernel. */
       for (int64_t h = 0; h < sh->heads; h++) {
-        read_rows(s, k, sh, key, n, h, prefetch ? &nk : NULL, hint, work);
-        read_rows(s, v, sh, key, n, h, prefetch ? &nv : NULL, hint, work);
+        read_rows(s, k, sh, key, n, h, next_k, hint, shared, work);
+        read_rows(s, v, sh, key, n, h, next_v, hint, shared, work);
       }
       continue;
     }
     /* The block's K then its V, a group of keys of every head at a time. */
-    for (int64_t g = 0; g < n; g += sh->group) {
-      const int64_t m = n - g < sh->group ? n - g : sh->group;
-      for (int64_t h = 0; h < sh->heads; h++)
-        read_rows(s, k, sh, key + g, m, h, prefetch ? &nk : NULL, hint, work);
-    }
-    for (int64_t g = 0; g < n; g += sh->group) {
-      const int64_t m = n - g < sh->group ? n - g : sh->group;
-      for (int64_t h = 0; h < sh->heads; h++)
-        read_rows(s, v, sh, key + g, m, h, prefetch ? &nv : NULL, hint, work);
-    }
+    const char *const caches[2] = {k, v};
+    fc_prefetch_sweep *const nexts[2] = {next_k, next_v};
+    for (int c = 0; c < 2; c++)
+      for (int64_t g = 0; g < n; g += sh->group) {
+        const int64_t m = n - g < sh->group ? n - g : sh->group;
+        for (int64_t h = 0; h < sh->heads; h++)
+          read_rows(s, caches[c], sh, key + g, m, h, nexts[c], hint, shared,
+                    work);
+      }
   }
 }
 

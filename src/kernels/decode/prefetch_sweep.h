@@ -105,10 +105,10 @@ fc_sweep_next(fc_prefetch_sweep *s) {
 
 /* A copy of *s (an empty sweep for NULL) for a loop to advance, written
  * back after it. Advanced through a pointer the loop's loads may alias
- * (rows read through char pointers), the sweep would be stored and
- * reloaded at every line: a chain of store forwarding that cost the
- * kernel a quarter of its cached speed on the 2-core VM and more on the
- * Xeon (bench/NOTES.md). A local copy stays in registers. */
+ * (rows read through char pointers), the sweep is stored back at every
+ * line; a local copy stays in registers. No speed difference was
+ * measured either way (flashcpu_decode_access: sweep-t2 vs sweep-ptr;
+ * bench/NOTES.md). */
 static inline fc_prefetch_sweep fc_sweep_copy(const fc_prefetch_sweep *s) {
   if (s) return *s;
   fc_prefetch_sweep empty;
