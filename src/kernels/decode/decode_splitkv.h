@@ -15,6 +15,8 @@ struct fc_prefetch_sweep;
 
 /* Query rows the kernel takes (speculative verification: 2..64). */
 #define FC_SPLITKV_MAX_ROWS 64
+/* Keys per block every split-KV kernel walks; splits are multiples. */
+enum { FC_SPLITKV_KEY_BLOCK = 16 };
 
 /* How the keys of a (batch, kv head) are cut: from the shape and constants
  * only, never from the thread count, so the bytes never depend on it. */

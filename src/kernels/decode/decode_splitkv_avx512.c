@@ -37,15 +37,12 @@
  * on short caches. Either way the tree is the same, so are the bytes.
  * Splits depend on the shape only. */
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
-#include "api/errors.h"
-#include "common/mask.h"
-#include "common/score.h"
 #include "dispatch/kernel_table.h"
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
+#include "kernels/decode/splitkv_common.h"
 #include "kernels/decode/splitkv_scores.h"
 #include "kernels/kernel_support.h"
 #include "kernels/merge/merge_states.h"
@@ -58,38 +55,19 @@ enum {
   PAIR = 32,
   PASS = 64
 };
-/* Tiles per team a launch aims for. */
-enum { TILES_PER_TEAM = 2 };
-/* At most this many splits per (batch, kv head): merged in the split
- * launch by the group's last writer (one thread merges heads_per_tile x
- * slots x splits states; with more splits the merge launch spreads them).
- * Xeon, 16 threads: kv 256 (1 split) 31 -> 27 us, kv 1K (4) 75 -> 69 us,
- * but kv 2K (8) 116-132 -> 130-134 us (bench/NOTES.md). */
-enum { MERGE_IN_LAUNCH_MAX_SPLITS = 4 };
-
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 typedef struct splitkv_args {
+  fc_splitkv_shared shared; /* plan, heads per tile, partial states */
   const fc_problem *p;
   const fc_kernel_table *table;
-  fc_splitkv_plan plan;
   int64_t chunks;      /* ceil(slots / CHUNK) per kv head */
   int64_t padded_dim;  /* head_dim rounded up to 32: q rows are zero-padded */
   int64_t padded_dv;   /* v_head_dim rounded up to 64 */
-  int64_t heads_per_tile;
-  int64_t head_groups; /* kv_heads / heads_per_tile */
-  float q_factor;
-  int scores_final;    /* no softcap or additive mask: Q carries log2(e) */
-  int needs_finish;    /* some score needs per-key work after the dot */
   int k_pairs, v_pairs; /* bf16: even/odd order per 32 elements */
   /* bf16 q and K on a CPU with AVX512-BF16: scores by dot products on the
    * raw bf16 rows (q kept unscaled, q_factor applied to the sums). */
   fc_splitkv_bf16_scores_fn bf16_scores;
-  float *partials;     /* [batch][kv head][split][slot] state records */
-  /* Merge in the split launch: records written per (batch, head group),
-   * the group's total; NULL where a merge launch follows instead. */
-  atomic_int *records_done;
-  int records_per_group;
 } splitkv_args;
 
 /* One thread's chunks for every head of the tile: q, o, running m, l (16
@@ -108,7 +86,7 @@ static size_t floats_per_chunk(const splitkv_args *a) {
 }
 
 static size_t rank_floats(const splitkv_args *a, int team_size) {
-  size_t floats = (size_t)(chunks_of_rank(a, team_size) * a->heads_per_tile) *
+  size_t floats = (size_t)(chunks_of_rank(a, team_size) * a->shared.heads_per_tile) *
                       floats_per_chunk(a) +
                   CHUNK * KEY_BLOCK;
   return (floats + 15) & ~(size_t)15;
@@ -127,7 +105,7 @@ static chunk_state carve(const splitkv_args *a, const fc_team_view *team) {
   st.count = team->rank < a->chunks
                  ? (a->chunks - team->rank + team->size - 1) / team->size
                  : 0;
-  int64_t all = chunks_of_rank(a, team->size) * a->heads_per_tile * CHUNK;
+  int64_t all = chunks_of_rank(a, team->size) * a->shared.heads_per_tile * CHUNK;
   st.q = base;
   st.o = st.q + all * a->padded_dim;
   st.m = st.o + all * a->padded_dv;
@@ -248,39 +226,6 @@ static void chunk_scores_dispatch(const char *const *k_rows,
   BY_DTYPE(dim)
 #undef BY_DTYPE
 #undef SCORES_FOR
-}
-
-/* Per-key work the dot product does not do: the row's key range (rows of a
- * multi-row tile see different keys), softcap, additive mask, tree bits. */
-static void finish_scores(const splitkv_args *a, float *s, int64_t b,
-                          int64_t kv_head, int64_t slot, int64_t j0,
-                          int64_t n, int64_t kv_length) {
-  const fc_problem *p = a->p;
-  if (slot >= a->plan.slots) { /* padding slot: sees nothing */
-    for (int64_t j = 0; j < n; j++) s[j] = -INFINITY;
-    return;
-  }
-  const int64_t row = slot / p->group;
-  const int64_t head = kv_head * p->group + slot % p->group;
-  const fc_key_range range = fc_row_key_range(p, kv_length, row);
-  const int64_t tree_begin = fc_tree_begin(p, kv_length);
-  const float *mask_row =
-      p->additive ? p->additive->data + b * p->additive->strides[0] +
-                        head * p->additive->strides[1] +
-                        row * p->additive->strides[2]
-                  : NULL;
-  for (int64_t j = 0; j < n; j++) {
-    const int64_t key = j0 + j;
-    if (key < range.begin || key >= range.end) {
-      s[j] = -INFINITY;
-      continue;
-    }
-    if (!a->scores_final) {
-      s[j] = fc_finish_score(p, s[j], mask_row, key);
-    }
-    if (key >= tree_begin && !fc_tree_allows(p, b, row, key, tree_begin))
-      s[j] = -INFINITY;
-  }
 }
 
 /* Slot s's largest score (lanes of masked[s]) in lane s of every 128-bit
@@ -446,13 +391,6 @@ static void accumulate_dispatch(const char *const *v_rows,
 #undef VALUES_FOR
 }
 
-static float *record_of(const splitkv_args *a, int64_t bk, int64_t split,
-                        int64_t slot) {
-  return a->partials +
-         ((bk * a->plan.splits + split) * a->plan.slots + slot) *
-             fc_state_floats(a->p->v_head_dim);
-}
-
 /* Element i of a row in even/odd order per 32 (see load_span). */
 static int64_t paired_index(int64_t i) {
   const int64_t base = i / PAIR * PAIR, k = i % PAIR;
@@ -463,7 +401,7 @@ static void init_chunks(const splitkv_args *a, const chunk_state *st,
                         int64_t b, int64_t h0, const fc_team_view *team) {
   const fc_problem *p = a->p;
   const int64_t D = p->head_dim, PD = a->padded_dim;
-  for (int64_t h = 0; h < a->heads_per_tile; h++) {
+  for (int64_t h = 0; h < a->shared.heads_per_tile; h++) {
     const int64_t kv_head = h0 + h;
     for (int64_t mine = 0; mine < st->count; mine++) {
       const int64_t chunk = team->rank + mine * team->size;
@@ -472,13 +410,13 @@ static void init_chunks(const splitkv_args *a, const chunk_state *st,
         const int64_t i = (h * st->count + mine) * CHUNK + s;
         float *q = st->q + i * PD;
         memset(q, 0, (size_t)PD * sizeof(float));
-        if (slot < a->plan.slots) {
+        if (slot < a->shared.plan.slots) {
           const char *row = fc_view_row(&p->q, b, slot / p->group,
                                         kv_head * p->group + slot % p->group);
           if (a->bf16_scores)
             memcpy(q, row, (size_t)D * sizeof(uint16_t));
           else
-            a->table->row_to_f32[p->q.dtype](row, D, a->q_factor, q);
+            a->table->row_to_f32[p->q.dtype](row, D, a->shared.q_factor, q);
           if (a->k_pairs)
             for (int64_t d0 = 0; d0 < PD; d0 += PAIR) {
               float natural[PAIR];
@@ -528,7 +466,7 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
     if (a->bf16_scores) {
       float s[CHUNK * KEY_BLOCK];
       a->bf16_scores(k_rows, (const uint16_t *)(st->q + i0 * a->padded_dim),
-                     2 * a->padded_dim, D, n, a->q_factor,
+                     2 * a->padded_dim, D, n, a->shared.q_factor,
                      advances ? k_sweep : NULL, s);
       for (int c = 0; c < CHUNK; c++)
         scores[c] = _mm512_loadu_ps(s + c * KEY_BLOCK);
@@ -537,12 +475,12 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
                             a->padded_dim, D, n,
                             advances ? k_sweep : NULL, scores);
     }
-    if (a->needs_finish) {
+    if (a->shared.needs_finish) {
       float s[CHUNK * KEY_BLOCK];
       for (int c = 0; c < CHUNK; c++) {
         _mm512_storeu_ps(s + c * KEY_BLOCK, scores[c]);
-        finish_scores(a, s + c * KEY_BLOCK, b, kv_head, chunk * CHUNK + c, j0,
-                      n, kv_length);
+        fc_splitkv_finish(&a->shared, s + c * KEY_BLOCK, b, kv_head,
+                          chunk * CHUNK + c, j0, n, kv_length);
         scores[c] = _mm512_loadu_ps(s + c * KEY_BLOCK);
       }
     }
@@ -557,65 +495,21 @@ static void head_block(const splitkv_args *a, const chunk_state *st,
   }
 }
 
-/* Sweeps over the K and V rows of the tile's heads (from h0) for the block
- * of keys at key: at most KEY_BLOCK keys, none at or past end (empty when
- * key >= end). */
-static void block_sweeps(const splitkv_args *a, int64_t b, int64_t h0,
-                         int64_t key, int64_t end, fc_prefetch_sweep *k_sweep,
-                         fc_prefetch_sweep *v_sweep) {
-  const fc_problem *p = a->p;
-  const int64_t n = end - key < KEY_BLOCK ? end - key : KEY_BLOCK;
-  const bool any = key < end;
-  const int64_t k_size = p->k.element_size, v_size = p->v.element_size;
-  fc_sweep_init(k_sweep, any ? fc_view_row(&p->k, b, key, h0) : NULL, n,
-                a->heads_per_tile, p->k.strides[1] * k_size,
-                p->k.strides[2] * k_size, p->head_dim * k_size);
-  fc_sweep_init(v_sweep, any ? fc_view_row(&p->v, b, key, h0) : NULL, n,
-                a->heads_per_tile, p->v.strides[1] * v_size,
-                p->v.strides[2] * v_size, p->v_head_dim * v_size);
-}
-
-/* Merges slot's splits of (batch, kv head) bk with the fixed tree and
- * writes its output row. */
-static void merge_slot(const splitkv_args *a, int64_t bk, int64_t slot) {
-  const fc_problem *p = a->p;
-  const int64_t b = bk / p->kv_heads, kv_head = bk % p->kv_heads;
-  float *first = record_of(a, bk, 0, slot);
-  fc_merge_state_tree(first,
-                      a->plan.slots * fc_state_floats(p->v_head_dim),
-                      a->plan.splits, p->v_head_dim);
-  fc_write_output_row(p, b, slot / p->group,
-                      kv_head * p->group + slot % p->group,
-                      first[FC_STATE_M], first[FC_STATE_L],
-                      first + FC_STATE_O);
-}
-
 static void splitkv_tile(void *opaque, int64_t tile,
                          const fc_team_view *team) {
   const splitkv_args *a = opaque;
   const fc_problem *p = a->p;
-  const int64_t split = tile % a->plan.splits;
-  const int64_t bg = tile / a->plan.splits;
-  const int64_t b = bg / a->head_groups;
-  const int64_t h0 = bg % a->head_groups * a->heads_per_tile;
+  const fc_splitkv_tile t = fc_splitkv_locate(&a->shared, tile);
+  const int64_t b = t.b, h0 = t.h0, begin = t.begin, end = t.end;
   const int64_t Dv = p->v_head_dim;
   const chunk_state st = carve(a, team);
-  const int64_t kv_length = fc_problem_kv_length(p, b);
-
-  /* Keys of this split that some row of the tile sees. */
-  const fc_key_range first = fc_row_key_range(p, kv_length, 0);
-  const fc_key_range last = fc_row_key_range(p, kv_length, p->q_len - 1);
-  int64_t begin = split * a->plan.split_keys;
-  int64_t end = begin + a->plan.split_keys;
-  if (end > kv_length) end = kv_length;
-  if (begin < first.begin) begin = first.begin;
-  if (end > last.end) end = last.end;
 
   if (begin < end) init_chunks(a, &st, b, h0, team);
-  const int64_t hpt = a->heads_per_tile;
+  const int64_t hpt = a->shared.heads_per_tile;
   if (begin < end) {
     fc_prefetch_sweep first_k, first_v;
-    block_sweeps(a, b, h0, begin, end, &first_k, &first_v);
+    fc_splitkv_block_sweeps(&a->shared, b, h0, begin, end, &first_k,
+                            &first_v);
     fc_sweep_all(&first_k);
     fc_sweep_all(&first_v);
   }
@@ -623,23 +517,24 @@ static void splitkv_tile(void *opaque, int64_t tile,
     const int64_t n = end - j0 < KEY_BLOCK ? end - j0 : KEY_BLOCK;
     /* The next block's rows of the tile's heads, empty after the last. */
     fc_prefetch_sweep k_sweep, v_sweep;
-    block_sweeps(a, b, h0, j0 + KEY_BLOCK, end, &k_sweep, &v_sweep);
+    fc_splitkv_block_sweeps(&a->shared, b, h0, j0 + KEY_BLOCK, end, &k_sweep,
+                            &v_sweep);
     for (int64_t h = 0; h < hpt; h++)
-      head_block(a, &st, team, b, h0 + h, h, j0, n, kv_length, &k_sweep,
+      head_block(a, &st, team, b, h0 + h, h, j0, n, t.kv_length, &k_sweep,
                  &v_sweep);
   }
 
   /* Partial states of this split; an empty one is m = -inf only. */
   int written = 0;
-  for (int64_t h = 0; h < a->heads_per_tile; h++) {
+  for (int64_t h = 0; h < hpt; h++) {
     const int64_t bk = b * p->kv_heads + h0 + h;
     for (int64_t mine = 0; mine < st.count; mine++) {
       const int64_t chunk = team->rank + mine * team->size;
       for (int c = 0; c < CHUNK; c++) {
         const int64_t slot = chunk * CHUNK + c;
         const int64_t i = (h * st.count + mine) * CHUNK + c;
-        if (slot >= a->plan.slots) break;
-        float *record = record_of(a, bk, split, slot);
+        if (slot >= a->shared.plan.slots) break;
+        float *record = fc_splitkv_record(&a->shared, bk, t.split, slot);
         written++;
         if (begin >= end || st.m[i] == -INFINITY) {
           record[FC_STATE_M] = -INFINITY;
@@ -658,24 +553,7 @@ static void splitkv_tile(void *opaque, int64_t tile,
       }
     }
   }
-
-  /* The group's last writer merges it: acq_rel makes every record written
-   * before an earlier increment visible to the thread that completes it. */
-  if (a->records_done && written > 0) {
-    const int before = atomic_fetch_add_explicit(
-        &a->records_done[bg], written, memory_order_acq_rel);
-    if (before + written == a->records_per_group)
-      for (int64_t h = 0; h < a->heads_per_tile; h++)
-        for (int64_t slot = 0; slot < a->plan.slots; slot++)
-          merge_slot(a, b * p->kv_heads + h0 + h, slot);
-  }
-}
-
-/* Tile = (batch, kv head, slot): one fixed tree over the splits. */
-static void merge_tile(void *opaque, int64_t tile, const fc_team_view *team) {
-  const splitkv_args *a = opaque;
-  if (team->rank != 0) return;
-  merge_slot(a, tile / a->plan.slots, tile % a->plan.slots);
+  fc_splitkv_tile_written(&a->shared, &t, written);
 }
 
 flashcpu_status fc_attention_decode_splitkv__avx512(
@@ -683,10 +561,10 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
     const struct fc_kernel_table *table, const fc_problem *p) {
   splitkv_args a;
   memset(&a, 0, sizeof a);
+  fc_splitkv_shared_init(&a.shared, p);
   a.p = p;
   a.table = table;
-  a.plan = fc_splitkv_make_plan(p);
-  a.chunks = (a.plan.slots + CHUNK - 1) / CHUNK;
+  a.chunks = (a.shared.plan.slots + CHUNK - 1) / CHUNK;
   a.padded_dim = (p->head_dim + PAIR - 1) / PAIR * PAIR;
   a.padded_dv = (p->v_head_dim + PASS - 1) / PASS * PASS;
   if (table->decode_bf16_scores && p->q.dtype == FLASHCPU_DTYPE_BF16 &&
@@ -694,67 +572,8 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
     a.bf16_scores = table->decode_bf16_scores;
   a.k_pairs = p->k.dtype == FLASHCPU_DTYPE_BF16 && !a.bf16_scores;
   a.v_pairs = p->v.dtype == FLASHCPU_DTYPE_BF16;
-  a.scores_final = p->softcap == 0.0f && !p->additive;
-  a.q_factor = a.scores_final ? p->scale * FC_LOG2E_F : p->scale;
-  const bool rows_differ =
-      p->q_len > 1 && (p->causal || p->window_left >= 0 ||
-                       p->window_right >= 0);
-  a.needs_finish = !a.scores_final || p->tree || rows_differ;
-
-  /* Heads per tile: as many as keep TILES_PER_TEAM tiles for every team
-   * (the largest divisor of kv_heads that does). Prefetch: the next block,
-   * into L2 (prefetch_sweep.h); 2 blocks ahead was no faster. */
-  const int64_t wanted = TILES_PER_TEAM * runtime->plan.team_count;
-  a.heads_per_tile = 1;
-  for (int64_t g = p->kv_heads; g >= 1; g--) {
-    if (p->kv_heads % g) continue;
-    if (p->batch * a.plan.splits * (p->kv_heads / g) >= wanted || g == 1) {
-      a.heads_per_tile = g;
-      break;
-    }
-  }
-  a.head_groups = p->kv_heads / a.heads_per_tile;
-
-  const int64_t tiles = p->batch * a.head_groups * a.plan.splits;
-  const size_t partial_bytes =
-      (size_t)(p->batch * p->kv_heads * a.plan.splits) *
-      (size_t)a.plan.slots * (size_t)fc_state_floats(p->v_head_dim) *
-      sizeof(float);
-  const int64_t groups = p->batch * a.head_groups;
-  const int64_t records_per_group =
-      a.plan.splits * a.heads_per_tile * a.plan.slots;
-  const bool merge_in_launch = a.plan.splits <= MERGE_IN_LAUNCH_MAX_SPLITS &&
-                               records_per_group <= INT32_MAX;
-  const size_t counters_offset = (partial_bytes + 63) & ~(size_t)63;
-  const size_t workspace =
-      merge_in_launch
-          ? counters_offset + (size_t)groups * sizeof(atomic_int)
-          : partial_bytes;
-  if (fc_runtime_reserve_call_workspace(runtime, workspace) != 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory allocating %zu bytes "
-                   "for split-KV partial states",
-                   workspace);
-  a.partials = runtime->call_workspace;
-  if (merge_in_launch) {
-    a.records_done =
-        (atomic_int *)((char *)runtime->call_workspace + counters_offset);
-    a.records_per_group = (int)records_per_group;
-    /* The launch publishes these to its threads. */
-    for (int64_t g = 0; g < groups; g++)
-      atomic_init(&a.records_done[g], 0);
-  }
-  flashcpu_status status =
-      fc_kernel_reserve_scratch(ctx, runtime, scratch_for_team, &a);
-  if (status != FLASHCPU_OK) return status;
-
-  fc_launch splits = {splitkv_tile, &a, tiles, false, NULL};
-  fc_launch merge = {merge_tile, &a, p->batch * p->kv_heads * a.plan.slots,
-                     false, NULL};
-  if (fc_runtime_launch(runtime, &splits) != 0 ||
-      (!merge_in_launch && fc_runtime_launch(runtime, &merge) != 0))
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory launching split-KV "
-                   "decode");
-  return FLASHCPU_OK;
+  /* Prefetch: the next block, into L2 (prefetch_sweep.h); 2 blocks ahead
+   * was no faster. */
+  return fc_splitkv_run(ctx, runtime, &a.shared, splitkv_tile, &a,
+                        scratch_for_team);
 }

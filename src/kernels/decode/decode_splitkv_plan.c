@@ -4,7 +4,7 @@
 enum {
   MIN_SPLIT_KEYS = 256, /* below this a split's fixed costs show */
   MAX_SPLITS = 64,      /* per (batch, kv head): enough tiles for many cores */
-  KEY_ALIGN = 16        /* the kernel's key block */
+  KEY_ALIGN = FC_SPLITKV_KEY_BLOCK
 };
 /* Partial states of one call stay within this many floats (256 MiB). */
 #define MAX_WORKSPACE_FLOATS (INT64_C(64) << 20)

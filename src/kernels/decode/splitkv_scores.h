@@ -8,9 +8,10 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-/* Keys per block, slots per chunk, keys reduced together. */
-enum { FC_SPLITKV_KEY_BLOCK = 16, FC_SPLITKV_CHUNK = 4,
-       FC_SPLITKV_KEYS_PER_GROUP = 4 };
+#include "kernels/decode/decode_splitkv.h"
+
+/* Slots per chunk, keys reduced together (blocks: FC_SPLITKV_KEY_BLOCK). */
+enum { FC_SPLITKV_CHUNK = 4, FC_SPLITKV_KEYS_PER_GROUP = 4 };
 
 /* Lane i of the result is the sum of the 16 lanes of v[i]. */
 static inline __attribute__((always_inline)) __m512

@@ -1,0 +1,88 @@
+/* What every split-KV decode kernel (AVX-512's, and the fcv_* template's
+ * for AVX2 and NEON) does the same way around its key-block loop: which kv
+ * heads and keys a tile takes, where the partial states live, the per-key
+ * work a dot product does not do, the prefetch sweeps of a block, and the
+ * merge of the splits (in the split launch by a head group's last writer,
+ * or by a merge launch), so that every ISA merges with the same fixed tree.
+ * Portable C (baseline TU). */
+#ifndef FLASHCPU_KERNELS_DECODE_SPLITKV_COMMON_H
+#define FLASHCPU_KERNELS_DECODE_SPLITKV_COMMON_H
+
+#include <stdint.h>
+
+#include "common/portable_atomic.h"
+#include "common/problem.h"
+#include "flashcpu/flashcpu.h"
+#include "kernels/decode/decode_splitkv.h"
+#include "kernels/kernel_support.h"
+#include "runtime/runtime.h"
+
+struct fc_prefetch_sweep;
+
+typedef struct fc_splitkv_shared {
+  const fc_problem *p;
+  fc_splitkv_plan plan;
+  int64_t heads_per_tile; /* kv heads a tile takes (a divisor of kv_heads) */
+  int64_t head_groups;    /* kv_heads / heads_per_tile */
+  /* No softcap or additive mask: the factor q is scaled by carries log2(e)
+   * and a dot product is the final log2-domain score. */
+  int scores_final;
+  float q_factor;
+  /* Some score needs per-key work after the dot (fc_splitkv_finish). */
+  int needs_finish;
+  float *partials; /* [batch][kv head][split][slot] state records */
+  /* Merge in the split launch: records written per (batch, head group)
+   * and the group's total; NULL where a merge launch follows instead. */
+  fc_atomic_int *records_done;
+  int records_per_group;
+} fc_splitkv_shared;
+
+/* The plan, score factor and finishing work of p (heads_per_tile and the
+ * workspace come with fc_splitkv_run). */
+void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p);
+
+/* Where a tile lies: batch, first kv head, split, (batch, head group)
+ * index, and the keys [begin, end) of the split some row of the tile sees
+ * (begin >= end: none). */
+typedef struct fc_splitkv_tile {
+  int64_t b, h0, split, group;
+  int64_t begin, end, kv_length;
+} fc_splitkv_tile;
+
+fc_splitkv_tile fc_splitkv_locate(const fc_splitkv_shared *s, int64_t tile);
+
+/* The state record of (batch x kv_heads + kv head) bk, split, slot. */
+float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t bk,
+                         int64_t split, int64_t slot);
+
+/* Finishes scores s[0..n) of slot for keys j0.. of (b, kv_head): -inf for
+ * keys the slot's row does not see (key range, tree) and for padding
+ * slots, softcap and additive mask where scores are not final. */
+void fc_splitkv_finish(const fc_splitkv_shared *s, float *scores, int64_t b,
+                       int64_t kv_head, int64_t slot, int64_t j0, int64_t n,
+                       int64_t kv_length);
+
+/* Sweeps over the K and V rows of the tile's heads (from h0) for the block
+ * of keys at key: at most FC_SPLITKV_KEY_BLOCK keys, none at or past end
+ * (empty when key >= end). */
+void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
+                             int64_t h0, int64_t key, int64_t end,
+                             struct fc_prefetch_sweep *k_sweep,
+                             struct fc_prefetch_sweep *v_sweep);
+
+/* After a thread wrote `written` records of tile t: where the split launch
+ * merges, the thread that completes the head group merges it and writes
+ * its rows. */
+void fc_splitkv_tile_written(const fc_splitkv_shared *s,
+                             const fc_splitkv_tile *t, int written);
+
+/* Chooses heads per tile for the runtime's teams, reserves the partial
+ * states and the kernel's team scratch (scratch(args, team size) is called
+ * after s->heads_per_tile is set), runs `tile` over every (batch, head
+ * group, split) with args, then the merge launch where one is needed.
+ * OUT_OF_MEMORY (message on ctx) before any output is written. */
+flashcpu_status fc_splitkv_run(flashcpu_context *ctx, fc_runtime *runtime,
+                               fc_splitkv_shared *s, fc_tile_kernel tile,
+                               void *args, fc_scratch_bytes_fn scratch);
+
+#endif
