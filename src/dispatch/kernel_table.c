@@ -122,6 +122,8 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     FILL_CONVERTERS(table, avx2);
     table->tiled = fc_attention_prefill__avx2;
     table->tiled_name = "fc_attention_prefill__avx2";
+    table->decode_splitkv = fc_attention_decode_splitkv__avx2;
+    table->decode_splitkv_name = "fc_attention_decode_splitkv__avx2";
     break;
 #endif
 #if defined(__aarch64__)
@@ -129,6 +131,8 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     FILL_CONVERTERS(table, neon);
     table->tiled = fc_attention_prefill__neon;
     table->tiled_name = "fc_attention_prefill__neon";
+    table->decode_splitkv = fc_attention_decode_splitkv__neon;
+    table->decode_splitkv_name = "fc_attention_decode_splitkv__neon";
     break;
 #endif
   default: FILL_CONVERTERS(table, scalar); break;

@@ -29,6 +29,11 @@ typedef struct fc_splitkv_plan {
 fc_splitkv_plan fc_splitkv_make_plan(const fc_problem *p);
 
 #if defined(__x86_64__)
+/* The fcv_* template (decode_splitkv_vec.inc) on AVX2 + FMA. */
+flashcpu_status fc_attention_decode_splitkv__avx2(
+    flashcpu_context *ctx, fc_runtime *runtime,
+    const struct fc_kernel_table *table, const fc_problem *p);
+
 flashcpu_status fc_attention_decode_splitkv__avx512(
     flashcpu_context *ctx, fc_runtime *runtime,
     const struct fc_kernel_table *table, const fc_problem *p);
@@ -44,6 +49,13 @@ void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
                                         int64_t dim, int64_t n, float factor,
                                         struct fc_prefetch_sweep *sweep,
                                         float *scores);
+#endif
+
+#if defined(__aarch64__)
+/* The fcv_* template (decode_splitkv_vec.inc) on NEON. */
+flashcpu_status fc_attention_decode_splitkv__neon(
+    flashcpu_context *ctx, fc_runtime *runtime,
+    const struct fc_kernel_table *table, const fc_problem *p);
 #endif
 
 #endif
