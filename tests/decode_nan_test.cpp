@@ -1,10 +1,11 @@
 // NaN through split-KV decode (the kernel flashcpu picks for 1 to 8 query
-// rows on AVX-512 CPUs): NaN in what a row reads (q, a visible K or V row)
+// rows), on each ISA's split-KV kernel this CPU runs: NaN in what a row reads (q, a visible K or V row)
 // reaches that row's output, in whichever split it lies; NaN in keys the row
 // does not see does not. Each case is also compared with the oracle.
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -23,17 +24,25 @@ std::string Describe(const flashcpu_context *ctx) {
   return text.data();
 }
 
-class DecodeNan : public testing::TestWithParam<flashcpu_dtype> {
+class DecodeNan : public testing::TestWithParam<std::tuple<flashcpu_isa, flashcpu_dtype>> {
  protected:
   void SetUp() override {
-    ASSERT_EQ(flashcpu_context_create(nullptr, &ctx_), FLASHCPU_OK);
-    if (Describe(ctx_).find("split KV: fc_attention_decode_splitkv__avx512") ==
-        std::string::npos)
-      GTEST_SKIP() << "no AVX-512 split-KV kernel here";
+    const flashcpu_isa isa = std::get<0>(GetParam());
+    if (!flashcpu_isa_supported(isa))
+      GTEST_SKIP() << "this CPU (or its OS) lacks " << flashcpu_isa_name(isa);
+    flashcpu_context_options options;
+    flashcpu_context_options_init(&options);
+    options.max_isa = isa;
+    ASSERT_EQ(flashcpu_context_create(&options, &ctx_), FLASHCPU_OK);
+    const std::string kernel =
+        std::string("split KV: fc_attention_decode_splitkv__") + flashcpu_isa_name(isa);
+    ASSERT_NE(Describe(ctx_).find(kernel), std::string::npos) << Describe(ctx_);
   }
-  void TearDown() override { flashcpu_context_destroy(ctx_); }
+  void TearDown() override {
+    if (ctx_) flashcpu_context_destroy(ctx_);
+  }
   AttentionCase &Configure(AttentionCase &c, int64_t rows) {
-    const flashcpu_dtype t = GetParam();
+    const flashcpu_dtype t = std::get<1>(GetParam());
     return c.batch(2).q_len(rows).kv_len(kS).heads(kHq, kHkv).head_dim(kD)
         .causal().dtypes(t, t, t).seed(97);
   }
@@ -106,12 +115,14 @@ TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeNan,
-                         testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
-                                         FLASHCPU_DTYPE_BF16),
-                         [](const testing::TestParamInfo<flashcpu_dtype> &param_info) {
-                           return std::string(flashcpu_dtype_name(param_info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    IsasAndDtypes, DecodeNan,
+    testing::Combine(testing::Values(FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON),
+                     testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16)),
+    [](const testing::TestParamInfo<std::tuple<flashcpu_isa, flashcpu_dtype>> &param_info) {
+      return std::string(flashcpu_isa_name(std::get<0>(param_info.param))) + "_" +
+             flashcpu_dtype_name(std::get<1>(param_info.param));
+    });
 
 }  // namespace
 }  // namespace fctest

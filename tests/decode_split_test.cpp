@@ -2,11 +2,13 @@
 // decode thresholds (FLASHCPU_DECODE_THRESHOLDS) send them to split-KV
 // decode (keys cut into splits of >= 256 keys whose partial states merge in
 // a tree), and single rows also to one-pass decode; FLASHCPU_VERBOSE's line
-// shows which kernel ran. Where the CPU lacks AVX-512 the cases still run
-// on whatever kernel the table has. They cover split-KV's remainders (kv lengths not a multiple of the split or of the 16-key
-// block, per-batch lengths 0 and 1), every mask, GQA shapes that leave
-// padding slots, head_dims with and without a specialised copy, strides;
-// and the bytes must not depend on the thread count.
+// shows which kernel ran. Each case runs on every split-KV kernel this CPU
+// can run (AVX-512's own; the fcv_* template on AVX2 and NEON), capping the
+// context's ISA. They cover split-KV's remainders (kv lengths not a
+// multiple of the split or of the 16-key block, per-batch lengths 0 and
+// 1), every mask, GQA shapes that leave padding slots, head_dims with and
+// without a specialised copy and ones the template copies to f32 first,
+// strides; and the bytes must not depend on the thread count.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -98,13 +100,24 @@ const DecodeCase kDecodeCases[] = {
      }},
 };
 
-// A context created with these environment settings (restored after).
-flashcpu_context *ContextWith(const char *thresholds, int threads, bool verbose) {
+// The ISAs with a split-KV kernel that this CPU runs.
+std::vector<flashcpu_isa> SplitKvIsas() {
+  std::vector<flashcpu_isa> isas;
+  for (flashcpu_isa isa : {FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON})
+    if (flashcpu_isa_supported(isa)) isas.push_back(isa);
+  return isas;
+}
+
+// A context created with these environment settings (restored after), its
+// ISA capped at isa.
+flashcpu_context *ContextWith(const char *thresholds, int threads, bool verbose,
+                              flashcpu_isa isa) {
   setenv("FLASHCPU_DECODE_THRESHOLDS", thresholds, 1);
   if (verbose) setenv("FLASHCPU_VERBOSE", "1", 1);
   flashcpu_context_options options;
   flashcpu_context_options_init(&options);
   options.num_threads = threads;
+  options.max_isa = isa;
   flashcpu_context *ctx = nullptr;
   testing::internal::CaptureStderr();  // the plan FLASHCPU_VERBOSE prints
   EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_OK) << flashcpu_last_error(nullptr);
@@ -115,32 +128,44 @@ flashcpu_context *ContextWith(const char *thresholds, int threads, bool verbose)
 }
 
 struct Route {
+  flashcpu_isa isa;
   const char *thresholds, *kernel;
   bool single_row_only;
 };
-const Route kRoutes[] = {
-    {"splitkv_max_rows=64", "fc_attention_decode_splitkv__avx512", false},
-    {"onepass_min_tiles=1", "fc_attention_decode_onepass__avx512", true},
-};
+std::vector<Route> Routes() {
+  std::vector<Route> routes;
+  for (flashcpu_isa isa : SplitKvIsas()) {
+    if (isa == FLASHCPU_ISA_AVX512) {
+      routes.push_back({isa, "splitkv_max_rows=64", "fc_attention_decode_splitkv__avx512", false});
+      routes.push_back({isa, "onepass_min_tiles=1", "fc_attention_decode_onepass__avx512", true});
+    } else if (isa == FLASHCPU_ISA_AVX2) {
+      routes.push_back({isa, "splitkv_max_rows=64", "fc_attention_decode_splitkv__avx2", false});
+    } else {
+      routes.push_back({isa, "splitkv_max_rows=64", "fc_attention_decode_splitkv__neon", false});
+    }
+  }
+  return routes;
+}
 
 class DecodeMatchesOracle : public testing::TestWithParam<DecodeCase> {};
 
 TEST_P(DecodeMatchesOracle, EveryRowOnEachDecodeKernel) {
-  for (const Route &route : kRoutes) {
+  const std::vector<Route> routes = Routes();
+  if (routes.empty()) GTEST_SKIP() << "no split-KV kernel on this CPU";
+  for (const Route &route : routes) {
     AttentionCase c;
     c.seed(23);
     GetParam().configure(c);
     c.Build();
     if (route.single_row_only && c.q().dims()[1] != 1) continue;
     SCOPED_TRACE(route.kernel);
-    flashcpu_context *ctx = ContextWith(route.thresholds, 0, true);
+    flashcpu_context *ctx = ContextWith(route.thresholds, 0, true, route.isa);
     ASSERT_NE(ctx, nullptr);
+    ASSERT_EQ(flashcpu_context_isa(ctx), route.isa);
     testing::internal::CaptureStderr();
     c.Test(ctx);
     const std::string log = testing::internal::GetCapturedStderr();
-    if (flashcpu_context_isa(ctx) == FLASHCPU_ISA_AVX512) {
-      EXPECT_NE(log.find(route.kernel), std::string::npos) << log;
-    }
+    EXPECT_NE(log.find(route.kernel), std::string::npos) << log;
     flashcpu_context_destroy(ctx);
   }
 }
@@ -150,19 +175,21 @@ INSTANTIATE_TEST_SUITE_P(Cases, DecodeMatchesOracle, testing::ValuesIn(kDecodeCa
                            return std::string(param_info.param.name);
                          });
 
-// Bytes of out and lse for 1, 2, 3 and 7 threads must be identical.
+// Bytes of out and lse for 1, 2, 3 and 7 threads must be identical, on
+// each split-KV kernel.
 class DecodeDeterminism : public testing::TestWithParam<DecodeCase> {};
 
-TEST_P(DecodeDeterminism, SameBytesForAnyThreadCount) {
+// The bytes for 1, 2, 3 and 7 threads on one ISA's split-KV kernel.
+void ExpectSameBytesForAnyThreadCount(const DecodeCase &decode_case, flashcpu_isa isa) {
   AttentionCase c;
   c.seed(29);
-  GetParam().configure(c);
+  decode_case.configure(c);
   c.Build();
   std::vector<unsigned char> reference_out;
   std::vector<float> reference_lse;
   const int64_t lse_count = c.q().dims()[0] * c.q().dims()[2] * c.q().dims()[1];
   for (int threads : {1, 2, 3, 7}) {
-    flashcpu_context *ctx = ContextWith("splitkv_max_rows=64", threads, false);
+    flashcpu_context *ctx = ContextWith("splitkv_max_rows=64", threads, false, isa);
     ASSERT_NE(ctx, nullptr);
     ASSERT_EQ(c.Run(ctx), FLASHCPU_OK) << flashcpu_last_error(ctx);
     std::vector<float> lse(static_cast<size_t>(lse_count));
@@ -177,6 +204,14 @@ TEST_P(DecodeDeterminism, SameBytesForAnyThreadCount) {
           << threads << " threads";
     }
     flashcpu_context_destroy(ctx);
+  }
+}
+
+TEST_P(DecodeDeterminism, SameBytesForAnyThreadCount) {
+  if (SplitKvIsas().empty()) GTEST_SKIP() << "no split-KV kernel on this CPU";
+  for (flashcpu_isa isa : SplitKvIsas()) {
+    SCOPED_TRACE(flashcpu_isa_name(isa));
+    ExpectSameBytesForAnyThreadCount(GetParam(), isa);
   }
 }
 
