@@ -16,7 +16,8 @@
 #   torch-decode   tools/torch_compare.py on the bench-decode cases
 #   ab-decode      the bench-decode cases through `flashcpu run`, old and
 #                  new alternating, two rounds: the old build is build-old/
-#                  from build_old.sh COMMIT (carry it beside build-device)
+#                  from build_old.sh COMMIT (carry it beside build-device);
+#                  AB_ARGS adds options to both sides (AB_ARGS='--isa avx2')
 # (the last five run only when named: they take minutes). The torch parts use
 # /opt/torch/.venv/bin/python3 where it exists, else python3.
 set -uo pipefail
@@ -122,7 +123,7 @@ if named ab-decode; then
   else
     all=$(nproc)
     {
-      echo "old: $(cat "$old/COMMIT" 2>/dev/null || echo unknown)"
+      echo "old: $(cat "$old/COMMIT" 2>/dev/null || echo unknown); options: ${AB_ARGS:-none}"
       for round in 1 2; do
         for side in old new; do
           cli="$build/tools/flashcpu"
@@ -136,7 +137,7 @@ if named ab-decode; then
               printf '%s round %s kv %s threads %s: ' "$side" "$round" "$kv" "$threads"
               # Both sides without the tools' own spinning OpenMP threads.
               OMP_WAIT_POLICY=passive LD_LIBRARY_PATH="$libs" "$cli" run \
-                --phase decode --kv "$kv" --threads "$threads" 2>&1 |
+                --phase decode --kv "$kv" --threads "$threads" ${AB_ARGS:-} 2>&1 |
                 grep -E '^  (time|rate)' | tr -s ' ' | tr '\n' ' '
               echo
             done
