@@ -79,7 +79,7 @@ int fc_isa_parse(const char *text) {
  * =1 or =0 decides; unset, the dot products run on AMD CPUs only: one
  * VDPBF16PS took as long as one FMA on the 2-core AMD VM (twice the work
  * per instruction) but 3.2-5 FMAs' time on the 16-core Xeon (Emerald
- * Rapids), where the widening path was as fast or faster (bench/NOTES.md;
+ * Rapids), where the widening path was as fast or faster (bench/LOG.md;
  * `flashcpu_instruction_rates` measures both). */
 static bool decode_bf16_dot_wanted(const fc_cpu_features *cpu) {
   if (!cpu->avx512_bf16) return false;
@@ -103,7 +103,7 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     table->tiled = fc_attention_prefill__avx512;
     table->tiled_name = "fc_attention_prefill__avx512";
     /* Opt-in: on the 16-core Xeon (Emerald Rapids) this variant ran slower
-     * than widening K to f32 (bench/NOTES.md). */
+     * than widening K to f32 (bench/LOG.md). */
     if (fc_cpu_features_get()->avx512_bf16 && getenv("FLASHCPU_PREFILL_BF16_DOT") &&
         strcmp(getenv("FLASHCPU_PREFILL_BF16_DOT"), "1") == 0) {
       table->tiled_bf16_dot = fc_attention_prefill__avx512bf16;
@@ -139,7 +139,7 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   }
 }
 
-/* Defaults measured on the 2-core AVX-512 VM (bench/NOTES.md): split-KV
+/* Defaults measured on the 2-core AVX-512 VM (bench/LOG.md): split-KV
  * beat one-pass at every decode shape tried (kv 256 to 16K, batch 1 and 8,
  * 1 and 2 threads: 3x to 4x), and the tiled kernel from 16 rows on. */
 fc_decode_thresholds fc_decode_thresholds_default(void) {

@@ -5,7 +5,7 @@
  * the memory system that strided order too, and a core follows it at
  * about 20% below an ascending stream (2-core VM, 1 thread, with the
  * kernel's work per line: 21.7 vs 26.1 GB/s in an access-pattern
- * microbenchmark, bench/NOTES.md; the kernel went 14 -> 22 GB/s). Calling
+ * microbenchmark, bench/LOG.md; the kernel went 14 -> 22 GB/s). Calling
  * fc_sweep_next once per line read spreads the prefetches evenly over the
  * block (a burst of them stalls the loads behind it: 13-15 GB/s there) and
  * keeps the addresses ascending. Portable C: the compiler's prefetch builtin. */
@@ -108,7 +108,7 @@ fc_sweep_next(fc_prefetch_sweep *s) {
  * (rows read through char pointers), the sweep is stored back at every
  * line; a local copy stays in registers. No speed difference was
  * measured either way (flashcpu_decode_access: sweep-t2 vs sweep-ptr;
- * bench/NOTES.md). */
+ * bench/LOG.md). */
 static inline fc_prefetch_sweep fc_sweep_copy(const fc_prefetch_sweep *s) {
   if (s) return *s;
   fc_prefetch_sweep empty;

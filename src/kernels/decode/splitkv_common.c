@@ -15,7 +15,7 @@ enum { TILES_PER_TEAM = 2 };
  * launch by the group's last writer (one thread merges heads_per_tile x
  * slots x splits states; with more splits the merge launch spreads them).
  * Xeon, 16 threads: kv 256 (1 split) 31 -> 27 us, kv 1K (4) 75 -> 69 us,
- * but kv 2K (8) 116-132 -> 130-134 us (bench/NOTES.md). */
+ * but kv 2K (8) 116-132 -> 130-134 us (bench/LOG.md). */
 enum { MERGE_IN_LAUNCH_MAX_SPLITS = 4 };
 
 void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p) {
