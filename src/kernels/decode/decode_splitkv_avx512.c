@@ -86,9 +86,9 @@ static size_t floats_per_chunk(const splitkv_args *a) {
 }
 
 static size_t rank_floats(const splitkv_args *a, int team_size) {
-  size_t floats = (size_t)(chunks_of_rank(a, team_size) * a->shared.heads_per_tile) *
-                      floats_per_chunk(a) +
-                  CHUNK * KEY_BLOCK;
+  const int64_t chunks =
+      chunks_of_rank(a, team_size) * a->shared.heads_per_tile;
+  size_t floats = (size_t)chunks * floats_per_chunk(a) + CHUNK * KEY_BLOCK;
   return (floats + 15) & ~(size_t)15;
 }
 
@@ -105,7 +105,8 @@ static chunk_state carve(const splitkv_args *a, const fc_team_view *team) {
   st.count = team->rank < a->chunks
                  ? (a->chunks - team->rank + team->size - 1) / team->size
                  : 0;
-  int64_t all = chunks_of_rank(a, team->size) * a->shared.heads_per_tile * CHUNK;
+  int64_t all =
+      chunks_of_rank(a, team->size) * a->shared.heads_per_tile * CHUNK;
   st.q = base;
   st.o = st.q + all * a->padded_dim;
   st.m = st.o + all * a->padded_dv;

@@ -18,11 +18,13 @@ static inline __attribute__((always_inline)) void
 ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, fcv *lo,
              fcv *hi) {
   if (dtype == FLASHCPU_DTYPE_BF16) {
-    const uint32x4_t raw = vreinterpretq_u32_u16(vld1q_u16((const uint16_t *)row + d));
+    const uint32x4_t raw =
+        vreinterpretq_u32_u16(vld1q_u16((const uint16_t *)row + d));
     *lo = vreinterpretq_f32_u32(vshlq_n_u32(raw, 16));
     *hi = vreinterpretq_f32_u32(vandq_u32(raw, vdupq_n_u32(0xffff0000u)));
   } else if (dtype == FLASHCPU_DTYPE_F16) {
-    const float16x8_t half = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)row + d));
+    const float16x8_t half =
+        vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)row + d));
     *lo = vcvt_f32_f16(vget_low_f16(half));
     *hi = vcvt_high_f32_f16(half);
   } else {
