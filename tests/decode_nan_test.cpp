@@ -1,7 +1,8 @@
 // NaN through split-KV decode (the kernel flashcpu picks for 1 to 8 query
-// rows), on each ISA's split-KV kernel this CPU runs: NaN in what a row reads (q, a visible K or V row)
-// reaches that row's output, in whichever split it lies; NaN in keys the row
-// does not see does not. Each case is also compared with the oracle.
+// rows), on each ISA's split-KV kernel this CPU runs: NaN in what a row
+// reads (q, a visible K or V row) reaches that row's output, in whichever
+// split it lies; NaN in keys the row does not see does not. Each case is
+// also compared with the oracle.
 #include <cmath>
 #include <cstdint>
 #include <string>
