@@ -96,6 +96,7 @@ static void print_help(FILE *stream) {
 "and writes the thresholds the library chooses by as a tune file:\n"
 "  onepass_max_kv     one-pass vs split-KV by kv length (batch 1, 1 row)\n"
 "  onepass_min_tiles  one-pass vs split-KV by batch x kv heads (1 row)\n"
+"                     (both only where the ISA has a one-pass kernel)\n"
 "  splitkv_max_rows   split-KV vs the prefill kernel by query rows\n"
 "on the llama3-8b shape (GQA 32/8, head_dim 128), bf16, with the KV caches\n"
 "rotated past the last-level cache. Progress goes to stderr, the summary\n"
@@ -380,12 +381,13 @@ static void set_sweep(sweep *s, const char *key, kernel a, kernel b,
   memcpy(s->values, values, (size_t)count * sizeof *values);
 }
 
-/* Whether a context has the decode kernels to choose between. */
-static bool has_decode_kernels(flashcpu_context *ctx) {
+/* Which decode kernels a context's table has (its description names them). */
+static void decode_kernels_of(flashcpu_context *ctx, bool *splitkv,
+                              bool *onepass) {
   char text[16384];
   flashcpu_context_describe(ctx, text, sizeof text);
-  return strstr(text, "split KV: (none)") == NULL &&
-         strstr(text, "decode_onepass") != NULL;
+  *splitkv = strstr(text, "split KV: (none)") == NULL;
+  *onepass = strstr(text, "decode_onepass") != NULL;
 }
 
 static char *saved_env(const char *name) {
@@ -445,11 +447,18 @@ int cli_tune(int argc, char **argv) {
         flashcpu_isa_name(flashcpu_context_isa(contexts[0])), preset->name,
         (long long)preset->q_heads, (long long)preset->kv_heads,
         (long long)preset->head_dim);
-    if (!has_decode_kernels(contexts[0])) {
+    bool has_splitkv, has_onepass;
+    decode_kernels_of(contexts[0], &has_splitkv, &has_onepass);
+    if (!has_splitkv) {
       say(&r, "\nThe %s kernel table has no decode kernels to choose "
               "between: the defaults are written.\n",
           flashcpu_isa_name(flashcpu_context_isa(contexts[0])));
     } else {
+      if (!has_onepass)
+        say(&r, "\nThe %s kernel table has no one-pass decode kernel: "
+                "onepass_max_kv and onepass_min_tiles keep their defaults "
+                "(0: never).\n",
+            flashcpu_isa_name(flashcpu_context_isa(contexts[0])));
       static const int64_t kv_full[] = {256, 512, 1024, 2048, 4096, 8192,
                                         16384};
       static const int64_t kv_quick[] = {256, 1024, 4096};
@@ -459,12 +468,14 @@ int cli_tune(int argc, char **argv) {
       static const int64_t rows_quick[] = {2, 4, 8, 16};
       const bool q = options.quick;
       const int64_t fixed_kv = q ? 2048 : 4096;
-      set_sweep(&sweeps[sweep_count++], "onepass_max_kv", KERNEL_ONEPASS,
-                KERNEL_SPLITKV, 'k', 1, 1, 0, q ? kv_quick : kv_full,
-                q ? 3 : 7);
-      set_sweep(&sweeps[sweep_count++], "onepass_min_tiles", KERNEL_ONEPASS,
-                KERNEL_SPLITKV, 'b', 0, 1, fixed_kv,
-                q ? batch_quick : batch_full, q ? 3 : 5);
+      if (has_onepass) {
+        set_sweep(&sweeps[sweep_count++], "onepass_max_kv", KERNEL_ONEPASS,
+                  KERNEL_SPLITKV, 'k', 1, 1, 0, q ? kv_quick : kv_full,
+                  q ? 3 : 7);
+        set_sweep(&sweeps[sweep_count++], "onepass_min_tiles",
+                  KERNEL_ONEPASS, KERNEL_SPLITKV, 'b', 0, 1, fixed_kv,
+                  q ? batch_quick : batch_full, q ? 3 : 5);
+      }
       set_sweep(&sweeps[sweep_count++], "splitkv_max_rows", KERNEL_SPLITKV,
                 KERNEL_PREFILL, 'r', 1, 0, fixed_kv,
                 q ? rows_quick : rows_full, q ? 4 : 11);
