@@ -90,21 +90,12 @@ class TuneFile : public ::testing::Test {
   std::vector<std::string> files_;
 };
 
-// The default splitkv_max_rows of the default context's ISA (the best this
-// CPU has): 8 on AVX-512, 3 where split-KV is the fcv_* template (AVX2,
-// NEON) or absent.
-std::string DefaultMaxRows() {
-  return flashcpu_isa_supported(FLASHCPU_ISA_AVX512) ? "8" : "3";
-}
-
-std::string Defaults() {
-  return "onepass_min_tiles=0 onepass_max_kv=0 splitkv_max_rows=" + DefaultMaxRows();
-}
+const char kDefaults[] = "onepass_min_tiles=0 onepass_max_kv=0 splitkv_max_rows=8";
 
 TEST_F(TuneFile, NoFileGivesDefaults) {
   std::string choice;
   ASSERT_EQ(Create(nullptr, &choice), FLASHCPU_OK);
-  EXPECT_EQ(choice, Defaults());
+  EXPECT_EQ(choice, kDefaults);
 }
 
 TEST_F(TuneFile, ReadsEveryKey) {
@@ -123,8 +114,8 @@ TEST_F(TuneFile, CommentsBlankLinesSpacesAndCrlf) {
 TEST_F(TuneFile, MissingKeysKeepDefaults) {
   EXPECT_EQ(ChoiceOf("flashcpu-tune 1\nsplitkv_max_rows = 2\n"),
             "onepass_min_tiles=0 onepass_max_kv=0 splitkv_max_rows=2");
-  EXPECT_EQ(ChoiceOf("flashcpu-tune 1\n"), Defaults());
-  EXPECT_EQ(ChoiceOf("flashcpu-tune 1"), Defaults());  // no final newline
+  EXPECT_EQ(ChoiceOf("flashcpu-tune 1\n"), kDefaults);
+  EXPECT_EQ(ChoiceOf("flashcpu-tune 1"), kDefaults);  // no final newline
 }
 
 struct BadFile {
@@ -194,7 +185,7 @@ TEST_F(TuneFile, EnvironmentFileWhenNoOption) {
   setenv("FLASHCPU_TUNE_FILE", Write("flashcpu-tune 1\nonepass_max_kv = 77\n").c_str(), 1);
   std::string choice;
   ASSERT_EQ(Create(nullptr, &choice), FLASHCPU_OK) << flashcpu_last_error(nullptr);
-  EXPECT_EQ(choice, "onepass_min_tiles=0 onepass_max_kv=77 splitkv_max_rows=" + DefaultMaxRows());
+  EXPECT_EQ(choice, "onepass_min_tiles=0 onepass_max_kv=77 splitkv_max_rows=8");
   // And through a NULL options pointer.
   flashcpu_context *ctx = nullptr;
   ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
@@ -217,28 +208,13 @@ TEST_F(TuneFile, EmptyEnvironmentVariableMeansNone) {
   setenv("FLASHCPU_TUNE_FILE", "", 1);
   std::string choice;
   ASSERT_EQ(Create(nullptr, &choice), FLASHCPU_OK);
-  EXPECT_EQ(choice, Defaults());
-}
-
-// The default depends on the context's ISA, not only on the CPU's best.
-TEST_F(TuneFile, AvxTwoDefaultsToThreeSplitKvRows) {
-  if (!flashcpu_isa_supported(FLASHCPU_ISA_AVX2)) GTEST_SKIP() << "no AVX2 here";
-  flashcpu_context_options options;
-  flashcpu_context_options_init(&options);
-  options.max_isa = FLASHCPU_ISA_AVX2;
-  options.num_threads = 1;
-  flashcpu_context *ctx = nullptr;
-  ASSERT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_OK);
-  std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
-  flashcpu_context_describe(ctx, text.data(), text.size());
-  flashcpu_context_destroy(ctx);
-  EXPECT_NE(std::string(text.data()).find("splitkv_max_rows=3"), std::string::npos) << text.data();
+  EXPECT_EQ(choice, kDefaults);
 }
 
 TEST_F(TuneFile, OptionWinsOverEnvironment) {
   setenv("FLASHCPU_TUNE_FILE", Write("flashcpu-tune 1\nbogus = 1\n").c_str(), 1);
   EXPECT_EQ(ChoiceOf("flashcpu-tune 1\nonepass_min_tiles = 5\n"),
-            "onepass_min_tiles=5 onepass_max_kv=0 splitkv_max_rows=" + DefaultMaxRows());
+            "onepass_min_tiles=5 onepass_max_kv=0 splitkv_max_rows=8");
 }
 
 TEST_F(TuneFile, ThresholdsVariableOverridesSingleValues) {
@@ -267,7 +243,7 @@ TEST_F(TuneFile, VerboseSaysWhereThresholdsCameFrom) {
   EXPECT_NE(log.find("decode thresholds from tune file " + path +
                      " (the context option tune_file), then "
                      "FLASHCPU_DECODE_THRESHOLDS=onepass_min_tiles=2: "
-                     "onepass_min_tiles=2 onepass_max_kv=9 splitkv_max_rows=" + DefaultMaxRows()),
+                     "onepass_min_tiles=2 onepass_max_kv=9 splitkv_max_rows=8"),
             std::string::npos)
       << log;
 }
@@ -340,8 +316,7 @@ TEST_F(TuneFile, ChangesTheChosenKernel) {
   const std::string prefill = Write("flashcpu-tune 1\nsplitkv_max_rows = 2\n");
   EXPECT_EQ(KernelFor(onepass.c_str(), 1), one_row);
   EXPECT_EQ(KernelFor(tiles.c_str(), 1), one_row);
-  EXPECT_EQ(KernelFor(nullptr, 3), "decode_splitkv");
-  EXPECT_EQ(KernelFor(nullptr, 4), DefaultMaxRows() == "8" ? "decode_splitkv" : "prefill");
+  EXPECT_EQ(KernelFor(nullptr, 4), "decode_splitkv");
   EXPECT_EQ(KernelFor(prefill.c_str(), 2), "decode_splitkv");
   EXPECT_EQ(KernelFor(prefill.c_str(), 4), "prefill");
   const std::string short_kv = Write("flashcpu-tune 1\nonepass_max_kv = 511\n");

@@ -194,9 +194,7 @@ typedef struct flashcpu_context_options {
    *     onepass_max_kv = 0        # ...or when kv length <= this (0: never)
    *     splitkv_max_rows = 8      # split-KV up to this many query rows
    *                               #   (<= 64); more rows: prefill kernel
-   * Keys may come in any order, each once; missing keys keep the default
-   * (splitkv_max_rows: 8 on AVX-512, 3 on AVX2 and NEON, whose split-KV
-   * kernel loses to their prefill kernel from 4 rows; the others 0).
+   * Keys may come in any order, each once; missing keys keep the default.
    * FLASHCPU_VERBOSE=1 says where the thresholds came from. */
   const char *tune_file;
 } flashcpu_context_options;

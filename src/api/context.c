@@ -115,10 +115,9 @@ static flashcpu_status resolve_isa(const flashcpu_context_options *options,
  * option, else FLASHCPU_TUNE_FILE), then single values from
  * FLASHCPU_DECODE_THRESHOLDS. `source` says where they came from. */
 static flashcpu_status resolve_thresholds(
-    const flashcpu_context_options *options, flashcpu_isa isa,
-    fc_decode_thresholds *t,
+    const flashcpu_context_options *options, fc_decode_thresholds *t,
     char *source, size_t source_size) {
-  *t = fc_decode_thresholds_default(isa);
+  *t = fc_decode_thresholds_default();
   const char *env_file = getenv("FLASHCPU_TUNE_FILE");
   const char *path = options->tune_file;
   const char *from = "the context option tune_file";
@@ -189,7 +188,7 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
     return status;
   fc_decode_thresholds decode_thresholds;
   char thresholds_source[FC_ERROR_MESSAGE_SIZE];
-  if ((status = resolve_thresholds(options, isa, &decode_thresholds,
+  if ((status = resolve_thresholds(options, &decode_thresholds,
                                    thresholds_source,
                                    sizeof thresholds_source)))
     return status;

@@ -95,7 +95,7 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   table->isa = isa;
   table->tiled = fc_ref_attention;
   table->tiled_name = "fc_attention_tiled__scalar";
-  table->decode_thresholds = fc_decode_thresholds_default(isa);
+  table->decode_thresholds = fc_decode_thresholds_default();
   switch (isa) {
 #if defined(__x86_64__)
   case FLASHCPU_ISA_AVX512:
@@ -141,15 +141,12 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
 
 /* Defaults measured on the 2-core AVX-512 VM (bench/LOG.md): split-KV
  * beat one-pass at every decode shape tried (kv 256 to 16K, batch 1 and 8,
- * 1 and 2 threads: 3x to 4x), and the tiled kernel from 16 rows on. The
- * fcv_* split-KV template (AVX2, NEON) loses to its ISA's prefill kernel
- * from 4 rows (VM capped at AVX2, kv 4K: 3.76 vs 2.88 ms at 4 rows, 6.75
- * vs 4.20 at 8); NEON, checked only under qemu, takes AVX2's value. */
-fc_decode_thresholds fc_decode_thresholds_default(flashcpu_isa isa) {
+ * 1 and 2 threads: 3x to 4x), and the tiled kernel from 16 rows on. */
+fc_decode_thresholds fc_decode_thresholds_default(void) {
   fc_decode_thresholds thresholds;
   thresholds.onepass_min_tiles = 0;
   thresholds.onepass_max_kv = 0;
-  thresholds.splitkv_max_rows = isa == FLASHCPU_ISA_AVX512 ? 8 : 3;
+  thresholds.splitkv_max_rows = 8;
   return thresholds;
 }
 

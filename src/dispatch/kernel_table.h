@@ -75,8 +75,7 @@ typedef struct fc_kernel_table {
   fc_decode_thresholds decode_thresholds;
 } fc_kernel_table;
 
-/* The defaults for a kernel table of isa. */
-fc_decode_thresholds fc_decode_thresholds_default(flashcpu_isa isa);
+fc_decode_thresholds fc_decode_thresholds_default(void);
 /* Sets the field called name[0..length) (a field name above) to value.
  * Returns 0; -1 when no field has that name; -2 when value is out of the
  * field's range [0, *max] (*max is set when max is not NULL and the name
