@@ -141,7 +141,13 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
 
 /* Defaults measured on the 2-core AVX-512 VM (bench/LOG.md): split-KV
  * beat one-pass at every decode shape tried (kv 256 to 16K, batch 1 and 8,
- * 1 and 2 threads: 3x to 4x), and the tiled kernel from 16 rows on. */
+ * 1 and 2 threads: 3x to 4x), and the tiled kernel from 16 rows on. The
+ * same 8 rows hold for the fcv_* template (AVX2, NEON): where it crosses
+ * over depends on the cores (AVX2, llama3-8b kv 4K, `flashcpu tune`: up
+ * to 3 rows on the 2-core VM, where 8 rows took 6.75 ms against the
+ * prefill kernel's 4.20; up to 24 rows on the 16-core Xeon, where 8 took
+ * 1.85 against 2.59), and a default cannot depend on the thread count;
+ * machines with few cores get theirs from `flashcpu tune`. */
 fc_decode_thresholds fc_decode_thresholds_default(void) {
   fc_decode_thresholds thresholds;
   thresholds.onepass_min_tiles = 0;
