@@ -45,7 +45,6 @@
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/decode/splitkv_scores.h"
 #include "kernels/kernel_support.h"
-#include "kernels/merge/merge_states.h"
 #include "simd/simd_avx512.h"
 
 enum {
@@ -392,12 +391,6 @@ static void accumulate_dispatch(const char *const *v_rows,
 #undef VALUES_FOR
 }
 
-/* Element i of a row in even/odd order per 32 (see load_span). */
-static int64_t paired_index(int64_t i) {
-  const int64_t base = i / PAIR * PAIR, k = i % PAIR;
-  return base + (k % 2) * 16 + k / 2;
-}
-
 static void init_chunks(const splitkv_args *a, const chunk_state *st,
                         int64_t b, int64_t h0, const fc_team_view *team) {
   const fc_problem *p = a->p;
@@ -418,13 +411,7 @@ static void init_chunks(const splitkv_args *a, const chunk_state *st,
             memcpy(q, row, (size_t)D * sizeof(uint16_t));
           else
             a->table->row_to_f32[p->q.dtype](row, D, a->shared.q_factor, q);
-          if (a->k_pairs)
-            for (int64_t d0 = 0; d0 < PD; d0 += PAIR) {
-              float natural[PAIR];
-              memcpy(natural, q + d0, sizeof natural);
-              for (int k = 0; k < PAIR; k++)
-                q[d0 + paired_index(k)] = natural[k];
-            }
+          if (a->k_pairs) fc_splitkv_to_pairs(q, PD, PAIR);
         }
         memset(st->o + i * a->padded_dv, 0,
                (size_t)a->padded_dv * sizeof(float));
@@ -538,19 +525,13 @@ static void splitkv_tile(void *opaque, int64_t tile,
         float *record = fc_splitkv_record(&a->shared, bk, t.split, slot);
         written++;
         if (begin >= end || st.m[i] == -INFINITY) {
-          record[FC_STATE_M] = -INFINITY;
+          fc_splitkv_write_state(record, -INFINITY, 0.0f, NULL, Dv, 0);
           continue;
         }
-        record[FC_STATE_M] = st.m[i];
-        record[FC_STATE_L] =
-            _mm512_reduce_add_ps(_mm512_loadu_ps(st.l + i * KEY_BLOCK));
-        const float *o = st.o + i * a->padded_dv;
-        if (a->v_pairs) {
-          for (int64_t d = 0; d < Dv; d++)
-            record[FC_STATE_O + d] = o[paired_index(d)];
-        } else {
-          memcpy(record + FC_STATE_O, o, (size_t)Dv * sizeof(float));
-        }
+        fc_splitkv_write_state(
+            record, st.m[i],
+            _mm512_reduce_add_ps(_mm512_loadu_ps(st.l + i * KEY_BLOCK)),
+            st.o + i * a->padded_dv, Dv, a->v_pairs ? PAIR : 0);
       }
     }
   }

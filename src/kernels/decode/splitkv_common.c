@@ -103,6 +103,28 @@ void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
                 p->v.strides[2] * v_size, p->v_head_dim * v_size);
 }
 
+void fc_splitkv_to_pairs(float *row, int64_t padded, int64_t pair) {
+  float natural[64];
+  for (int64_t d0 = 0; d0 < padded; d0 += pair) {
+    memcpy(natural, row + d0, (size_t)pair * sizeof(float));
+    for (int64_t k = 0; k < pair; k++)
+      row[d0 + fc_splitkv_paired_index(k, pair)] = natural[k];
+  }
+}
+
+void fc_splitkv_write_state(float *record, float m, float l, const float *o,
+                            int64_t dv, int64_t pair) {
+  record[FC_STATE_M] = m;
+  if (m == -INFINITY) return;
+  record[FC_STATE_L] = l;
+  if (pair == 0) {
+    memcpy(record + FC_STATE_O, o, (size_t)dv * sizeof(float));
+    return;
+  }
+  for (int64_t d = 0; d < dv; d++)
+    record[FC_STATE_O + d] = o[fc_splitkv_paired_index(d, pair)];
+}
+
 /* Merges slot's splits of (batch, kv head) bk with the fixed tree and
  * writes its output row. */
 static void merge_slot(const fc_splitkv_shared *s, int64_t bk, int64_t slot) {

@@ -70,6 +70,25 @@ void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
                              struct fc_prefetch_sweep *k_sweep,
                              struct fc_prefetch_sweep *v_sweep);
 
+/* bf16 rows widened with one shift (even elements) and one and (odd ones)
+ * come out in even/odd order per `pair` elements: d, d + 2, ... then d + 1,
+ * d + 3, ...; q and the outputs are kept in that order. Where element i of
+ * a row lies in it (pair 0: natural order). */
+static inline int64_t fc_splitkv_paired_index(int64_t i, int64_t pair) {
+  if (pair == 0) return i;
+  const int64_t base = i / pair * pair, k = i % pair;
+  return base + (k % 2) * (pair / 2) + k / 2;
+}
+
+/* Puts row[0..padded) (a multiple of pair, pair <= 64) into that order. */
+void fc_splitkv_to_pairs(float *row, int64_t padded, int64_t pair);
+
+/* Writes a partial state record: m, l and o[0..dv) back in natural order
+ * from pair order (pair 0: o is in natural order). m == -inf writes an
+ * empty state (m only; l and o are not read). */
+void fc_splitkv_write_state(float *record, float m, float l, const float *o,
+                            int64_t dv, int64_t pair);
+
 /* After a thread wrote `written` records of tile t: where the split launch
  * merges, the thread that completes the head group merges it and writes
  * its rows. */
