@@ -8,6 +8,10 @@
 #include <sstream>
 #include <utility>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "half_float.h"
 #include "naive_attention.h"
 #include "oracle.h"
@@ -433,6 +437,20 @@ bool CpuHasFeature(const std::string &name) {
   char features[512];
   flashcpu_cpu_features(features, sizeof features);
   return (" " + std::string(features) + " ").find(" " + name + " ") != std::string::npos;
+}
+
+bool VendorIsAmd() {
+#if defined(__x86_64__)
+  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::string(vendor) == "AuthenticAMD";
+#else
+  return false;
+#endif
 }
 
 }  // namespace fctest

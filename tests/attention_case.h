@@ -169,6 +169,9 @@ class AttentionCase {
 
 // Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
 bool CpuHasFeature(const std::string &name);
+// Whether this is an x86 CPU whose cpuid vendor is "AuthenticAMD" (some
+// kernel-table defaults differ there).
+bool VendorIsAmd();
 
 }  // namespace fctest
 

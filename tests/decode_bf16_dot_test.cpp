@@ -11,10 +11,6 @@
 
 #include <gtest/gtest.h>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
 #include "attention_case.h"
 
 namespace fctest {
@@ -96,20 +92,6 @@ INSTANTIATE_TEST_SUITE_P(DotOnOff, DecodeBf16Scores, testing::Values("1", "0"),
                          [](const testing::TestParamInfo<const char *> &param) {
                            return std::string(param.param) == "1" ? "dot" : "widened";
                          });
-
-bool VendorIsAmd() {
-#if defined(__x86_64__)
-  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-  char vendor[13] = {};
-  std::memcpy(vendor, &ebx, 4);
-  std::memcpy(vendor + 4, &edx, 4);
-  std::memcpy(vendor + 8, &ecx, 4);
-  return std::string(vendor) == "AuthenticAMD";
-#else
-  return false;
-#endif
-}
 
 // Unset, the dot products run on AMD CPUs with AVX512-BF16 only (one
 // VDPBF16PS cost 3-5 FMAs on the Xeon the project measures on).

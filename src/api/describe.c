@@ -107,6 +107,9 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
                                         : "(none)",
          (long long)t->onepass_min_tiles, (long long)t->onepass_max_kv,
          (long long)t->splitkv_max_rows);
+  if (ctx->table.decode_splitkv_name)
+    append(out, "  split KV prefetch: next key block into %s\n",
+           ctx->table.decode_prefetch_l1 ? "L1" : "L2");
   if (ctx->table.decode_bf16_scores_name)
     append(out, "  split KV scores, bf16 q and k: %s\n",
            ctx->table.decode_bf16_scores_name);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/problem.h"
 #include "kernels/decode/decode_onepass.h"
@@ -90,12 +91,25 @@ static bool decode_bf16_dot_wanted(const fc_cpu_features *cpu) {
 }
 #endif
 
+/* Split-KV decode's prefetch target. FLASHCPU_DECODE_PREFETCH=l1 or =l2
+ * (either case) decides; unset or any other value, L1 on AMD CPUs: the 2-core AMD VM ran kv 16K at 1 thread
+ * 7-13% faster with L1 prefetches (no change at 2 threads, bound by its
+ * memory), the 16-core Xeon slower (kv 1K on 16 threads 106-108 us
+ * against 76-91 with L2 prefetches; bench/LOG.md). */
+static bool decode_prefetch_l1_wanted(const fc_cpu_features *cpu) {
+  const char *env = getenv("FLASHCPU_DECODE_PREFETCH");
+  if (env && strcasecmp(env, "l1") == 0) return true;
+  if (env && strcasecmp(env, "l2") == 0) return false;
+  return cpu->vendor_amd;
+}
+
 void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   memset(table, 0, sizeof *table);
   table->isa = isa;
   table->tiled = fc_ref_attention;
   table->tiled_name = "fc_attention_tiled__scalar";
   table->decode_thresholds = fc_decode_thresholds_default();
+  table->decode_prefetch_l1 = decode_prefetch_l1_wanted(fc_cpu_features_get());
   switch (isa) {
 #if defined(__x86_64__)
   case FLASHCPU_ISA_AVX512:

@@ -72,6 +72,11 @@ typedef struct fc_kernel_table {
    * on / off; read once, when the table is filled). */
   fc_splitkv_bf16_scores_fn decode_bf16_scores;
   const char *decode_bf16_scores_name;
+  /* Split-KV decode prefetches the next key block into L1 rather than L2:
+   * by default on AMD CPUs (faster on the 2-core AMD VM, slower on the
+   * 16-core Xeon; FLASHCPU_DECODE_PREFETCH=l1 / =l2 forces either; read
+   * once, when the table is filled). */
+  bool decode_prefetch_l1;
   fc_decode_thresholds decode_thresholds;
 } fc_kernel_table;
 

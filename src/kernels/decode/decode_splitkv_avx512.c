@@ -543,7 +543,7 @@ flashcpu_status fc_attention_decode_splitkv__avx512(
     const struct fc_kernel_table *table, const fc_problem *p) {
   splitkv_args a;
   memset(&a, 0, sizeof a);
-  fc_splitkv_shared_init(&a.shared, p);
+  fc_splitkv_shared_init(&a.shared, p, table);
   a.p = p;
   a.table = table;
   a.chunks = (a.shared.plan.slots + CHUNK - 1) / CHUNK;

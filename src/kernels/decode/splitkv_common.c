@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "dispatch/kernel_table.h"
 #include "common/mask.h"
 #include "common/score.h"
 #include "kernels/decode/prefetch_sweep.h"
@@ -18,9 +19,11 @@ enum { TILES_PER_TEAM = 2 };
  * but kv 2K (8) 116-132 -> 130-134 us (bench/LOG.md). */
 enum { MERGE_IN_LAUNCH_MAX_SPLITS = 4 };
 
-void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p) {
+void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
+                            const fc_kernel_table *table) {
   memset(s, 0, sizeof *s);
   s->p = p;
+  s->prefetch_l1 = table->decode_prefetch_l1;
   s->plan = fc_splitkv_make_plan(p);
   s->scores_final = p->softcap == 0.0f && !p->additive;
   s->q_factor = s->scores_final ? p->scale * FC_LOG2E_F : p->scale;
@@ -101,6 +104,7 @@ void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
   fc_sweep_init(v_sweep, any ? fc_view_row(&p->v, b, key, h0) : NULL, n,
                 s->heads_per_tile, p->v.strides[1] * v_size,
                 p->v.strides[2] * v_size, p->v_head_dim * v_size);
+  k_sweep->into_l1 = v_sweep->into_l1 = s->prefetch_l1 != 0;
 }
 
 /* Both directions walk a row a pair at a time, with no division per

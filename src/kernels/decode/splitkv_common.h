@@ -30,6 +30,8 @@ typedef struct fc_splitkv_shared {
   float q_factor;
   /* Some score needs per-key work after the dot (fc_splitkv_finish). */
   int needs_finish;
+  /* The block sweeps prefetch into L1 (kernel table's decode_prefetch_l1). */
+  int prefetch_l1;
   float *partials; /* [batch][kv head][split][slot] state records */
   /* Merge in the split launch: records written per (batch, head group)
    * and the group's total; NULL where a merge launch follows instead. */
@@ -37,9 +39,10 @@ typedef struct fc_splitkv_shared {
   int records_per_group;
 } fc_splitkv_shared;
 
-/* The plan, score factor and finishing work of p (heads_per_tile and the
- * workspace come with fc_splitkv_run). */
-void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p);
+/* The plan, score factor and finishing work of p, the prefetch hint of
+ * table (heads_per_tile and the workspace come with fc_splitkv_run). */
+void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
+                            const struct fc_kernel_table *table);
 
 /* Where a tile lies: batch, first kv head, split, (batch, head group)
  * index, and the keys [begin, end) of the split some row of the tile sees
