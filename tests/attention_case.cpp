@@ -433,6 +433,19 @@ bool AttentionCase::out_row_finite(int64_t b, int64_t i, int64_t h) const {
   return std::isfinite(lse_at(b, h, i));
 }
 
+std::vector<flashcpu_isa> SplitKvIsas() {
+  std::vector<flashcpu_isa> isas;
+  for (flashcpu_isa isa : {FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON})
+    if (flashcpu_isa_supported(isa)) isas.push_back(isa);
+  return isas;
+}
+
+std::string ContextDescription(const flashcpu_context *ctx) {
+  std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
+  flashcpu_context_describe(ctx, text.data(), text.size());
+  return text.data();
+}
+
 bool CpuHasFeature(const std::string &name) {
   char features[512];
   flashcpu_cpu_features(features, sizeof features);

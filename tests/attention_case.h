@@ -167,6 +167,12 @@ class AttentionCase {
   std::vector<int64_t> kv_lengths_before_;
 };
 
+// The ISAs with a split-KV decode kernel that this CPU runs.
+std::vector<flashcpu_isa> SplitKvIsas();
+
+// flashcpu_context_describe's whole text for ctx.
+std::string ContextDescription(const flashcpu_context *ctx);
+
 // Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
 bool CpuHasFeature(const std::string &name);
 // Whether this is an x86 CPU whose cpuid vendor is "AuthenticAMD" (some

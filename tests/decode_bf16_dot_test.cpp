@@ -18,12 +18,6 @@ namespace {
 
 constexpr flashcpu_dtype BF16 = FLASHCPU_DTYPE_BF16, F32 = FLASHCPU_DTYPE_F32;
 
-std::string Describe(const flashcpu_context *ctx) {
-  std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
-  flashcpu_context_describe(ctx, text.data(), text.size());
-  return text.data();
-}
-
 // Param: the value of FLASHCPU_DECODE_BF16_DOT ("1": dot products, "0": off).
 class DecodeBf16Scores : public testing::TestWithParam<const char *> {
  protected:
@@ -33,7 +27,7 @@ class DecodeBf16Scores : public testing::TestWithParam<const char *> {
     setenv("FLASHCPU_DECODE_BF16_DOT", GetParam(), 1);
     ASSERT_EQ(flashcpu_context_create(nullptr, &ctx_), FLASHCPU_OK);
     unsetenv("FLASHCPU_DECODE_BF16_DOT");
-    if (Describe(ctx_).find("split KV: fc_attention_decode_splitkv__avx512") ==
+    if (ContextDescription(ctx_).find("split KV: fc_attention_decode_splitkv__avx512") ==
         std::string::npos)
       GTEST_SKIP() << "no AVX-512 split-KV kernel here";
   }
@@ -44,9 +38,9 @@ class DecodeBf16Scores : public testing::TestWithParam<const char *> {
 
 TEST_P(DecodeBf16Scores, DescribeNamesTheScoresFunctionExactlyWhenOn) {
   const bool named =
-      Describe(ctx_).find("split KV scores, bf16 q and k: fc_bf16_splitkv_scores__avx512bf16") !=
+      ContextDescription(ctx_).find("split KV scores, bf16 q and k: fc_bf16_splitkv_scores__avx512bf16") !=
       std::string::npos;
-  EXPECT_EQ(named, dot_) << Describe(ctx_);
+  EXPECT_EQ(named, dot_) << ContextDescription(ctx_);
 }
 
 TEST_P(DecodeBf16Scores, Llama3ShapeWithPartialBlocksAndSplits) {
@@ -99,7 +93,7 @@ TEST(DecodeBf16ScoresDefault, DotProductsOnExactlyOnAmdWithAvx512Bf16) {
   unsetenv("FLASHCPU_DECODE_BF16_DOT");
   flashcpu_context *ctx = nullptr;
   ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
-  const std::string text = Describe(ctx);
+  const std::string text = ContextDescription(ctx);
   flashcpu_context_destroy(ctx);
   if (text.find("split KV: fc_attention_decode_splitkv__avx512") == std::string::npos)
     GTEST_SKIP() << "no AVX-512 split-KV kernel here";

@@ -19,12 +19,6 @@ namespace {
 // 600 keys: three splits of 256 keys (the last partial). GQA 4.
 constexpr int64_t kS = 600, kHq = 8, kHkv = 2, kD = 128;
 
-std::string Describe(const flashcpu_context *ctx) {
-  std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
-  flashcpu_context_describe(ctx, text.data(), text.size());
-  return text.data();
-}
-
 class DecodeNan : public testing::TestWithParam<std::tuple<flashcpu_isa, flashcpu_dtype>> {
  protected:
   void SetUp() override {
@@ -37,7 +31,7 @@ class DecodeNan : public testing::TestWithParam<std::tuple<flashcpu_isa, flashcp
     ASSERT_EQ(flashcpu_context_create(&options, &ctx_), FLASHCPU_OK);
     const std::string kernel =
         std::string("split KV: fc_attention_decode_splitkv__") + flashcpu_isa_name(isa);
-    ASSERT_NE(Describe(ctx_).find(kernel), std::string::npos) << Describe(ctx_);
+    ASSERT_NE(ContextDescription(ctx_).find(kernel), std::string::npos) << ContextDescription(ctx_);
   }
   void TearDown() override {
     if (ctx_) flashcpu_context_destroy(ctx_);

@@ -18,12 +18,6 @@ namespace {
 
 constexpr flashcpu_dtype BF16 = FLASHCPU_DTYPE_BF16, F32 = FLASHCPU_DTYPE_F32;
 
-std::string Describe(const flashcpu_context *ctx) {
-  std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
-  flashcpu_context_describe(ctx, text.data(), text.size());
-  return text.data();
-}
-
 // A 2-thread context capped at isa, created with FLASHCPU_DECODE_PREFETCH
 // set to hint (nullptr: unset); the variable is unset again after.
 flashcpu_context *ContextWithHint(const char *hint, flashcpu_isa isa) {
@@ -46,13 +40,6 @@ bool PrefetchesIntoL1(const std::string &text) {
 }
 bool PrefetchesIntoL2(const std::string &text) {
   return text.find("split KV prefetch: next key block into L2") != std::string::npos;
-}
-
-std::vector<flashcpu_isa> SplitKvIsas() {
-  std::vector<flashcpu_isa> isas;
-  for (flashcpu_isa isa : {FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON})
-    if (flashcpu_isa_supported(isa)) isas.push_back(isa);
-  return isas;
 }
 
 // Every output element and lse of c, as stored (out_at widens exactly).
@@ -89,8 +76,8 @@ TEST(DecodePrefetch, EitherHintIsNamedAndGivesTheSameBytesOnEverySplitKvKernel) 
     flashcpu_context *far = ContextWithHint("L2", isa);
     ASSERT_NE(near, nullptr);
     ASSERT_NE(far, nullptr);
-    EXPECT_TRUE(PrefetchesIntoL1(Describe(near))) << Describe(near);
-    EXPECT_TRUE(PrefetchesIntoL2(Describe(far))) << Describe(far);
+    EXPECT_TRUE(PrefetchesIntoL1(ContextDescription(near))) << ContextDescription(near);
+    EXPECT_TRUE(PrefetchesIntoL2(ContextDescription(far))) << ContextDescription(far);
     const std::vector<double> a = DecodeValues(near), b = DecodeValues(far);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)), 0);
@@ -106,7 +93,7 @@ TEST(DecodePrefetch, DefaultIsL1ExactlyOnAmdAndOtherValuesKeepIt) {
     SCOPED_TRACE(hint ? hint : "(unset)");
     flashcpu_context *ctx = ContextWithHint(hint, isas.front());
     ASSERT_NE(ctx, nullptr);
-    const std::string text = Describe(ctx);
+    const std::string text = ContextDescription(ctx);
     EXPECT_EQ(PrefetchesIntoL1(text), VendorIsAmd()) << text;
     EXPECT_EQ(PrefetchesIntoL2(text), !VendorIsAmd()) << text;
     flashcpu_context_destroy(ctx);

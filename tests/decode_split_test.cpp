@@ -100,14 +100,6 @@ const DecodeCase kDecodeCases[] = {
      }},
 };
 
-// The ISAs with a split-KV kernel that this CPU runs.
-std::vector<flashcpu_isa> SplitKvIsas() {
-  std::vector<flashcpu_isa> isas;
-  for (flashcpu_isa isa : {FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON})
-    if (flashcpu_isa_supported(isa)) isas.push_back(isa);
-  return isas;
-}
-
 // A context created with these environment settings (restored after), its
 // ISA capped at isa.
 flashcpu_context *ContextWith(const char *thresholds, int threads, bool verbose,

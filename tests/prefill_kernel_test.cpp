@@ -81,8 +81,7 @@ flashcpu_context *ContextFor(flashcpu_isa isa, Teams teams) {
 testing::AssertionResult UsesPrefillKernel(flashcpu_context *ctx, flashcpu_isa isa) {
   if (flashcpu_context_isa(ctx) != isa)
     return testing::AssertionFailure() << "context runs " << flashcpu_isa_name(flashcpu_context_isa(ctx));
-  std::string text(flashcpu_context_describe(ctx, nullptr, 0) + 1, '\0');
-  flashcpu_context_describe(ctx, &text[0], text.size());
+  const std::string text = ContextDescription(ctx);
   const std::string kernel = isa == FLASHCPU_ISA_SCALAR
                                  ? "fc_attention_tiled__scalar"
                                  : std::string("fc_attention_prefill__") + flashcpu_isa_name(isa);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_case.h"
 #include "flashcpu/flashcpu.h"
 
 namespace {
@@ -65,8 +66,7 @@ class TuneFile : public ::testing::Test {
     flashcpu_context *ctx = nullptr;
     flashcpu_status status = flashcpu_context_create(&options, &ctx);
     if (status == FLASHCPU_OK) {
-      std::string text(flashcpu_context_describe(ctx, nullptr, 0) + 1, '\0');
-      flashcpu_context_describe(ctx, &text[0], text.size());
+      const std::string text = fctest::ContextDescription(ctx);
       size_t at = text.find("decode choice: ");
       *choice = at == std::string::npos ? "" : text.substr(at + 15, text.find('\n', at) - at - 15);
       flashcpu_context_destroy(ctx);
