@@ -92,10 +92,11 @@ static bool decode_bf16_dot_wanted(const fc_cpu_features *cpu) {
 #endif
 
 /* Split-KV decode's prefetch target. FLASHCPU_DECODE_PREFETCH=l1 or =l2
- * (either case) decides; unset or any other value, L1 on AMD CPUs: the 2-core AMD VM ran kv 16K at 1 thread
- * 7-13% faster with L1 prefetches (no change at 2 threads, bound by its
- * memory), the 16-core Xeon slower (kv 1K on 16 threads 106-108 us
- * against 76-91 with L2 prefetches; bench/LOG.md). */
+ * (either case) decides; unset or any other value, L1 on AMD CPUs only:
+ * the 2-core AMD VM ran kv 16K at 1 thread 4-13% faster with L1
+ * prefetches (no change at 2 threads, bound by its memory), the 16-core
+ * Xeon slower (kv 1K on 16 threads 87-89 us against 64-67 with L2
+ * prefetches; bench/LOG.md). */
 static bool decode_prefetch_l1_wanted(const fc_cpu_features *cpu) {
   const char *env = getenv("FLASHCPU_DECODE_PREFETCH");
   if (env && strcasecmp(env, "l1") == 0) return true;

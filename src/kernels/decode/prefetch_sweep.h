@@ -98,7 +98,7 @@ fc_sweep_take(fc_prefetch_sweep *s) {
  * for a whole memory latency: on the 16-core Xeon, kv 1K on 16 threads
  * took 76-91 us against 106-108 with L1 prefetches, kv 16K 101-104 GB/s
  * against 89-99. into_l1 (the kernel table's choice: AMD CPUs) prefetches
- * into L1: on the 2-core AMD VM, kv 16K at 1 thread ran 7-13% faster so.
+ * into L1: on the 2-core AMD VM, kv 16K at 1 thread ran 4-13% faster so.
  * The non-temporal hint was 2x slower. The branch is on a field the loop
  * keeps in a register and never changes within a call. */
 static inline __attribute__((always_inline)) void

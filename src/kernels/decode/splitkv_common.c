@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "api/errors.h"
-#include "dispatch/kernel_table.h"
 #include "common/mask.h"
 #include "common/score.h"
+#include "dispatch/kernel_table.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/merge/merge_states.h"
 
