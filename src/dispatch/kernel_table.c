@@ -118,7 +118,7 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
     table->tiled = fc_attention_prefill__avx512;
     table->tiled_name = "fc_attention_prefill__avx512";
     /* Opt-in: on the 16-core Xeon (Emerald Rapids) this variant ran slower
-     * than widening K to f32 (bench/LOG.md). */
+     * than widening K to f32 (bench/LOG-early.md). */
     if (fc_cpu_features_get()->avx512_bf16 && getenv("FLASHCPU_PREFILL_BF16_DOT") &&
         strcmp(getenv("FLASHCPU_PREFILL_BF16_DOT"), "1") == 0) {
       table->tiled_bf16_dot = fc_attention_prefill__avx512bf16;
@@ -154,7 +154,8 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa) {
   }
 }
 
-/* Defaults measured on the 2-core AVX-512 VM (bench/LOG.md): split-KV
+/* Defaults measured on the 2-core AVX-512 VM (bench/LOG-early.md; the
+ * template's crossover: bench/LOG.md): split-KV
  * beat one-pass at every decode shape tried (kv 256 to 16K, batch 1 and 8,
  * 1 and 2 threads: 3x to 4x), and the tiled kernel from 16 rows on. The
  * same 8 rows hold for the fcv_* template (AVX2, NEON): where it crosses

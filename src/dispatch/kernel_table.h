@@ -32,8 +32,8 @@ typedef flashcpu_status (*fc_attention_fn)(flashcpu_context *ctx,
 /* When decode-shaped problems (few query rows) take which kernel. The
  * inputs are the shape only, never the thread count: the kernels sum in
  * different orders, and the output bytes must not depend on the threads.
- * Defaults are measured (bench/LOG.md); a `flashcpu tune` file can
- * replace them. */
+ * Defaults are measured (bench/LOG-early.md, bench/LOG.md); a `flashcpu
+ * tune` file can replace them. */
 typedef struct fc_decode_thresholds {
   /* One-pass decode (one thread streams a whole (batch, kv head)) when
    * batch x kv_heads >= this (0: never)... */

@@ -4,7 +4,7 @@
  * by default); on a machine with one core per flashcpu thread they then
  * compete with flashcpu's workers. On the 16-core Xeon a decode call at kv
  * 16 on 16 threads took 38 us with them and 12 us with KMP_BLOCKTIME=0, one
- * run each (bench/LOG.md: later runs swung 12-37 us with the pool's spin
+ * run each (bench/LOG-early.md: later runs swung 12-37 us with the pool's spin
  * count too, so that figure mixes both effects). */
 #ifndef FLASHCPU_TOOLS_QUIET_OPENMP_H
 #define FLASHCPU_TOOLS_QUIET_OPENMP_H

@@ -5,10 +5,11 @@
  * the memory system that strided order too, and a core follows it at
  * about 20% below an ascending stream (2-core VM, 1 thread, with the
  * kernel's work per line: 21.7 vs 26.1 GB/s in an access-pattern
- * microbenchmark, bench/LOG.md; the kernel went 14 -> 22 GB/s). Calling
- * fc_sweep_next once per line read spreads the prefetches evenly over the
- * block (a burst of them stalls the loads behind it: 13-15 GB/s there) and
- * keeps the addresses ascending. Portable C: the compiler's prefetch builtin. */
+ * microbenchmark, bench/LOG-early.md; the kernel went 14 -> 22 GB/s).
+ * Calling fc_sweep_next once per line read spreads the prefetches evenly
+ * over the block (a burst of them stalls the loads behind it: 13-15 GB/s
+ * there) and keeps the addresses ascending. Portable C: the compiler's
+ * prefetch builtin. */
 #ifndef FLASHCPU_KERNELS_DECODE_PREFETCH_SWEEP_H
 #define FLASHCPU_KERNELS_DECODE_PREFETCH_SWEEP_H
 
