@@ -141,7 +141,7 @@ typedef enum flashcpu_isa {
   FLASHCPU_ISA_AUTO = 0,   /* the best the CPU and the OS support */
   FLASHCPU_ISA_SCALAR = 1, /* portable C only */
   FLASHCPU_ISA_AVX2 = 2,   /* x86-64 AVX2 + FMA + F16C */
-  FLASHCPU_ISA_AVX512 = 3, /* x86-64 AVX-512 F/BW/VL/DQ (+BF16/FP16/AMX) */
+  FLASHCPU_ISA_AVX512 = 3, /* x86-64 AVX-512 F/BW/VL/DQ (+BF16 where present) */
   FLASHCPU_ISA_NEON = 4    /* aarch64 Advanced SIMD */
 } flashcpu_isa;
 
