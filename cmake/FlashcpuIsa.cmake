@@ -24,10 +24,16 @@
 #   endif()
 #
 # On other targets (aarch64, ...) flashcpu_isa_flags does nothing.
+#
+# flashcpu_isa_available(<ISA> <out-var>): TRUE when the target processor
+# takes the ISA (neon: aarch64; the others: x86-64) and this C compiler
+# accepts its flags (check_c_compiler_flag), so that a compiler without, say,
+# AVX512-BF16 support still builds everything else.
 # Also: flashcpu_target_is_x86_64(<out-var>) and
 # flashcpu_isa_compile_flags(<ISA> <out-var>) (the flag list itself).
 
 include_guard(GLOBAL)
+include(CheckCSourceCompiles)
 
 # The flags of one ISA, or FATAL_ERROR for an unknown name. A function, not
 # variables, because include_guard(GLOBAL) would hide variables from every
@@ -40,9 +46,11 @@ function(flashcpu_isa_compile_flags isa out_var)
     set(flags ${avx512})
   elseif(isa STREQUAL "avx512bf16")
     set(flags ${avx512} -mavx512bf16)
+  elseif(isa STREQUAL "neon")
+    set(flags "") # the aarch64 baseline
   else()
     message(FATAL_ERROR "flashcpu: unknown ISA '${isa}' "
-                        "(expected avx2, avx512 or avx512bf16)")
+                        "(expected avx2, avx512, avx512bf16 or neon)")
   endif()
   set(${out_var} ${flags} PARENT_SCOPE)
 endfunction()
@@ -77,4 +85,33 @@ function(flashcpu_isa_flags)
   endif()
   set_property(SOURCE ${ARG_SOURCES} APPEND PROPERTY
                COMPILE_OPTIONS ${flags})
+endfunction()
+
+function(flashcpu_isa_available isa out_var)
+  flashcpu_isa_compile_flags(${isa} flags)
+  string(TOLOWER "${CMAKE_SYSTEM_PROCESSOR}" processor)
+  if(isa STREQUAL "neon")
+    if(processor MATCHES "^(aarch64|arm64)$")
+      set(${out_var} TRUE PARENT_SCOPE)
+    else()
+      set(${out_var} FALSE PARENT_SCOPE)
+    endif()
+    return()
+  endif()
+  flashcpu_target_is_x86_64(is_x86_64)
+  if(NOT is_x86_64)
+    set(${out_var} FALSE PARENT_SCOPE)
+    return()
+  endif()
+  # The flags and one intrinsic of the ISA: a compiler that takes the flag
+  # but lacks the intrinsics' header support fails here too.
+  string(REPLACE ";" " " CMAKE_REQUIRED_FLAGS "${flags}")
+  set(probe_avx2 "__m256 x = _mm256_fmadd_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(2.0f), _mm256_setzero_ps()); return (int)_mm256_cvtss_f32(x);")
+  set(probe_avx512 "__m512 x = _mm512_set1_ps(1.0f); return (int)_mm512_reduce_add_ps(x);")
+  set(probe_avx512bf16 "__m512bh a = (__m512bh)_mm512_setzero_si512(); __m512 x = _mm512_dpbf16_ps(_mm512_setzero_ps(), a, a); return (int)_mm512_reduce_add_ps(x);")
+  string(MAKE_C_IDENTIFIER "FLASHCPU_CC_HAS_${isa}" result_var)
+  set(CMAKE_REQUIRED_QUIET ON)
+  check_c_source_compiles("#include <immintrin.h>
+int main(void) { ${probe_${isa}} }" ${result_var})
+  set(${out_var} ${${result_var}} PARENT_SCOPE)
 endfunction()

@@ -54,6 +54,13 @@
  * written to out or lse, and flashcpu_last_error(ctx) gives a readable
  * message. Nothing in the library aborts.
  *
+ * Environment: flashcpu reads FLASHCPU_ISA (caps the ISA of every context:
+ * scalar, avx2, avx512 or neon), FLASHCPU_VERBOSE (1: log each context's
+ * plan and settings, and each call's kernel choice, to stderr),
+ * FLASHCPU_TUNE_FILE (a tune file, see flashcpu_context_options) and
+ * OMP_NUM_THREADS (the default thread count), once per context creation.
+ * Every other choice is a setting of flashcpu_context_options.
+ *
  * Threads: a context is not safe to use from two threads at once; use one
  * context per calling thread. Different contexts are independent. A context
  * owns worker threads, which a fork() does not copy: in a child process,
@@ -66,9 +73,9 @@
 #include <stdint.h>
 
 #define FLASHCPU_VERSION_MAJOR 0
-#define FLASHCPU_VERSION_MINOR 1
+#define FLASHCPU_VERSION_MINOR 2
 #define FLASHCPU_VERSION_PATCH 0
-#define FLASHCPU_VERSION_STRING "0.1.0"
+#define FLASHCPU_VERSION_STRING "0.2.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with flashcpu_version(). */
 #define FLASHCPU_VERSION                                                       \
   (FLASHCPU_VERSION_MAJOR * 10000 + FLASHCPU_VERSION_MINOR * 100 +             \
@@ -155,6 +162,29 @@ FLASHCPU_API int flashcpu_isa_supported(flashcpu_isa isa);
  * Returns the length the full text needs. */
 FLASHCPU_API size_t flashcpu_cpu_features(char *buffer, size_t size);
 
+/* A tuning switch (values are fixed). AUTO takes the tune file's value,
+ * else the built-in default for this CPU. */
+typedef enum flashcpu_setting {
+  FLASHCPU_SETTING_AUTO = 0,
+  FLASHCPU_SETTING_ON = 1,
+  FLASHCPU_SETTING_OFF = 2
+} flashcpu_setting;
+
+/* How a call gets its threads (values are fixed). */
+typedef enum flashcpu_launch_mode {
+  FLASHCPU_LAUNCH_AUTO = 0,  /* the tune file's, else POOL */
+  FLASHCPU_LAUNCH_POOL = 1,  /* persistent threads, parked between calls */
+  FLASHCPU_LAUNCH_REGION = 2 /* an OpenMP parallel region per call */
+} flashcpu_launch_mode;
+
+/* Where split-KV decode prefetches the next key block (values are fixed). */
+typedef enum flashcpu_prefetch_level {
+  FLASHCPU_PREFETCH_AUTO = 0, /* the tune file's, else L1 on AMD CPUs and
+                                 L2 elsewhere */
+  FLASHCPU_PREFETCH_L1 = 1,
+  FLASHCPU_PREFETCH_L2 = 2
+} flashcpu_prefetch_level;
+
 typedef struct flashcpu_context_options {
   /* sizeof(flashcpu_context_options) as the caller compiled it; set by
    * flashcpu_context_options_init. Lets later versions add fields: the
@@ -166,8 +196,7 @@ typedef struct flashcpu_context_options {
    * takes part as thread 0 and is never bound; the other threads are pinned
    * one per core (then to further hyperthreads) where the OS supports
    * binding. They are OpenMP threads kept in a persistent pool between
-   * calls (they spin briefly, then sleep); FLASHCPU_LAUNCH=region opens an
-   * OpenMP parallel region per call instead. */
+   * calls (they spin briefly, then sleep), unless `launch` says REGION. */
   int num_threads;
   /* Team shape; FLASHCPU_TEAM_AUTO by default. */
   flashcpu_team_level team_level;
@@ -177,29 +206,54 @@ typedef struct flashcpu_context_options {
    * the environment variable FLASHCPU_ISA=scalar|avx2|avx512|neon lowers
    * it further. Asking for an ISA the CPU lacks is an error. */
   flashcpu_isa max_isa;
-  /* (Added after 0.1.0.) Path of a tune file written by `flashcpu tune`: the
-   * thresholds that choose between the decode kernels on this machine,
-   * read once here. NULL: the file named by the environment variable
-   * FLASHCPU_TUNE_FILE if set, else the built-in defaults. The option wins
-   * over the variable; FLASHCPU_DECODE_THRESHOLDS=name=value,... then
-   * overrides single values on top. A file that is missing, unreadable, of
-   * another version, or has an unknown key or a bad value makes
-   * flashcpu_context_create return FLASHCPU_ERROR_INVALID_ARGUMENT with a
-   * message naming the file and line. The choice depends on the shape
-   * only, never on the thread count, so output bytes stay the same for any
-   * num_threads. The format (text, '#' starts a comment):
-   *     flashcpu-tune 1
-   *     onepass_min_tiles = 0     # one-pass decode when batch x kv_heads
-   *                               #   >= this (0: never)
-   *     onepass_max_kv = 0        # ...or when kv length <= this (0: never)
-   *     splitkv_max_rows = 8      # split-KV up to this many query rows
-   *                               #   (<= 64); more rows: prefill kernel
-   * Keys may come in any order, each once; missing keys keep the default.
-   * FLASHCPU_VERBOSE=1 says where the thresholds came from. */
+  /* (Added after 0.1.0.) Path of a tune file written by `flashcpu tune` on this
+   * machine, read once here. NULL: the file named by the environment
+   * variable FLASHCPU_TUNE_FILE if set, else none. A file that is missing,
+   * unreadable, of another version, or has an unknown key, a key given
+   * twice or a bad value makes flashcpu_context_create return
+   * FLASHCPU_ERROR_INVALID_ARGUMENT with a message naming the file, line
+   * and key. The format (text, '#' starts a comment):
+   *     flashcpu-tune 2
+   *     splitkv_max_rows = 8
+   *     decode_prefetch = l2
+   * one `key = value` per line, each key at most once, in any order; the
+   * keys are the names of the settings below, with the values given
+   * there. FLASHCPU_VERBOSE=1 prints the settings a context ends up with. */
   const char *tune_file;
+
+  /* ---- Settings (since 0.2.0). Each is also a tune-file key of the same
+   * name. A field left at its default (what flashcpu_context_options_init
+   * sets: -1, AUTO or NULL) takes the tune file's value, else the built-in
+   * default; a field set here wins over the tune file. None of them changes
+   * the result for a given kernel: the output bytes depend on the kernel
+   * chosen and the shape, never on the thread count. */
+
+  /* Decode-shaped calls with up to this many query rows (0..64) take the
+   * split-KV decode kernel; more rows take the prefill kernel. -1: default
+   * (8). Tune file: splitkv_max_rows = 0..64. */
+  int splitkv_max_rows;
+  /* Tune file: launch = pool | region. */
+  flashcpu_launch_mode launch;
+  /* bf16 Q and K prefill by AVX512-BF16 dot products (CPUs with them).
+   * AUTO: off. Tune file: prefill_bf16_dot = auto | on | off. */
+  flashcpu_setting prefill_bf16_dot;
+  /* bf16 q and K split-KV decode scores by AVX512-BF16 dot products (CPUs
+   * with them). AUTO: on for AMD CPUs, off elsewhere. Tune file:
+   * decode_bf16_dot = auto | on | off. */
+  flashcpu_setting decode_bf16_dot;
+  /* Tune file: decode_prefetch = auto | l1 | l2. */
+  flashcpu_prefetch_level decode_prefetch;
+  /* Forces one attention kernel by name (flashcpu_context_describe lists
+   * this build's kernels; e.g. "fc_prefill_12x32__avx512") for tests and
+   * tuning: the context takes that kernel's ISA (within max_isa and
+   * FLASHCPU_ISA), and a call the kernel cannot compute fails with
+   * FLASHCPU_ERROR_INVALID_ARGUMENT. An unknown name, or a kernel this CPU
+   * cannot run, makes flashcpu_context_create fail. NULL: choose per call.
+   * Tune file: kernel = NAME | auto. */
+  const char *kernel;
 } flashcpu_context_options;
 
-/* Fills *options with the defaults. */
+/* Fills *options with the defaults (every setting at its default). */
 FLASHCPU_API void
 flashcpu_context_options_init(flashcpu_context_options *options);
 

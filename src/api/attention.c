@@ -15,23 +15,28 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   flashcpu_status status =
       fc_check_attention(ctx, q, k, v, out, lse, params, &problem);
   if (status != FLASHCPU_OK) return status;
-  const fc_team_plan *plan = &ctx->runtime.plan;
-  int smallest_team = plan->teams[0].size;
-  for (int t = 1; t < plan->team_count; t++)
-    if (plan->teams[t].size < smallest_team) smallest_team = plan->teams[t].size;
-  const char *name;
-  char reason[160];
-  fc_attention_fn kernel = fc_kernel_table_choose(
-      &ctx->table, &problem, smallest_team, &name, reason, sizeof reason);
+  char reason[384];
+  const fc_attention_kernel *kernel =
+      fc_kernel_table_choose(&ctx->table, &problem, reason, sizeof reason);
   if (ctx->verbose)
     fprintf(stderr,
             "[flashcpu] attention B=%lld L=%lld S=%lld Hq=%lld Hkv=%lld "
             "D=%lld: %s (%s), row loads %s\n",
             (long long)problem.batch, (long long)problem.q_len,
             (long long)problem.kv_capacity, (long long)problem.q_heads,
-            (long long)problem.kv_heads, (long long)problem.head_dim, name,
-            reason, ctx->table.row_to_f32_names[problem.k.dtype]);
-  status = kernel(ctx, &ctx->runtime, &ctx->table, &problem);
-  if (status == FLASHCPU_OK) fc_clear_error(ctx);
-  return status;
+            (long long)problem.kv_heads, (long long)problem.head_dim,
+            kernel ? kernel->name : "no kernel", reason,
+            ctx->table.row_to_f32_names[problem.k.dtype]);
+  if (!kernel)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   "flashcpu_attention: %s", reason);
+  char kernel_reason[256];
+  fc_kernel_env env =
+      fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
+  status = kernel->run(&env, &problem);
+  if (status != FLASHCPU_OK)
+    return fc_fail(ctx, status, "flashcpu_attention: %s: %s", kernel->name,
+                   kernel_reason[0] ? kernel_reason : "failed");
+  fc_clear_error(ctx);
+  return FLASHCPU_OK;
 }

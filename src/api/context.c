@@ -9,19 +9,16 @@
 #include "api/context_internal.h"
 #include "api/describe.h"
 #include "api/errors.h"
-#include "api/tune_file.h"
+#include "dispatch/isa.h"
+#include "dispatch/tune_file.h"
 
 #define CALL "flashcpu_context_create"
-
-/* The pool: faster launches on both machines measured (bench/NOTES.md),
- * and its threads are flashcpu's own, so binding them never touches the
- * engine's OpenMP workers. */
-#define FC_DEFAULT_LAUNCH_MODE FC_LAUNCH_POOL
 
 void flashcpu_context_options_init(flashcpu_context_options *options) {
   if (!options) return;
   memset(options, 0, sizeof *options);
   options->struct_size = sizeof *options;
+  options->splitkv_max_rows = -1;
 }
 
 /* A positive integer from the environment, 0 when unset, -1 when invalid. */
@@ -45,17 +42,21 @@ static flashcpu_isa lower_cap(flashcpu_isa a, flashcpu_isa b) {
   return a < b ? a : b;
 }
 
-/* sizeof(flashcpu_context_options) in 0.1.0, before tune_file. */
-#define FC_CONTEXT_OPTIONS_SIZE_0_1                                            \
-  offsetof(flashcpu_context_options, tune_file)
+/* sizeof(flashcpu_context_options) of earlier versions: 0.1.0, then with
+ * tune_file, before the settings of 0.2.0. */
+static const size_t earlier_option_sizes[] = {
+    offsetof(flashcpu_context_options, tune_file),
+    offsetof(flashcpu_context_options, splitkv_max_rows)};
 
 /* The caller's options as this version's struct: the fields an earlier
  * version's struct lacks keep their defaults. */
 static flashcpu_status copy_options(const flashcpu_context_options *options,
                                     flashcpu_context_options *copy) {
   flashcpu_context_options_init(copy);
-  if (options->struct_size != sizeof(flashcpu_context_options) &&
-      options->struct_size != FC_CONTEXT_OPTIONS_SIZE_0_1)
+  bool known = options->struct_size == sizeof(flashcpu_context_options);
+  for (size_t i = 0; i < sizeof earlier_option_sizes / sizeof(size_t); i++)
+    known = known || options->struct_size == earlier_option_sizes[i];
+  if (!known)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": options->struct_size is %zu, expected %zu (call "
                    "flashcpu_context_options_init first)",
@@ -90,7 +91,7 @@ static flashcpu_status check_options(const flashcpu_context_options *options) {
 }
 
 static flashcpu_status resolve_isa(const flashcpu_context_options *options,
-                                   flashcpu_isa *isa) {
+                                   flashcpu_isa *isa, flashcpu_isa *cap) {
   const fc_cpu_features *features = fc_cpu_features_get();
   const char *env = getenv("FLASHCPU_ISA");
   int env_isa = fc_isa_parse(env);
@@ -107,17 +108,19 @@ static flashcpu_status resolve_isa(const flashcpu_context_options *options,
                      CALL ": %s asks for %s, which this CPU (or OS) does not "
                      "support",
                      where[i], flashcpu_isa_name(caps[i]));
-  *isa = fc_best_isa(features, lower_cap(caps[0], caps[1]));
+  *cap = lower_cap(caps[0], caps[1]);
+  *isa = fc_best_isa(features, *cap);
   return FLASHCPU_OK;
 }
 
-/* The decode thresholds: the defaults, replaced by the tune file (the
- * option, else FLASHCPU_TUNE_FILE), then single values from
- * FLASHCPU_DECODE_THRESHOLDS. `source` says where they came from. */
-static flashcpu_status resolve_thresholds(
-    const flashcpu_context_options *options, fc_decode_thresholds *t,
+/* The settings: the defaults, then the tune file (the option, else
+ * FLASHCPU_TUNE_FILE), then the options' non-default fields. `source`
+ * says where the file came from. */
+static flashcpu_status resolve_settings(
+    const flashcpu_context_options *options, fc_settings *settings,
     char *source, size_t source_size) {
-  *t = fc_decode_thresholds_default();
+  const fc_cpu_features *cpu = fc_cpu_features_get();
+  fc_settings_default(settings, cpu);
   const char *env_file = getenv("FLASHCPU_TUNE_FILE");
   const char *path = options->tune_file;
   const char *from = "the context option tune_file";
@@ -125,48 +128,45 @@ static flashcpu_status resolve_thresholds(
     path = env_file;
     from = "FLASHCPU_TUNE_FILE";
   }
+  char error[FC_ERROR_MESSAGE_SIZE - 128];
   if (path) {
-    char error[FC_ERROR_MESSAGE_SIZE - 128];
     if (!*path)
       return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": tune_file is \"\"; give a path, or NULL for "
                      "FLASHCPU_TUNE_FILE or the defaults");
-    if (fc_tune_file_apply(path, t, error, sizeof error) != 0)
+    if (fc_tune_file_apply(path, settings, cpu, error, sizeof error) != 0)
       return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": tune file (%s): %s", from, error);
     snprintf(source, source_size, "tune file %s (%s)", path, from);
   } else {
     snprintf(source, source_size, "built-in defaults");
   }
-  const char *thresholds = getenv("FLASHCPU_DECODE_THRESHOLDS");
-  if (fc_decode_thresholds_parse(thresholds, t) != 0)
+  if (fc_settings_apply_options(settings, cpu, options, error,
+                                sizeof error) != 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": FLASHCPU_DECODE_THRESHOLDS=%s: expected "
-                   "name=value,... with onepass_min_tiles, onepass_max_kv "
-                   "or splitkv_max_rows (<= 64), values >= 0",
-                   thresholds);
-  if (thresholds && *thresholds) {
-    size_t used = strlen(source);
-    snprintf(source + used, source_size - used,
-             ", then FLASHCPU_DECODE_THRESHOLDS=%s", thresholds);
-  }
+                   CALL ": options->%s", error);
   return FLASHCPU_OK;
 }
 
-/* FLASHCPU_LAUNCH=region|pool picks how launches get their threads. */
-static flashcpu_status resolve_launch_mode(fc_launch_mode *mode) {
-  const char *text = getenv("FLASHCPU_LAUNCH");
-  *mode = FC_DEFAULT_LAUNCH_MODE;
-  if (!text || !*text) return FLASHCPU_OK;
-  if (strcmp(text, "region") == 0) {
-    *mode = FC_LAUNCH_REGION;
-  } else if (strcmp(text, "pool") == 0) {
-    *mode = FC_LAUNCH_POOL;
-  } else {
+/* A forced kernel sets the ISA: it must be within the caps and run here. */
+static flashcpu_status forced_kernel_isa(const fc_settings *settings,
+                                         flashcpu_isa cap,
+                                         flashcpu_isa *isa) {
+  if (!settings->forced_kernel[0]) return FLASHCPU_OK;
+  const fc_cpu_features *cpu = fc_cpu_features_get();
+  const fc_attention_kernel *k =
+      fc_attention_kernel_find(settings->forced_kernel);
+  if (!fc_isa_within(k->isa, cap))
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": FLASHCPU_LAUNCH=%s is neither region nor pool",
-                   text);
-  }
+                   CALL ": kernel %s needs %s, above the ISA cap %s "
+                   "(max_isa or FLASHCPU_ISA)",
+                   k->name, flashcpu_isa_name(k->isa), flashcpu_isa_name(cap));
+  if (!fc_isa_supported(cpu, k->isa) || !fc_kernel_need_met(cpu, k->need))
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": kernel %s needs instructions this CPU (or OS) "
+                   "does not support",
+                   k->name);
+  *isa = k->isa;
   return FLASHCPU_OK;
 }
 
@@ -182,15 +182,15 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   flashcpu_status status =
       options ? copy_options(options, &copy) : FLASHCPU_OK;
   options = &copy;
-  flashcpu_isa isa = FLASHCPU_ISA_SCALAR;
+  flashcpu_isa isa = FLASHCPU_ISA_SCALAR, cap = FLASHCPU_ISA_AUTO;
   if (status != FLASHCPU_OK || (status = check_options(options)) ||
-      (status = resolve_isa(options, &isa)))
+      (status = resolve_isa(options, &isa, &cap)))
     return status;
-  fc_decode_thresholds decode_thresholds;
-  char thresholds_source[FC_ERROR_MESSAGE_SIZE];
-  if ((status = resolve_thresholds(options, &decode_thresholds,
-                                   thresholds_source,
-                                   sizeof thresholds_source)))
+  fc_settings settings;
+  char settings_source[FC_ERROR_MESSAGE_SIZE];
+  if ((status = resolve_settings(options, &settings, settings_source,
+                                 sizeof settings_source)) ||
+      (status = forced_kernel_isa(&settings, cap, &isa)))
     return status;
   int threads = options->num_threads;
   if (threads == 0) threads = positive_from_env("OMP_NUM_THREADS");
@@ -203,13 +203,9 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   if (!created)
     return fc_fail(NULL, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": out of memory");
   char error[256];
-  fc_launch_mode mode;
-  if ((status = resolve_launch_mode(&mode)) != FLASHCPU_OK) {
-    free(created);
-    return status;
-  }
   fc_runtime_options runtime_options = {source, threads, options->team_level,
-                                        options->max_team_size, mode};
+                                        options->max_team_size,
+                                        settings.launch};
   int failure = fc_runtime_create(&created->runtime, &runtime_options, error,
                                   sizeof error);
   if (failure != 0) {
@@ -220,18 +216,17 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
                        : FLASHCPU_ERROR_INTERNAL,
                    CALL ": cannot set up the runtime: %s", error);
   }
-  fc_kernel_table_fill(&created->table, isa);
-  created->table.decode_thresholds = decode_thresholds;
+  created->settings = settings;
+  fc_kernel_table_fill(&created->table, isa, fc_cpu_features_get(),
+                       &settings);
   const char *verbose = getenv("FLASHCPU_VERBOSE");
   created->verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
   if (created->verbose) {
+    char line[512];
+    fc_settings_describe(&settings, line, sizeof line);
     fc_describe_to_stderr(created);
-    fprintf(stderr,
-            "[flashcpu] decode thresholds from %s: onepass_min_tiles=%lld "
-            "onepass_max_kv=%lld splitkv_max_rows=%lld\n",
-            thresholds_source, (long long)decode_thresholds.onepass_min_tiles,
-            (long long)decode_thresholds.onepass_max_kv,
-            (long long)decode_thresholds.splitkv_max_rows);
+    fprintf(stderr, "[flashcpu] settings from %s and the options: %s\n",
+            settings_source, line);
   }
   *ctx = created;
   fc_clear_error(NULL);
@@ -259,4 +254,12 @@ int flashcpu_context_num_teams(const flashcpu_context *ctx) {
 
 flashcpu_isa flashcpu_context_isa(const flashcpu_context *ctx) {
   return ctx ? ctx->table.isa : FLASHCPU_ISA_AUTO;
+}
+
+fc_kernel_env fc_context_kernel_env(flashcpu_context *ctx, char *reason,
+                                    size_t reason_size) {
+  fc_kernel_env env = {&ctx->runtime, ctx->table.row_to_f32,
+                       &ctx->table.settings, reason, reason_size};
+  if (reason_size) reason[0] = '\0';
+  return env;
 }

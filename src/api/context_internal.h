@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "dispatch/kernel_table.h"
+#include "dispatch/settings.h"
 #include "flashcpu/flashcpu.h"
 #include "runtime/runtime.h"
 
@@ -13,6 +14,7 @@
 struct flashcpu_context {
   fc_runtime runtime;    /* topology, teams, scratch: how to run */
   fc_kernel_table table; /* what to run */
+  fc_settings settings;  /* what the table and runtime were made with */
   bool verbose;          /* FLASHCPU_VERBOSE=1: log plan and choices */
   char last_error[FC_ERROR_MESSAGE_SIZE];
 };
@@ -22,5 +24,10 @@ struct flashcpu_context {
 flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
                                      const fc_topology_source *source,
                                      flashcpu_context **ctx);
+
+/* The environment a kernel of this context runs with; reason receives the
+ * kernel's reason for an error. */
+fc_kernel_env fc_context_kernel_env(flashcpu_context *ctx, char *reason,
+                                    size_t reason_size);
 
 #endif

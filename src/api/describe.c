@@ -87,32 +87,21 @@ static void describe_teams(const flashcpu_context *ctx, text *out) {
 }
 
 static void describe_kernels(const flashcpu_context *ctx, text *out) {
-  char features[256];
+  char features[256], settings[512];
   fc_cpu_features_describe(fc_cpu_features_get(), features, sizeof features);
   append(out, "isa features: %s\n", *features ? features : "(none)");
   append(out, "isa chosen: %s\n", flashcpu_isa_name(ctx->table.isa));
-  append(out, "kernels:\n  attention, any rows: %s\n", ctx->table.tiled_name);
-  if (ctx->table.tiled_bf16_dot_name)
-    append(out, "  attention, any rows, bf16 q and k: %s\n",
-           ctx->table.tiled_bf16_dot_name);
-  append(out, "  attention, one row: %s\n",
-         ctx->table.decode_name ? ctx->table.decode_name
-                                : ctx->table.tiled_name);
-  const fc_decode_thresholds *t = &ctx->table.decode_thresholds;
-  append(out,
-         "  attention, few rows, split KV: %s\n"
-         "  decode choice: onepass_min_tiles=%lld onepass_max_kv=%lld "
-         "splitkv_max_rows=%lld\n",
-         ctx->table.decode_splitkv_name ? ctx->table.decode_splitkv_name
-                                        : "(none)",
-         (long long)t->onepass_min_tiles, (long long)t->onepass_max_kv,
-         (long long)t->splitkv_max_rows);
-  if (ctx->table.decode_splitkv_name)
-    append(out, "  split KV prefetch: next key block into %s\n",
-           ctx->table.decode_prefetch_l1 ? "L1" : "L2");
-  if (ctx->table.decode_bf16_scores_name)
-    append(out, "  split KV scores, bf16 q and k: %s\n",
-           ctx->table.decode_bf16_scores_name);
+  append(out, "kernels, in the order the choice tries them:\n");
+  for (size_t i = 0; i < ctx->table.candidate_count; i++) {
+    const fc_attention_kernel *k = ctx->table.candidates[i];
+    append(out, "  %s: %s%s\n", fc_kernel_family_name(k->family), k->name,
+           ctx->table.forced == k ? " (forced)" : "");
+  }
+  if (ctx->table.forced)
+    append(out, "  every call: %s (forced)\n", ctx->table.forced->name);
+  append(out, "  merge: %s\n", ctx->table.merge_name);
+  fc_settings_describe(&ctx->settings, settings, sizeof settings);
+  append(out, "settings: %s\n", settings);
   for (int d = 0; d < 3; d++)
     append(out, "  %s row load: %s\n",
            flashcpu_dtype_name((flashcpu_dtype)d),

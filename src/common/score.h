@@ -8,9 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "common/math_constants.h"
 #include "common/problem.h"
-
-#define FC_LOG2E_F 1.44269504088896340736f
 
 /* mask_row: the additive mask's row for (batch, head, query row), or NULL. */
 static inline float fc_finish_score(const fc_problem *p, float score,

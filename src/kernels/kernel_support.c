@@ -1,27 +1,39 @@
 #include "kernels/kernel_support.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "api/errors.h"
 #include "common/dtype_convert.h"
+#include "common/math_constants.h"
 
-#define LN2_F 0.69314718055994530942f
+flashcpu_status fc_kernel_fail(const fc_kernel_env *env,
+                               flashcpu_status status, const char *format,
+                               ...) {
+  if (env->reason && env->reason_size) {
+    va_list args;
+    va_start(args, format);
+    vsnprintf(env->reason, env->reason_size, format, args);
+    va_end(args);
+  }
+  return status;
+}
 
-flashcpu_status fc_kernel_reserve_scratch(flashcpu_context *ctx,
-                                          fc_runtime *runtime,
+flashcpu_status fc_kernel_reserve_scratch(const fc_kernel_env *env,
                                           fc_scratch_bytes_fn bytes_for,
                                           const void *args) {
+  fc_runtime *runtime = env->runtime;
   size_t needed = 0;
   for (int t = 0; t < runtime->plan.team_count; t++) {
     size_t bytes = bytes_for(args, runtime->plan.teams[t].size);
     if (bytes > needed) needed = bytes;
   }
   if (fc_runtime_reserve_scratch(runtime, needed) != 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory allocating %zu bytes of "
-                   "team scratch",
-                   needed);
+    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                          "out of memory allocating %zu bytes of team "
+                          "scratch",
+                          needed);
   return FLASHCPU_OK;
 }
 
@@ -34,7 +46,7 @@ void fc_write_output_row(const fc_problem *p, int64_t b, int64_t row,
     lse = -INFINITY;
   } else {
     fc_store_row(o, 1.0f / l, p->v_head_dim, p->out.dtype, out);
-    lse = (m + log2f(l)) * LN2_F;
+    lse = (m + log2f(l)) * FC_LN2_F;
   }
   if (p->lse) p->lse[(b * p->q_heads + head) * p->q_len + row] = lse;
 }

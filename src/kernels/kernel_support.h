@@ -9,15 +9,14 @@
 
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
-#include "runtime/runtime.h"
+#include "kernels/kernel_env.h"
 
 /* Bytes of scratch a team of team_size threads needs for this kernel. */
 typedef size_t (*fc_scratch_bytes_fn)(const void *args, int team_size);
 
 /* Makes every team's scratch large enough for the largest team's need;
- * OUT_OF_MEMORY (message on ctx) leaves outputs untouched. */
-flashcpu_status fc_kernel_reserve_scratch(flashcpu_context *ctx,
-                                          fc_runtime *runtime,
+ * OUT_OF_MEMORY (with the reason in env) leaves outputs untouched. */
+flashcpu_status fc_kernel_reserve_scratch(const fc_kernel_env *env,
                                           fc_scratch_bytes_fn bytes_for,
                                           const void *args);
 

@@ -10,6 +10,7 @@
 
 #include "flashcpu/flashcpu.h"
 extern "C" {
+#include "dispatch/isa.h"
 #include "dispatch/kernel_table.h"
 }
 
@@ -112,8 +113,11 @@ TEST_P(RowConverters, MatchScalarBitForBit) {
   if (!fc_isa_supported(fc_cpu_features_get(), isa))
     GTEST_SKIP() << flashcpu_isa_name(isa) << " not supported on this CPU";
   fc_kernel_table table, scalar;
-  fc_kernel_table_fill(&table, isa);
-  fc_kernel_table_fill(&scalar, FLASHCPU_ISA_SCALAR);
+  fc_settings settings;
+  fc_settings_default(&settings, fc_cpu_features_get());
+  fc_kernel_table_fill(&table, isa, fc_cpu_features_get(), &settings);
+  fc_kernel_table_fill(&scalar, FLASHCPU_ISA_SCALAR, fc_cpu_features_get(),
+                       &settings);
   std::mt19937 random(7);
   for (int dtype = 0; dtype < 3; dtype++)
     for (int64_t count = 1; count <= 67; count++)

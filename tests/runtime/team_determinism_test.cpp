@@ -12,6 +12,7 @@
 #include "flashcpu/flashcpu.h"
 extern "C" {
 #include "api/context_internal.h"
+#include "dispatch/isa.h"
 #include "dispatch/kernel_table.h"
 }
 

@@ -8,9 +8,9 @@
 
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
+#include "kernels/kernel_env.h"
 #include "runtime/runtime.h"
 
-struct fc_kernel_table;
 struct fc_prefetch_sweep;
 
 /* Query rows the kernel takes (speculative verification: 2..64). */
@@ -28,34 +28,21 @@ typedef struct fc_splitkv_plan {
 
 fc_splitkv_plan fc_splitkv_make_plan(const fc_problem *p);
 
-#if defined(__x86_64__)
-/* The fcv_* template (decode_splitkv_vec.inc) on AVX2 + FMA. */
-flashcpu_status fc_attention_decode_splitkv__avx2(
-    flashcpu_context *ctx, fc_runtime *runtime,
-    const struct fc_kernel_table *table, const fc_problem *p);
+/* Split-KV scores of a chunk's 4 slots for a 16-key block from bf16 q and
+ * K by dot products: scores[16 * s + j] = factor * (q_s . k_j). q_s is the
+ * raw bf16 row of slot s at q + s * q_stride, zero-padded to a multiple of
+ * 32 elements; k_rows past n repeat a valid row (their lanes are garbage).
+ * sweep: the prefetch stream to advance a line per line read (NULL: none). */
+typedef void (*fc_splitkv_bf16_scores_fn)(const char *const *k_rows,
+                                          const uint16_t *q, int64_t q_stride,
+                                          int64_t dim, int64_t n, float factor,
+                                          struct fc_prefetch_sweep *sweep,
+                                          float *scores);
 
-flashcpu_status fc_attention_decode_splitkv__avx512(
-    flashcpu_context *ctx, fc_runtime *runtime,
-    const struct fc_kernel_table *table, const fc_problem *p);
-
-/* Its scores of a chunk's 4 slots for a 16-key block from bf16 q and K by
- * VDPBF16PS (fc_splitkv_bf16_scores_fn; CPUs with AVX512-BF16 only):
- * scores[16 * s + j] = factor * (q_s . k_j). q_s is the raw bf16 row of
- * slot s at q + s * q_stride, zero-padded to a multiple of 32 elements;
- * k_rows past n repeat a valid row (their lanes are garbage). sweep: the
- * prefetch stream to advance a line per line read (NULL: none). */
-void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
-                                        const uint16_t *q, int64_t q_stride,
-                                        int64_t dim, int64_t n, float factor,
-                                        struct fc_prefetch_sweep *sweep,
-                                        float *scores);
-#endif
-
-#if defined(__aarch64__)
-/* The fcv_* template (decode_splitkv_vec.inc) on NEON. */
-flashcpu_status fc_attention_decode_splitkv__neon(
-    flashcpu_context *ctx, fc_runtime *runtime,
-    const struct fc_kernel_table *table, const fc_problem *p);
-#endif
+/* The AVX-512 split-KV kernel with its scores from bf16_scores where q and
+ * K are bf16 (NULL: by widening K to f32 and FMA). */
+flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
+                                      const fc_problem *p,
+                                      fc_splitkv_bf16_scores_fn bf16_scores);
 
 #endif

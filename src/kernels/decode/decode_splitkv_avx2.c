@@ -40,6 +40,6 @@ ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, fcv *lo,
 
 #define DS_VALUE_VECTORS 2
 #define DS_NAME(what) fc_splitkv_##what##__avx2
-#define DS_KERNEL fc_attention_decode_splitkv__avx2
+#define DS_KERNEL fc_decode_splitkv__avx2
 
 #include "kernels/decode/decode_splitkv_vec.inc"

@@ -20,7 +20,8 @@
  * and put back in order when the partial state is written. With bf16 q and
  * K, where the kernel table chose them (AMD CPUs with AVX512-BF16 by
  * default), the scores come from VDPBF16PS on the raw rows instead
- * (splitkv_scores_avx512bf16.c). Values: 64 output columns of
+ * (splitkv_scores_avx512bf16.c, registry row
+ * fc_decode_splitkv_bf16dot__avx512bf16). Values: 64 output columns of
  * the chunk's 4 slots (16 registers) stay in registers across the block's
  * 16 V rows; the rescale by the softmax correction is folded into their
  * load. Each K and V line read prefetches a line of the next key block,
@@ -39,12 +40,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "dispatch/kernel_table.h"
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/decode/splitkv_scores.h"
 #include "kernels/kernel_support.h"
+#include "kernels/registry.h"
 #include "simd/simd_avx512.h"
 
 enum {
@@ -59,7 +60,7 @@ enum {
 typedef struct splitkv_args {
   fc_splitkv_shared shared; /* plan, heads per tile, partial states */
   const fc_problem *p;
-  const fc_kernel_table *table;
+  const fc_row_to_f32_fn *row_to_f32;
   int64_t chunks;      /* ceil(slots / CHUNK) per kv head */
   int64_t padded_dim;  /* head_dim rounded up to 32: q rows are zero-padded */
   int64_t padded_dv;   /* v_head_dim rounded up to 64 */
@@ -410,7 +411,7 @@ static void init_chunks(const splitkv_args *a, const chunk_state *st,
           if (a->bf16_scores)
             memcpy(q, row, (size_t)D * sizeof(uint16_t));
           else
-            a->table->row_to_f32[p->q.dtype](row, D, a->shared.q_factor, q);
+            a->row_to_f32[p->q.dtype](row, D, a->shared.q_factor, q);
           if (a->k_pairs) fc_splitkv_to_pairs(q, PD, PAIR);
         }
         memset(st->o + i * a->padded_dv, 0,
@@ -538,24 +539,28 @@ static void splitkv_tile(void *opaque, int64_t tile,
   fc_splitkv_tile_written(&a->shared, &t, written);
 }
 
-flashcpu_status fc_attention_decode_splitkv__avx512(
-    flashcpu_context *ctx, fc_runtime *runtime,
-    const struct fc_kernel_table *table, const fc_problem *p) {
+flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
+                                      const fc_problem *p,
+                                      fc_splitkv_bf16_scores_fn bf16_scores) {
   splitkv_args a;
   memset(&a, 0, sizeof a);
-  fc_splitkv_shared_init(&a.shared, p, table);
+  fc_splitkv_shared_init(&a.shared, p, env->settings);
   a.p = p;
-  a.table = table;
+  a.row_to_f32 = env->row_to_f32;
   a.chunks = (a.shared.plan.slots + CHUNK - 1) / CHUNK;
   a.padded_dim = (p->head_dim + PAIR - 1) / PAIR * PAIR;
   a.padded_dv = (p->v_head_dim + PASS - 1) / PASS * PASS;
-  if (table->decode_bf16_scores && p->q.dtype == FLASHCPU_DTYPE_BF16 &&
+  if (bf16_scores && p->q.dtype == FLASHCPU_DTYPE_BF16 &&
       p->k.dtype == FLASHCPU_DTYPE_BF16)
-    a.bf16_scores = table->decode_bf16_scores;
+    a.bf16_scores = bf16_scores;
   a.k_pairs = p->k.dtype == FLASHCPU_DTYPE_BF16 && !a.bf16_scores;
   a.v_pairs = p->v.dtype == FLASHCPU_DTYPE_BF16;
   /* Prefetch: the next block, into L2 (prefetch_sweep.h); 2 blocks ahead
    * was no faster. */
-  return fc_splitkv_run(ctx, runtime, &a.shared, splitkv_tile, &a,
-                        scratch_for_team);
+  return fc_splitkv_run(env, &a.shared, splitkv_tile, &a, scratch_for_team);
+}
+
+flashcpu_status fc_decode_splitkv__avx512(const fc_kernel_env *env,
+                                          const fc_problem *p) {
+  return fc_splitkv_run_avx512(env, p, NULL);
 }

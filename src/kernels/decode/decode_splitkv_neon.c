@@ -35,6 +35,6 @@ ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, fcv *lo,
 
 #define DS_VALUE_VECTORS 4
 #define DS_NAME(what) fc_splitkv_##what##__neon
-#define DS_KERNEL fc_attention_decode_splitkv__neon
+#define DS_KERNEL fc_decode_splitkv__neon
 
 #include "kernels/decode/decode_splitkv_vec.inc"

@@ -3,10 +3,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "api/errors.h"
 #include "common/mask.h"
 #include "common/score.h"
-#include "dispatch/kernel_table.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/merge/merge_states.h"
 
@@ -20,10 +18,10 @@ enum { TILES_PER_TEAM = 2 };
 enum { MERGE_IN_LAUNCH_MAX_SPLITS = 4 };
 
 void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
-                            const fc_kernel_table *table) {
+                            const fc_kernel_settings *settings) {
   memset(s, 0, sizeof *s);
   s->p = p;
-  s->prefetch_l1 = table->decode_prefetch_l1;
+  s->prefetch_l1 = settings->decode_prefetch_l1;
   s->plan = fc_splitkv_make_plan(p);
   s->scores_final = p->softcap == 0.0f && !p->additive;
   s->q_factor = s->scores_final ? p->scale * FC_LOG2E_F : p->scale;
@@ -176,9 +174,10 @@ static void merge_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   merge_slot(s, tile / s->plan.slots, tile % s->plan.slots);
 }
 
-flashcpu_status fc_splitkv_run(flashcpu_context *ctx, fc_runtime *runtime,
-                               fc_splitkv_shared *s, fc_tile_kernel tile,
-                               void *args, fc_scratch_bytes_fn scratch) {
+flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
+                               fc_tile_kernel tile, void *args,
+                               fc_scratch_bytes_fn scratch) {
+  fc_runtime *runtime = env->runtime;
   const fc_problem *p = s->p;
   /* Heads per tile: as many as keep TILES_PER_TEAM tiles for every team
    * (the largest divisor of kv_heads that does). How many a tile takes
@@ -210,10 +209,10 @@ flashcpu_status fc_splitkv_run(flashcpu_context *ctx, fc_runtime *runtime,
           ? counters_offset + (size_t)groups * sizeof(fc_atomic_int)
           : partial_bytes;
   if (fc_runtime_reserve_call_workspace(runtime, workspace) != 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory allocating %zu bytes "
-                   "for split-KV partial states",
-                   workspace);
+    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                          "out of memory allocating %zu bytes for split-KV "
+                          "partial states",
+                          workspace);
   s->partials = runtime->call_workspace;
   s->records_done = NULL;
   if (merge_in_launch) {
@@ -224,7 +223,7 @@ flashcpu_status fc_splitkv_run(flashcpu_context *ctx, fc_runtime *runtime,
     for (int64_t g = 0; g < groups; g++) atomic_init(&s->records_done[g], 0);
   }
   flashcpu_status status =
-      fc_kernel_reserve_scratch(ctx, runtime, scratch, args);
+      fc_kernel_reserve_scratch(env, scratch, args);
   if (status != FLASHCPU_OK) return status;
 
   fc_launch splits = {tile, args, tiles, false, NULL};
@@ -232,8 +231,7 @@ flashcpu_status fc_splitkv_run(flashcpu_context *ctx, fc_runtime *runtime,
                      false, NULL};
   if (fc_runtime_launch(runtime, &splits) != 0 ||
       (!merge_in_launch && fc_runtime_launch(runtime, &merge) != 0))
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory launching split-KV "
-                   "decode");
+    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                          "out of memory launching split-KV decode");
   return FLASHCPU_OK;
 }

@@ -30,7 +30,7 @@ typedef struct fc_splitkv_shared {
   float q_factor;
   /* Some score needs per-key work after the dot (fc_splitkv_finish). */
   int needs_finish;
-  /* The block sweeps prefetch into L1 (kernel table's decode_prefetch_l1). */
+  /* The block sweeps prefetch into L1 (the decode_prefetch setting). */
   int prefetch_l1;
   float *partials; /* [batch][kv head][split][slot] state records */
   /* Merge in the split launch: records written per (batch, head group)
@@ -40,9 +40,9 @@ typedef struct fc_splitkv_shared {
 } fc_splitkv_shared;
 
 /* The plan, score factor and finishing work of p, the prefetch hint of
- * table (heads_per_tile and the workspace come with fc_splitkv_run). */
+ * the settings (heads_per_tile and the workspace come with fc_splitkv_run). */
 void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
-                            const struct fc_kernel_table *table);
+                            const fc_kernel_settings *settings);
 
 /* Where a tile lies: batch, first kv head, split, (batch, head group)
  * index, and the keys [begin, end) of the split some row of the tile sees
@@ -102,9 +102,9 @@ void fc_splitkv_tile_written(const fc_splitkv_shared *s,
  * states and the kernel's team scratch (scratch(args, team size) is called
  * after s->heads_per_tile is set), runs `tile` over every (batch, head
  * group, split) with args, then the merge launch where one is needed.
- * OUT_OF_MEMORY (message on ctx) before any output is written. */
-flashcpu_status fc_splitkv_run(flashcpu_context *ctx, fc_runtime *runtime,
-                               fc_splitkv_shared *s, fc_tile_kernel tile,
-                               void *args, fc_scratch_bytes_fn scratch);
+ * OUT_OF_MEMORY (reason in env) before any output is written. */
+flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
+                               fc_tile_kernel tile, void *args,
+                               fc_scratch_bytes_fn scratch);
 
 #endif

@@ -6,6 +6,7 @@
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_scores.h"
+#include "kernels/registry.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -56,7 +57,7 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
                      _mm512_mul_ps(scores[s], f));
 }
 
-void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
+static void bf16_scores(const char *const *k_rows,
                                         const uint16_t *q, int64_t q_stride,
                                         int64_t dim, int64_t n, float factor,
                                         fc_prefetch_sweep *sweep, float *out) {
@@ -67,4 +68,10 @@ void fc_bf16_splitkv_scores__avx512bf16(const char *const *k_rows,
     scores_bf16(k_rows, q, q_stride, 64, n, factor, sweep, out);
   else
     scores_bf16(k_rows, q, q_stride, dim, n, factor, sweep, out);
+}
+
+/* The AVX-512 split-KV kernel with these scores (registry row). */
+flashcpu_status fc_decode_splitkv_bf16dot__avx512bf16(const fc_kernel_env *env,
+                                                      const fc_problem *p) {
+  return fc_splitkv_run_avx512(env, p, bf16_scores);
 }

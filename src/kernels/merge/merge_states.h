@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "common/problem.h"
+
 enum { FC_STATE_M = 0, FC_STATE_L = 1, FC_STATE_O = 2 };
 
 /* Floats of one state record. */
@@ -26,5 +28,15 @@ void fc_merge_state(float *into, const float *from, int64_t dv);
  * depends on count only, never on who runs it. */
 void fc_merge_state_tree(float *first, int64_t stride, int64_t count,
                          int64_t dv);
+
+/* One flashcpu_merge_states call after checking: count states of
+ * [batch, q_len, heads, dv] rows and their lse arrays. */
+typedef struct fc_merge_problem {
+  int64_t count, batch, q_len, heads, dv;
+  const fc_view *states; /* count views */
+  const float *const *state_lse;
+  fc_view out;
+  float *lse; /* or NULL */
+} fc_merge_problem;
 
 #endif

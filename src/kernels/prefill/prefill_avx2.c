@@ -7,6 +7,6 @@
 #define PF_QK_KEYS 6
 #define PF_PV_COLUMNS 6
 #define PF_NAME(what) fc_f32_prefill_##what##_6x16__avx2
-#define PF_KERNEL fc_attention_prefill__avx2
+#define PF_KERNEL fc_prefill_6x16__avx2
 
 #include "kernels/prefill/prefill_tiled.inc"

@@ -8,6 +8,6 @@
 #define PF_QK_KEYS 12
 #define PF_PV_COLUMNS 12
 #define PF_NAME(what) fc_f32_prefill_##what##_12x32__avx512
-#define PF_KERNEL fc_attention_prefill__avx512
+#define PF_KERNEL fc_prefill_12x32__avx512
 
 #include "kernels/prefill/prefill_tiled.inc"

@@ -9,6 +9,6 @@
 #define PF_PV_COLUMNS 12
 #define PF_BF16_DOT 1
 #define PF_NAME(what) fc_bf16_prefill_##what##_12x32__avx512bf16
-#define PF_KERNEL fc_attention_prefill__avx512bf16
+#define PF_KERNEL fc_prefill_bf16dot_12x32__avx512bf16
 
 #include "kernels/prefill/prefill_tiled.inc"

@@ -7,6 +7,6 @@
 #define PF_QK_KEYS 6
 #define PF_PV_COLUMNS 6
 #define PF_NAME(what) fc_f32_prefill_##what##_6x16__neon
-#define PF_KERNEL fc_attention_prefill__neon
+#define PF_KERNEL fc_prefill_6x16__neon
 
 #include "kernels/prefill/prefill_tiled.inc"

@@ -15,17 +15,15 @@
  * its share of the tile's (head, row) slots. A slot is computed by one thread
  * in a fixed order, so the output does not depend on the team size or the
  * thread count. Workspace is O(tile) per team; there is no L x S buffer. */
-#include "ref/ref_attention.h"
-
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/errors.h"
 #include "common/mask.h"
 #include "common/score.h"
 #include "kernels/kernel_support.h"
+#include "kernels/registry.h"
 
 enum {
   REF_KV_BLOCK = 64,
@@ -45,7 +43,7 @@ typedef struct ref_plan {
 
 typedef struct ref_args {
   const fc_problem *p;
-  const fc_kernel_table *table;
+  const fc_row_to_f32_fn *row_to_f32;
   ref_plan plan;
 } ref_args;
 
@@ -161,7 +159,7 @@ static void load_block_shared(const ref_args *args, const fc_view *view,
                               int64_t b, int64_t kv_head, int64_t key_begin,
                               int64_t key_end, int64_t dim,
                               const fc_team_view *team, float *destination) {
-  fc_row_to_f32_fn convert = args->table->row_to_f32[view->dtype];
+  fc_row_to_f32_fn convert = args->row_to_f32[view->dtype];
   for (int64_t j = key_begin + team->rank; j < key_end; j += team->size)
     convert(fc_view_row(view, b, j, kv_head), dim, 1.0f,
             destination + (j - key_begin) * dim);
@@ -201,7 +199,7 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const int64_t tree_begin = fc_tree_begin(p, kv_length);
   const int64_t D = p->head_dim, Dv = p->v_head_dim;
   const int64_t slot_count = p->group * rows;
-  fc_row_to_f32_fn convert_q = args->table->row_to_f32[p->q.dtype];
+  fc_row_to_f32_fn convert_q = args->row_to_f32[p->q.dtype];
 
   for (int64_t slot = team->rank, mine = 0; slot < slot_count;
        slot += team->size, mine++) {
@@ -278,21 +276,20 @@ static int64_t tile_weight(const void *opaque, int64_t tile) {
   return (last.end - first.begin) * (at.row_end - at.row_begin);
 }
 
-flashcpu_status fc_ref_attention(flashcpu_context *ctx, fc_runtime *runtime,
-                                 const fc_kernel_table *table,
-                                 const fc_problem *p) {
-  ref_args args = {p, table, make_plan(p)};
+flashcpu_status fc_prefill__scalar(const fc_kernel_env *env,
+                                   const fc_problem *p) {
+  ref_args args = {p, env->row_to_f32, make_plan(p)};
   flashcpu_status status =
-      fc_kernel_reserve_scratch(ctx, runtime, scratch_for_team, &args);
+      fc_kernel_reserve_scratch(env, scratch_for_team, &args);
   if (status != FLASHCPU_OK) return status;
   /* Masks that limit rows unevenly make tiles uneven: heaviest first. */
   bool uneven = p->causal || p->window_left >= 0 || p->window_right >= 0 ||
                 p->kv_lengths;
   fc_launch launch = {run_tile, &args, args.plan.tile_count, false,
                       uneven ? tile_weight : NULL};
-  if (fc_runtime_launch(runtime, &launch) != 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   "flashcpu_attention: out of memory ordering %lld tiles",
-                   (long long)args.plan.tile_count);
+  if (fc_runtime_launch(env->runtime, &launch) != 0)
+    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                          "out of memory ordering %lld tiles",
+                          (long long)args.plan.tile_count);
   return FLASHCPU_OK;
 }

@@ -1,4 +1,4 @@
-#include "api/tune_file.h"
+#include "dispatch/tune_file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -35,10 +35,10 @@ static int parse_count(const char *begin, const char *end, long long *value) {
   return 0;
 }
 
-int fc_tune_text_apply(const char *text, const char *name,
-                       fc_decode_thresholds *t, char *error,
+int fc_tune_text_apply(const char *text, const char *name, fc_settings *s,
+                       const fc_cpu_features *cpu, char *error,
                        size_t error_size) {
-  fc_decode_thresholds result = *t;
+  fc_settings result = *s;
   /* Keys seen, for duplicates: the field names are short and few. */
   char seen[8][32];
   int seen_lines[8], seen_count = 0;
@@ -89,30 +89,16 @@ int fc_tune_text_apply(const char *text, const char *name,
     while (value < end && is_blank(*value)) value++;
     const size_t key_length = (size_t)(key_end - begin);
     const int key_shown = key_length > 64 ? 64 : (int)key_length;
-    long long number = 0, max = 0;
-    fc_decode_thresholds probe = result;
-    int known = key_length > 0 &&
-                fc_decode_thresholds_set(&probe, begin, key_length, 0,
-                                         &max) == 0;
-    if (!known)
-      return fail(error, error_size,
-                  "%s:%d: unknown key \"%.*s\" (known: onepass_min_tiles, "
-                  "onepass_max_kv, splitkv_max_rows)",
-                  name, line, key_shown, begin);
-    for (int s = 0; s < seen_count; s++)
-      if (strlen(seen[s]) == key_length &&
-          strncmp(seen[s], begin, key_length) == 0)
+    for (int k = 0; k < seen_count; k++)
+      if (strlen(seen[k]) == key_length &&
+          strncmp(seen[k], begin, key_length) == 0)
         return fail(error, error_size,
                     "%s:%d: %.*s is given twice (first on line %d)", name,
-                    line, key_shown, begin, seen_lines[s]);
-    if (parse_count(value, end, &number) != 0 ||
-        fc_decode_thresholds_set(&result, begin, key_length, number, &max) !=
-            0)
-      return fail(error, error_size,
-                  "%s:%d: %.*s = \"%.*s\": expected an integer from 0 to "
-                  "%lld",
-                  name, line, key_shown, begin, (int)(end - value), value,
-                  max);
+                    line, key_shown, begin, seen_lines[k]);
+    char message[1536];
+    if (fc_settings_set(&result, cpu, begin, key_length, value,
+                        (size_t)(end - value), message, sizeof message) != 0)
+      return fail(error, error_size, "%s:%d: %s", name, line, message);
     if (seen_count < 8 && key_length < sizeof seen[0]) {
       memcpy(seen[seen_count], begin, key_length);
       seen[seen_count][key_length] = '\0';
@@ -124,11 +110,12 @@ int fc_tune_text_apply(const char *text, const char *name,
                 "%s: empty; a tune file starts with \"" FC_TUNE_HEADER
                 " %d\"",
                 name, FC_TUNE_FILE_VERSION);
-  *t = result;
+  *s = result;
   return 0;
 }
 
-int fc_tune_file_apply(const char *path, fc_decode_thresholds *t, char *error,
+int fc_tune_file_apply(const char *path, fc_settings *s,
+                       const fc_cpu_features *cpu, char *error,
                        size_t error_size) {
   FILE *file = fopen(path, "rb");
   if (!file)
@@ -155,7 +142,7 @@ int fc_tune_file_apply(const char *path, fc_decode_thresholds *t, char *error,
                   "%s: holds a NUL byte; not a flashcpu tune file", path);
   else {
     text[length] = '\0';
-    result = fc_tune_text_apply(text, path, t, error, error_size);
+    result = fc_tune_text_apply(text, path, s, cpu, error, error_size);
   }
   free(text);
   return result;

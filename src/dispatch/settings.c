@@ -1,0 +1,203 @@
+#include "dispatch/settings.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/decode/decode_splitkv.h"
+#include "kernels/registry.h"
+
+/* Split-KV up to 8 rows, the prefill kernel beyond: the crossover measured
+ * with `flashcpu tune` (docs/performance.md); it depends on the cores, and
+ * a default cannot depend on the thread count. */
+enum { DEFAULT_SPLITKV_MAX_ROWS = 8 };
+
+/* VDPBF16PS split-KV scores and L1 prefetches paid on AMD CPUs and lost on
+ * Intel's (docs/performance.md); bf16-dot prefill lost on both. */
+static bool decode_bf16_dot_default(const fc_cpu_features *cpu) {
+  return cpu->vendor_amd && cpu->avx512_bf16;
+}
+
+void fc_settings_default(fc_settings *s, const fc_cpu_features *cpu) {
+  memset(s, 0, sizeof *s);
+  s->kernel.splitkv_max_rows = DEFAULT_SPLITKV_MAX_ROWS;
+  s->kernel.prefill_bf16_dot = false;
+  s->kernel.decode_bf16_dot = decode_bf16_dot_default(cpu);
+  s->kernel.decode_prefetch_l1 = cpu->vendor_amd;
+  s->launch = FC_LAUNCH_POOL;
+}
+
+static int fail(char *error, size_t size, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *error, size_t size, const char *format, ...) {
+  va_list args;
+  va_start(args, format);
+  if (size) vsnprintf(error, size, format, args);
+  va_end(args);
+  return -1;
+}
+
+static int text_is(const char *text, size_t length, const char *word) {
+  return strlen(word) == length && strncmp(text, word, length) == 0;
+}
+
+/* One of `words` (NULL-terminated): its index, or -1. */
+static int word_index(const char *text, size_t length,
+                      const char *const *words) {
+  for (int i = 0; words[i]; i++)
+    if (text_is(text, length, words[i])) return i;
+  return -1;
+}
+
+static const char *const switch_words[] = {"auto", "on", "off", NULL};
+static const char *const launch_words[] = {"pool", "region", NULL};
+static const char *const prefetch_words[] = {"auto", "l1", "l2", NULL};
+
+static void set_switch(bool *field, int word, bool automatic) {
+  *field = word == 0 ? automatic : word == 1;
+}
+
+int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
+                    const char *key, size_t key_length, const char *value,
+                    size_t value_length, char *error, size_t error_size) {
+  const int shown = value_length > 64 ? 64 : (int)value_length;
+  if (text_is(key, key_length, "splitkv_max_rows")) {
+    long long number = 0;
+    size_t i = 0;
+    for (; i < value_length && value[i] >= '0' && value[i] <= '9' &&
+           number <= FC_SPLITKV_MAX_ROWS;
+         i++)
+      number = number * 10 + (value[i] - '0');
+    if (value_length == 0 || i != value_length ||
+        number > FC_SPLITKV_MAX_ROWS)
+      return fail(error, error_size,
+                  "splitkv_max_rows = \"%.*s\": expected an integer from 0 "
+                  "to %d",
+                  shown, value, FC_SPLITKV_MAX_ROWS);
+    s->kernel.splitkv_max_rows = number;
+    return 0;
+  }
+  if (text_is(key, key_length, "launch")) {
+    int word = word_index(value, value_length, launch_words);
+    if (word < 0)
+      return fail(error, error_size,
+                  "launch = \"%.*s\": expected pool or region", shown, value);
+    s->launch = word == 0 ? FC_LAUNCH_POOL : FC_LAUNCH_REGION;
+    return 0;
+  }
+  if (text_is(key, key_length, "prefill_bf16_dot") ||
+      text_is(key, key_length, "decode_bf16_dot")) {
+    const bool prefill = key[0] == 'p';
+    int word = word_index(value, value_length, switch_words);
+    if (word < 0)
+      return fail(error, error_size, "%.*s = \"%.*s\": expected auto, on or off",
+                  (int)key_length, key, shown, value);
+    if (prefill)
+      set_switch(&s->kernel.prefill_bf16_dot, word, false);
+    else
+      set_switch(&s->kernel.decode_bf16_dot, word,
+                 decode_bf16_dot_default(cpu));
+    return 0;
+  }
+  if (text_is(key, key_length, "decode_prefetch")) {
+    int word = word_index(value, value_length, prefetch_words);
+    if (word < 0)
+      return fail(error, error_size,
+                  "decode_prefetch = \"%.*s\": expected auto, l1 or l2", shown,
+                  value);
+    s->kernel.decode_prefetch_l1 = word == 0 ? cpu->vendor_amd : word == 1;
+    return 0;
+  }
+  if (text_is(key, key_length, "kernel")) {
+    if (text_is(value, value_length, "auto")) {
+      s->forced_kernel[0] = '\0';
+      return 0;
+    }
+    char name[FC_KERNEL_NAME_MAX] = "";
+    if (value_length < sizeof name) {
+      memcpy(name, value, value_length);
+      name[value_length] = '\0';
+    }
+    if (!fc_attention_kernel_find(name)) {
+      char known[1024] = "";
+      for (size_t k = 0; k < fc_attention_kernel_count; k++) {
+        size_t used = strlen(known);
+        snprintf(known + used, sizeof known - used, "%s%s", k ? ", " : "",
+                 fc_attention_kernels[k].name);
+      }
+      return fail(error, error_size,
+                  "kernel = \"%.*s\": no kernel of that name in this build "
+                  "(auto, %s)",
+                  shown, value, known);
+    }
+    memcpy(s->forced_kernel, name, value_length + 1);
+    return 0;
+  }
+  const int key_shown = key_length > 64 ? 64 : (int)key_length;
+  return fail(error, error_size,
+              "unknown key \"%.*s\" (known: splitkv_max_rows, launch, "
+              "prefill_bf16_dot, decode_bf16_dot, decode_prefetch, kernel)",
+              key_shown, key);
+}
+
+int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
+                              const flashcpu_context_options *o, char *error,
+                              size_t error_size) {
+  if (o->splitkv_max_rows != -1) {
+    if (o->splitkv_max_rows < 0 || o->splitkv_max_rows > FC_SPLITKV_MAX_ROWS)
+      return fail(error, error_size,
+                  "splitkv_max_rows is %d; expected -1 (default) or 0 to %d",
+                  o->splitkv_max_rows, FC_SPLITKV_MAX_ROWS);
+    s->kernel.splitkv_max_rows = o->splitkv_max_rows;
+  }
+  switch (o->launch) {
+  case FLASHCPU_LAUNCH_AUTO: break;
+  case FLASHCPU_LAUNCH_POOL: s->launch = FC_LAUNCH_POOL; break;
+  case FLASHCPU_LAUNCH_REGION: s->launch = FC_LAUNCH_REGION; break;
+  default:
+    return fail(error, error_size,
+                "launch is %d; expected a flashcpu_launch_mode", (int)o->launch);
+  }
+  const flashcpu_setting switches[2] = {o->prefill_bf16_dot,
+                                        o->decode_bf16_dot};
+  bool *fields[2] = {&s->kernel.prefill_bf16_dot, &s->kernel.decode_bf16_dot};
+  const char *names[2] = {"prefill_bf16_dot", "decode_bf16_dot"};
+  for (int i = 0; i < 2; i++) {
+    if ((int)switches[i] < FLASHCPU_SETTING_AUTO ||
+        (int)switches[i] > FLASHCPU_SETTING_OFF)
+      return fail(error, error_size,
+                  "%s is %d; expected a flashcpu_setting", names[i],
+                  (int)switches[i]);
+    if (switches[i] != FLASHCPU_SETTING_AUTO)
+      *fields[i] = switches[i] == FLASHCPU_SETTING_ON;
+  }
+  switch (o->decode_prefetch) {
+  case FLASHCPU_PREFETCH_AUTO: break;
+  case FLASHCPU_PREFETCH_L1: s->kernel.decode_prefetch_l1 = true; break;
+  case FLASHCPU_PREFETCH_L2: s->kernel.decode_prefetch_l1 = false; break;
+  default:
+    return fail(error, error_size,
+                "decode_prefetch is %d; expected a flashcpu_prefetch_level",
+                (int)o->decode_prefetch);
+  }
+  (void)cpu;
+  if (o->kernel) {
+    char message[1536];
+    if (fc_settings_set(s, cpu, "kernel", 6, o->kernel, strlen(o->kernel),
+                        message, sizeof message) != 0)
+      return fail(error, error_size, "%s", message);
+  }
+  return 0;
+}
+
+void fc_settings_describe(const fc_settings *s, char *text, size_t size) {
+  snprintf(text, size,
+           "splitkv_max_rows=%lld launch=%s prefill_bf16_dot=%s "
+           "decode_bf16_dot=%s decode_prefetch=%s kernel=%s",
+           (long long)s->kernel.splitkv_max_rows,
+           s->launch == FC_LAUNCH_POOL ? "pool" : "region",
+           s->kernel.prefill_bf16_dot ? "on" : "off",
+           s->kernel.decode_bf16_dot ? "on" : "off",
+           s->kernel.decode_prefetch_l1 ? "l1" : "l2",
+           s->forced_kernel[0] ? s->forced_kernel : "auto");
+}

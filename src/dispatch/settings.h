@@ -1,0 +1,49 @@
+/* A context's settings: every choice that is not the ISA cap, the thread
+ * count or the team shape. Built-in defaults, then the tune file, then the
+ * context options; each is a key of the tune file and a field of
+ * flashcpu_context_options with the same name, parsed by one grammar here:
+ *   splitkv_max_rows  0..64
+ *   launch            pool | region
+ *   prefill_bf16_dot  auto | on | off
+ *   decode_bf16_dot   auto | on | off
+ *   decode_prefetch   auto | l1 | l2
+ *   kernel            an attention kernel's name (kernels.inc), or auto */
+#ifndef FLASHCPU_DISPATCH_SETTINGS_H
+#define FLASHCPU_DISPATCH_SETTINGS_H
+
+#include <stddef.h>
+
+#include "dispatch/cpu_features.h"
+#include "flashcpu/flashcpu.h"
+#include "kernels/kernel_env.h"
+#include "runtime/runtime.h"
+
+/* Longest kernel name a setting holds. */
+enum { FC_KERNEL_NAME_MAX = 96 };
+
+typedef struct fc_settings {
+  fc_kernel_settings kernel;
+  fc_launch_mode launch;
+  char forced_kernel[FC_KERNEL_NAME_MAX]; /* "" : choose per call */
+} fc_settings;
+
+/* The built-in defaults for this CPU. */
+void fc_settings_default(fc_settings *s, const fc_cpu_features *cpu);
+
+/* Sets `key` (key_length bytes) from the text `value` (value_length
+ * bytes). Returns 0, or -1 with a message in error (an unknown key names
+ * the known ones; a bad value names what the key takes). */
+int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
+                    const char *key, size_t key_length, const char *value,
+                    size_t value_length, char *error, size_t error_size);
+
+/* Applies the non-default fields of the options; -1 with a message naming
+ * the field for a value out of range. */
+int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
+                              const flashcpu_context_options *options,
+                              char *error, size_t error_size);
+
+/* One line "key=value ..." of every setting, for the verbose log. */
+void fc_settings_describe(const fc_settings *s, char *text, size_t size);
+
+#endif

@@ -1,0 +1,52 @@
+/* What a kernel receives besides the checked problem: the runtime it
+ * launches on, the context's row converters and settings, and room for a
+ * short reason when it returns an error. Kernels never see the context,
+ * the dispatch table or the API's error slots: the API layer turns the
+ * reason into the call's message. */
+#ifndef FLASHCPU_KERNELS_KERNEL_ENV_H
+#define FLASHCPU_KERNELS_KERNEL_ENV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/problem.h"
+#include "flashcpu/flashcpu.h"
+#include "kernels/convert/convert.h"
+#include "runtime/runtime.h"
+
+/* The choices a context makes once (defaults, then the tune file, then the
+ * context options): which kernel a problem takes and how it streams. None
+ * changes what a kernel computes for a given split plan. */
+typedef struct fc_kernel_settings {
+  int64_t splitkv_max_rows; /* split-KV for up to this many query rows */
+  bool prefill_bf16_dot;    /* bf16 Q/K prefill by AVX512-BF16 dot products */
+  bool decode_bf16_dot;     /* bf16 q/K split-KV scores by dot products */
+  bool decode_prefetch_l1;  /* split-KV prefetches the next block into L1 */
+} fc_kernel_settings;
+
+typedef struct fc_kernel_env {
+  fc_runtime *runtime;
+  const fc_row_to_f32_fn *row_to_f32; /* [3], indexed by flashcpu_dtype */
+  const fc_kernel_settings *settings;
+  char *reason; /* out: why the kernel returned an error */
+  size_t reason_size;
+} fc_kernel_env;
+
+/* An attention kernel: runs the whole checked problem on env->runtime. */
+typedef flashcpu_status (*fc_attention_fn)(const fc_kernel_env *env,
+                                           const fc_problem *p);
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FC_KERNEL_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))
+#else
+#define FC_KERNEL_PRINTF(fmt, first)
+#endif
+
+/* Writes the reason for a failure into env and returns status, so that a
+ * kernel can `return fc_kernel_fail(env, ...)`. */
+flashcpu_status fc_kernel_fail(const fc_kernel_env *env,
+                               flashcpu_status status, const char *format,
+                               ...) FC_KERNEL_PRINTF(3, 4);
+
+#endif

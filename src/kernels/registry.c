@@ -1,0 +1,101 @@
+/* The registry's rows as arrays, and the predicates they name. */
+#include "kernels/registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/decode/decode_splitkv.h"
+
+const fc_attention_kernel fc_attention_kernels[] = {
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted)      \
+  {#symbol, symbol, family, isa, cpu_need, takes, wanted},
+#include "kernels/kernels.inc"
+};
+const size_t fc_attention_kernel_count =
+    sizeof fc_attention_kernels / sizeof fc_attention_kernels[0];
+
+const fc_merge_kernel fc_merge_kernels[] = {
+#define FC_MERGE_KERNEL(symbol, isa) {#symbol, symbol, isa},
+#include "kernels/kernels.inc"
+};
+const size_t fc_merge_kernel_count =
+    sizeof fc_merge_kernels / sizeof fc_merge_kernels[0];
+
+const fc_row_converter fc_row_converters[] = {
+#define FC_ROW_CONVERTER(symbol, isa, dtype) {#symbol, symbol, isa, dtype},
+#include "kernels/kernels.inc"
+};
+const size_t fc_row_converter_count =
+    sizeof fc_row_converters / sizeof fc_row_converters[0];
+
+const fc_attention_kernel *fc_attention_kernel_find(const char *name) {
+  for (size_t i = 0; name && i < fc_attention_kernel_count; i++)
+    if (strcmp(fc_attention_kernels[i].name, name) == 0)
+      return &fc_attention_kernels[i];
+  return NULL;
+}
+
+const char *fc_kernel_family_name(fc_kernel_family family) {
+  return family == FC_FAMILY_SPLITKV ? "split-KV decode" : "prefill";
+}
+
+bool fc_kernel_takes(const fc_attention_kernel *kernel, const fc_problem *p,
+                     char *why, size_t size) {
+  if (size) why[0] = '\0';
+  return !kernel->takes || kernel->takes(p, why, size);
+}
+
+static bool is_bf16_qk(const fc_problem *p) {
+  return p->q.dtype == FLASHCPU_DTYPE_BF16 && p->k.dtype == FLASHCPU_DTYPE_BF16;
+}
+
+bool fc_takes_splitkv(const fc_problem *p, char *why, size_t size) {
+  if (p->q_len <= FC_SPLITKV_MAX_ROWS) return true;
+  snprintf(why, size, "%lld rows > %d", (long long)p->q_len,
+           FC_SPLITKV_MAX_ROWS);
+  return false;
+}
+
+bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size) {
+  if (!fc_takes_splitkv(p, why, size)) return false;
+  if (is_bf16_qk(p)) return true;
+  snprintf(why, size, "q and k are not both bf16");
+  return false;
+}
+
+bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size) {
+  if (!is_bf16_qk(p)) {
+    snprintf(why, size, "q and k are not both bf16");
+    return false;
+  }
+  if (p->head_dim % 2 == 0) return true;
+  snprintf(why, size, "head_dim %lld is odd", (long long)p->head_dim);
+  return false;
+}
+
+bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
+                      char *why, size_t size) {
+  if (p->q_len <= s->splitkv_max_rows) return true;
+  snprintf(why, size, "%lld rows > splitkv_max_rows %lld",
+           (long long)p->q_len, (long long)s->splitkv_max_rows);
+  return false;
+}
+
+bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
+                               const fc_kernel_settings *s, char *why,
+                               size_t size) {
+  if (!s->decode_bf16_dot) {
+    snprintf(why, size, "decode_bf16_dot is off");
+    return false;
+  }
+  return fc_wants_splitkv(p, s, why, size);
+}
+
+bool fc_wants_prefill_bf16_dot(const fc_problem *p,
+                               const fc_kernel_settings *s, char *why,
+                               size_t size) {
+  (void)p;
+  if (s->prefill_bf16_dot) return true;
+  snprintf(why, size, "prefill_bf16_dot is off");
+  return false;
+}

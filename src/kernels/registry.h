@@ -1,0 +1,96 @@
+/* The registry as data: the rows of kernels.inc as arrays that dispatch,
+ * the tests, the benchmarks and `flashcpu tune` walk. */
+#ifndef FLASHCPU_KERNELS_REGISTRY_H
+#define FLASHCPU_KERNELS_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "common/problem.h"
+#include "flashcpu/flashcpu.h"
+#include "kernels/convert/convert.h"
+#include "kernels/kernel_env.h"
+#include "kernels/merge/merge_states.h"
+
+typedef enum fc_kernel_family {
+  FC_FAMILY_SPLITKV, /* split-KV decode: 1..FC_SPLITKV_MAX_ROWS rows */
+  FC_FAMILY_PREFILL  /* any number of rows */
+} fc_kernel_family;
+
+/* A CPU feature a kernel needs beyond its ISA's. */
+typedef enum fc_cpu_need { FC_NEED_NONE, FC_NEED_AVX512_BF16 } fc_cpu_need;
+
+/* Whether a kernel can compute p; false with a short reason in why. */
+typedef bool (*fc_takes_fn)(const fc_problem *p, char *why, size_t size);
+/* Whether the settings choose the kernel for p by default (p is one it
+ * takes); false with a short reason in why. */
+typedef bool (*fc_wanted_fn)(const fc_problem *p,
+                             const fc_kernel_settings *settings, char *why,
+                             size_t size);
+
+typedef struct fc_attention_kernel {
+  const char *name; /* the symbol's name */
+  fc_attention_fn run;
+  fc_kernel_family family;
+  flashcpu_isa isa;
+  fc_cpu_need need;
+  fc_takes_fn takes;   /* NULL: every problem */
+  fc_wanted_fn wanted; /* NULL: every problem it takes */
+} fc_attention_kernel;
+
+typedef flashcpu_status (*fc_merge_fn)(const fc_kernel_env *env,
+                                       const fc_merge_problem *m);
+
+typedef struct fc_merge_kernel {
+  const char *name;
+  fc_merge_fn run;
+  flashcpu_isa isa;
+} fc_merge_kernel;
+
+typedef struct fc_row_converter {
+  const char *name;
+  fc_row_to_f32_fn run;
+  flashcpu_isa isa;
+  flashcpu_dtype dtype;
+} fc_row_converter;
+
+/* Every attention kernel this build has, in the order of the choice. */
+extern const fc_attention_kernel fc_attention_kernels[];
+extern const size_t fc_attention_kernel_count;
+extern const fc_merge_kernel fc_merge_kernels[];
+extern const size_t fc_merge_kernel_count;
+extern const fc_row_converter fc_row_converters[];
+extern const size_t fc_row_converter_count;
+
+/* The row called name, or NULL. */
+const fc_attention_kernel *fc_attention_kernel_find(const char *name);
+/* "split-KV decode" or "prefill". */
+const char *fc_kernel_family_name(fc_kernel_family family);
+/* Whether a kernel can compute p: its takes() (reason in why). */
+bool fc_kernel_takes(const fc_attention_kernel *kernel, const fc_problem *p,
+                     char *why, size_t size);
+
+/* The predicates the rows name. */
+bool fc_takes_splitkv(const fc_problem *p, char *why, size_t size);
+bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size);
+bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
+bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
+                      char *why, size_t size);
+bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
+                               const fc_kernel_settings *s, char *why,
+                               size_t size);
+bool fc_wants_prefill_bf16_dot(const fc_problem *p,
+                               const fc_kernel_settings *s, char *why,
+                               size_t size);
+
+/* The prototypes of every row's symbol. */
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted)      \
+  flashcpu_status symbol(const fc_kernel_env *env, const fc_problem *p);
+#define FC_MERGE_KERNEL(symbol, isa)                                           \
+  flashcpu_status symbol(const fc_kernel_env *env, const fc_merge_problem *m);
+#define FC_ROW_CONVERTER(symbol, isa, dtype)                                   \
+  void symbol(const void *source, int64_t count, float factor,                 \
+              float *destination);
+#include "kernels/kernels.inc"
+
+#endif
