@@ -1,14 +1,15 @@
-/* `flashcpu tune`: measures where the decode kernels cross over on this
- * machine and writes the thresholds as a tune file the library reads
- * (flashcpu_context_options.tune_file or FLASHCPU_TUNE_FILE).
+/* `flashcpu tune`: measures where the split-KV decode kernel and the
+ * prefill kernel cross over on this machine and writes the setting as a
+ * tune file the library reads (flashcpu_context_options.tune_file or
+ * FLASHCPU_TUNE_FILE).
  *
- * Each kernel is forced by creating a context with every threshold set
- * through FLASHCPU_DECODE_THRESHOLDS; the candidates run on the same
- * workload (llama3-8b GQA, bf16, KV caches rotated past the last-level
- * cache), alternating, and the medians decide. The thresholds depend on the
- * shape only, never on the thread count at call time, so the file holds
- * one value per threshold, measured with the default thread count. */
-#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv, isatty, fileno */
+ * Each kernel family is forced through the context option
+ * splitkv_max_rows (64: split-KV for every decode shape, 0: never); both
+ * run on the same workload (llama3-8b GQA, bf16, KV caches rotated past the
+ * last-level cache), alternating, and the medians decide. The setting
+ * depends on the shape only, never on the thread count at call time, so the
+ * file holds one value, measured with the default thread count. */
+#define _POSIX_C_SOURCE 200809L /* isatty, fileno, localtime_r */
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,23 +22,11 @@
 #include "common/timer.h"
 #include "common/workload.h"
 
-typedef enum kernel {
-  KERNEL_ONEPASS = 0,
-  KERNEL_SPLITKV = 1,
-  KERNEL_PREFILL = 2,
-  KERNEL_COUNT
-} kernel;
+typedef enum kernel { KERNEL_SPLITKV = 0, KERNEL_PREFILL = 1, KERNEL_COUNT } kernel;
 
-static const char *const kernel_names[KERNEL_COUNT] = {"one-pass", "split-KV",
-                                                       "prefill"};
-/* FLASHCPU_DECODE_THRESHOLDS that force each kernel for its shapes. */
-static const char *const kernel_forcing[KERNEL_COUNT] = {
-    "onepass_min_tiles=1,onepass_max_kv=0,splitkv_max_rows=64",
-    "onepass_min_tiles=0,onepass_max_kv=0,splitkv_max_rows=64",
-    "onepass_min_tiles=0,onepass_max_kv=0,splitkv_max_rows=0"};
-
-/* One-pass replaces the default split-KV only when this much faster. */
-static const double ONEPASS_MARGIN = 0.03;
+static const char *const kernel_names[KERNEL_COUNT] = {"split-KV", "prefill"};
+/* The splitkv_max_rows that forces each family for decode shapes. */
+static const int kernel_forcing[KERNEL_COUNT] = {64, 0};
 
 typedef struct tune_options {
   bool quick;
@@ -92,15 +81,12 @@ static void print_help(FILE *stream) {
   fprintf(stream,
 "usage: flashcpu tune [--quick] [--out PATH]\n"
 "\n"
-"Measures, on this machine, which decode kernel is fastest for which shape\n"
-"and writes the thresholds the library chooses by as a tune file:\n"
-"  onepass_max_kv     one-pass vs split-KV by kv length (batch 1, 1 row)\n"
-"  onepass_min_tiles  one-pass vs split-KV by batch x kv heads (1 row)\n"
-"                     (both only where the ISA has a one-pass kernel)\n"
+"Measures, on this machine, up to how many query rows the split-KV decode\n"
+"kernel beats the prefill kernel and writes that setting as a tune file:\n"
 "  splitkv_max_rows   split-KV vs the prefill kernel by query rows\n"
 "on the llama3-8b shape (GQA 32/8, head_dim 128), bf16, with the KV caches\n"
 "rotated past the last-level cache. Progress goes to stderr, the summary\n"
-"(each threshold with the timings behind it) to stdout and, as comments,\n"
+"(the setting with the timings behind it) to stdout and, as comments,\n"
 "into the file. Use the file with flashcpu_context_options.tune_file or\n"
 "FLASHCPU_TUNE_FILE=PATH. Run it with the thread count your engine uses\n"
 "(OMP_NUM_THREADS; default: all cores) on an otherwise idle machine.\n"
@@ -226,29 +212,15 @@ static flashcpu_status time_pair(flashcpu_context *contexts[KERNEL_COUNT],
 }
 
 static bool challenger_wins(const sweep *s, int i) {
-  const double a = s->seconds[i][0], b = s->seconds[i][1];
-  if (s->a == KERNEL_ONEPASS) return a < b * (1.0 - ONEPASS_MARGIN);
-  return a <= b;
+  return s->seconds[i][0] <= s->seconds[i][1];
 }
 
-/* onepass_max_kv: the longest kv up to which one-pass won every measured
- * length; splitkv_max_rows: the most rows up to which split-KV won every
- * measured count (at least 1); onepass_min_tiles: the fewest tiles from
- * which one-pass won every measured count (0: never). */
+/* splitkv_max_rows: the most rows up to which split-KV won every measured
+ * count (at least 1). */
 static void choose(sweep *s) {
-  if (s->axis == 'b') {
-    s->chosen = 0;
-    for (int i = s->count - 1; i >= 0 && challenger_wins(s, i); i--)
-      s->chosen = s->values[i];
-    return;
-  }
-  s->chosen = s->axis == 'r' ? 1 : 0;
+  s->chosen = 1;
   for (int i = 0; i < s->count && challenger_wins(s, i); i++)
     s->chosen = s->values[i];
-}
-
-static int64_t tiles_of(const toolkit_preset *preset, int64_t value) {
-  return value * preset->kv_heads;
 }
 
 static void format_ms(double seconds, char *buffer, size_t size) {
@@ -259,9 +231,7 @@ static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
                      const tune_options *options, progress *p) {
   for (int i = 0; i < s->count; i++) {
     int64_t batch = s->batch, rows = s->rows, kv = s->kv;
-    if (s->axis == 'k') kv = s->values[i];
-    if (s->axis == 'b') batch = s->values[i];
-    if (s->axis == 'r') rows = s->values[i];
+    rows = s->values[i];
     char what[160];
     snprintf(what, sizeof what,
              "%s: %s vs %s, batch %lld, %lld row%s, kv %lld", s->key,
@@ -307,38 +277,20 @@ static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
 static void report_sweep(report *r, const sweep *s,
                          const toolkit_preset *preset) {
   say(r, "\n%s = %lld\n", s->key, (long long)s->chosen);
-  if (s->axis == 'k')
-    say(r, "  %s vs %s by kv length; batch %lld (%lld tiles), 1 row\n",
-        kernel_names[s->a], kernel_names[s->b], (long long)s->batch,
-        (long long)tiles_of(preset, s->batch));
-  else if (s->axis == 'b')
-    say(r, "  %s vs %s by batch x kv heads (tiles); kv %lld, 1 row\n",
-        kernel_names[s->a], kernel_names[s->b], (long long)s->kv);
-  else
-    say(r, "  %s vs %s by query rows; batch %lld, kv %lld, causal\n",
-        kernel_names[s->a], kernel_names[s->b], (long long)s->batch,
-        (long long)s->kv);
+  say(r, "  %s vs %s by query rows; batch %lld, kv %lld, causal\n",
+      kernel_names[s->a], kernel_names[s->b], (long long)s->batch,
+      (long long)s->kv);
   for (int i = 0; i < s->count; i++) {
     char a[32], b[32];
     format_ms(s->seconds[i][0], a, sizeof a);
     format_ms(s->seconds[i][1], b, sizeof b);
-    const char *axis = s->axis == 'k' ? "kv" : s->axis == 'b' ? "tiles"
-                                                               : "rows";
-    const int64_t value =
-        s->axis == 'b' ? tiles_of(preset, s->values[i]) : s->values[i];
-    say(r, "    %-5s %6lld  %s %10s  %s %10s  -> %s\n", axis,
-        (long long)value, kernel_names[s->a], a, kernel_names[s->b], b,
+    say(r, "    rows  %6lld  %s %10s  %s %10s  -> %s\n",
+        (long long)s->values[i], kernel_names[s->a], a, kernel_names[s->b], b,
         challenger_wins(s, i) ? kernel_names[s->a] : kernel_names[s->b]);
   }
-  if (s->axis == 'k')
-    say(r, "  why: the longest kv up to which one-pass won every length "
-           "(by > %.0f%%; 0: never)\n", ONEPASS_MARGIN * 100.0);
-  else if (s->axis == 'b')
-    say(r, "  why: the fewest tiles from which one-pass won at every count "
-           "measured (by > %.0f%%; 0: never)\n", ONEPASS_MARGIN * 100.0);
-  else
-    say(r, "  why: the most rows up to which split-KV was at least as fast "
-           "at every count (at least 1)\n");
+  (void)preset;
+  say(r, "  why: the most rows up to which split-KV was at least as fast "
+         "at every count (at least 1)\n");
 }
 
 /* The report as the file's comments ("# " before each line). */
@@ -348,7 +300,7 @@ static bool write_file(const char *path, const report *r,
   snprintf(temporary, sizeof temporary, "%s.tmp", path);
   FILE *file = fopen(temporary, "w");
   if (!file) return false;
-  fprintf(file, "flashcpu-tune 1\n");
+  fprintf(file, "flashcpu-tune 2\n");
   const char *line = r->text;
   while (*line) {
     const char *end = strchr(line, '\n');
@@ -381,50 +333,41 @@ static void set_sweep(sweep *s, const char *key, kernel a, kernel b,
   memcpy(s->values, values, (size_t)count * sizeof *values);
 }
 
-/* Which decode kernels a context's table has (its description names them). */
-static void decode_kernels_of(flashcpu_context *ctx, bool *splitkv,
-                              bool *onepass) {
-  char text[16384];
-  flashcpu_context_describe(ctx, text, sizeof text);
-  *splitkv = strstr(text, "split KV: (none)") == NULL;
-  *onepass = strstr(text, "decode_onepass") != NULL;
-}
-
-static char *saved_env(const char *name) {
-  const char *value = getenv(name);
-  if (!value) return NULL;
-  size_t length = strlen(value);
-  char *copy = malloc(length + 1);
-  if (copy) memcpy(copy, value, length + 1);
-  return copy;
+/* Whether this build has a split-KV kernel this context's ISA runs. */
+static bool has_splitkv(flashcpu_context *ctx) {
+  flashcpu_kernel_info info;
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
+    if (info.runnable && info.isa == flashcpu_context_isa(ctx) &&
+        strcmp(info.family, "split-KV decode") == 0)
+      return true;
+  return false;
 }
 
 int cli_tune(int argc, char **argv) {
   tune_options options;
   int parsed = parse(argc, argv, &options);
   if (parsed >= 0) return parsed;
-  /* The tool forces kernels through FLASHCPU_DECODE_THRESHOLDS; a tune file
-   * in the environment must not stop a context from being created. */
-  char *user_thresholds = saved_env("FLASHCPU_DECODE_THRESHOLDS");
-  unsetenv("FLASHCPU_TUNE_FILE");
 
   int exit_code = CLI_EXIT_OK;
-  flashcpu_context *contexts[KERNEL_COUNT] = {NULL, NULL, NULL};
+  flashcpu_context *contexts[KERNEL_COUNT] = {NULL, NULL};
   for (int k = 0; k < KERNEL_COUNT && exit_code == CLI_EXIT_OK; k++) {
-    setenv("FLASHCPU_DECODE_THRESHOLDS", kernel_forcing[k], 1);
-    if (flashcpu_context_create(NULL, &contexts[k]) != FLASHCPU_OK) {
+    /* The option wins over any tune file in the environment. */
+    flashcpu_context_options context_options;
+    flashcpu_context_options_init(&context_options);
+    context_options.splitkv_max_rows = kernel_forcing[k];
+    if (flashcpu_context_create(&context_options, &contexts[k]) !=
+        FLASHCPU_OK) {
       fprintf(stderr, "flashcpu tune: flashcpu_context_create failed: %s\n",
               flashcpu_last_error(NULL));
       exit_code = CLI_EXIT_FAILURE;
     }
   }
-  unsetenv("FLASHCPU_DECODE_THRESHOLDS");
 
   const toolkit_preset *preset = options.preset;
   report r;
   r.length = 0;
   r.text[0] = '\0';
-  sweep sweeps[3];
+  sweep sweeps[1];
   int sweep_count = 0;
   if (exit_code == CLI_EXIT_OK) {
     toolkit_cpu_info info;
@@ -447,35 +390,15 @@ int cli_tune(int argc, char **argv) {
         flashcpu_isa_name(flashcpu_context_isa(contexts[0])), preset->name,
         (long long)preset->q_heads, (long long)preset->kv_heads,
         (long long)preset->head_dim);
-    bool has_splitkv, has_onepass;
-    decode_kernels_of(contexts[0], &has_splitkv, &has_onepass);
-    if (!has_splitkv) {
-      say(&r, "\nThe %s kernel table has no decode kernels to choose "
-              "between: the defaults are written.\n",
+    if (!has_splitkv(contexts[0])) {
+      say(&r, "\nThe %s kernel table has no split-KV decode kernel to "
+              "choose: the defaults are written.\n",
           flashcpu_isa_name(flashcpu_context_isa(contexts[0])));
     } else {
-      if (!has_onepass)
-        say(&r, "\nThe %s kernel table has no one-pass decode kernel: "
-                "onepass_max_kv and onepass_min_tiles keep their defaults "
-                "(0: never).\n",
-            flashcpu_isa_name(flashcpu_context_isa(contexts[0])));
-      static const int64_t kv_full[] = {256, 512, 1024, 2048, 4096, 8192,
-                                        16384};
-      static const int64_t kv_quick[] = {256, 1024, 4096};
-      static const int64_t batch_full[] = {1, 2, 4, 8, 16};
-      static const int64_t batch_quick[] = {1, 4, 8};
       static const int64_t rows_full[] = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
       static const int64_t rows_quick[] = {2, 4, 8, 16};
       const bool q = options.quick;
       const int64_t fixed_kv = q ? 2048 : 4096;
-      if (has_onepass) {
-        set_sweep(&sweeps[sweep_count++], "onepass_max_kv", KERNEL_ONEPASS,
-                  KERNEL_SPLITKV, 'k', 1, 1, 0, q ? kv_quick : kv_full,
-                  q ? 3 : 7);
-        set_sweep(&sweeps[sweep_count++], "onepass_min_tiles",
-                  KERNEL_ONEPASS, KERNEL_SPLITKV, 'b', 0, 1, fixed_kv,
-                  q ? batch_quick : batch_full, q ? 3 : 5);
-      }
       set_sweep(&sweeps[sweep_count++], "splitkv_max_rows", KERNEL_SPLITKV,
                 KERNEL_PREFILL, 'r', 1, 0, fixed_kv,
                 q ? rows_quick : rows_full, q ? 4 : 11);
@@ -519,12 +442,6 @@ int cli_tune(int argc, char **argv) {
     printf("\nwrote %s; use it with FLASHCPU_TUNE_FILE=%s or "
            "flashcpu_context_options.tune_file\n",
            options.out, options.out);
-    if (user_thresholds)
-      printf("note: FLASHCPU_DECODE_THRESHOLDS=%s is set; it overrides the "
-             "file's values where it names them\n",
-             user_thresholds);
   }
-  if (user_thresholds) setenv("FLASHCPU_DECODE_THRESHOLDS", user_thresholds, 1);
-  free(user_thresholds);
   return exit_code;
 }

@@ -272,6 +272,21 @@ FLASHCPU_API int flashcpu_context_num_threads(const flashcpu_context *ctx);
 FLASHCPU_API int flashcpu_context_num_teams(const flashcpu_context *ctx);
 /* The ISA the context's kernel table was filled for. */
 FLASHCPU_API flashcpu_isa flashcpu_context_isa(const flashcpu_context *ctx);
+/* One attention kernel of this build (flashcpu_kernel_info_get). */
+typedef struct flashcpu_kernel_info {
+  const char *name;   /* e.g. "fc_prefill_12x32__avx512": what the option
+                         `kernel` and the tune-file key take */
+  const char *family; /* "split-KV decode" or "prefill" */
+  flashcpu_isa isa;   /* the ISA a context needs for it */
+  int runnable;       /* 1 when this CPU and OS can run it, else 0 */
+} flashcpu_kernel_info;
+
+/* Fills *info with the index-th attention kernel of this build, in the
+ * order the choice tries them (index from 0), and returns 1; returns 0 and
+ * leaves *info untouched past the last one or when info is NULL. */
+FLASHCPU_API int flashcpu_kernel_info_get(int index,
+                                          flashcpu_kernel_info *info);
+
 /* Writes a human-readable description of the context's plan (topology,
  * teams with their threads, cores, shared cache, scratch size and NUMA node,
  * and the kernel table) into buffer, truncated to size bytes including the
