@@ -5,8 +5,8 @@ Runs flashcpu_bench (google-benchmark, JSON) on the chosen cases, then times
 torch.nn.functional.scaled_dot_product_attention on the same shapes, dtypes
 and thread counts on the same host, and prints one table: medians (min, max)
 of both, the flashcpu/torch throughput ratio and each one's percent of the
-ceiling flashcpu_bench measured in the same run (PERF.md, "Peers, side by
-side").
+ceiling flashcpu_bench measured in the same run (docs/performance.md,
+"Against PyTorch").
 
 Cases are named as flashcpu_bench names them:
   <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
@@ -194,8 +194,9 @@ def import_torch():
     except ImportError as error:
         sys.exit(f"torch_compare: PyTorch is not installed for "
                  f"{sys.executable} ({error}).\n  Run this script with the "
-                 f"Python that has torch (e.g. /opt/torch/.venv/bin/python3), "
-                 f"or pass --skip-torch to run only the flashcpu side.")
+                 f"Python that has torch (e.g. a virtual environment's "
+                 f"bin/python3), or pass --skip-torch to run only the "
+                 f"flashcpu side.")
     return torch
 
 

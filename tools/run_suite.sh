@@ -1,34 +1,64 @@
 #!/usr/bin/env bash
-# Runs on the device machine, from the repository root, after bundle.sh
-# built build-device/ here. Writes everything under $OUT (or out/ when OUT
-# is unset).
-#   run.sh PARTS [google-benchmark filter]
+# Runs the test suite and benchmarks of a bundle made by tools/bundle.sh, on
+# any x86-64 Linux host, from the repository root. Results (text and JSON) go
+# into one folder, with the host's lscpu summary in machine.txt.
+#
+#   tools/run_suite.sh [-b BUNDLE] [-o RESULTS] PARTS [BENCHMARK_FILTER]
+#
+#   -b BUNDLE    the bundle folder (default: $FLASHCPU_BUNDLE, else
+#                build-bundle)
+#   -o RESULTS   where results go (default: $OUT, else BUNDLE/results)
+#
 # PARTS is a comma-separated list of:
-#   info, tests, runtime (launch and barrier overheads), cli (flashcpu run
-#   with its defaults), bench (flashcpu_bench with the filter, 5
-#   repetitions), all (those five);
-#   bench-prefill  issue 4 target cases only: llama3-8b L = S = 4096 causal,
-#                  f32 and bf16, 1 thread and all threads
-#   bench-decode   issue 5 target cases only: llama3-8b bf16 decode, kv 1K,
-#                  16K, 32K, batch 1, 1 thread and all threads
-#   torch          torch-prefill and torch-decode:
+#   info           `flashcpu info`: the CPU, its features, caches, the plan
+#   tests          every test binary of the bundle (GoogleTest)
+#   runtime        flashcpu_runtime_bench: launch and barrier overheads
+#   cli            `flashcpu run` with its defaults (checked against the
+#                  float64 oracle)
+#   bench          flashcpu_bench with BENCHMARK_FILTER (default: its
+#                  default set), 5 repetitions, JSON
+#   all            the five above
+#   bench-prefill  flashcpu_bench on the prefill reference cases: llama3-8b
+#                  L = S = 4096 causal, f32 and bf16, 1 thread and all
+#   bench-decode   flashcpu_bench on the decode reference cases: llama3-8b
+#                  bf16, kv 1K, 16K and 32K, batch 1, 1 thread and all
+#   torch          torch-prefill and torch-decode
 #   torch-prefill  tools/torch_compare.py on the bench-prefill cases
 #   torch-decode   tools/torch_compare.py on the bench-decode cases
-#   ab-decode      the bench-decode cases through `flashcpu run`, old and
-#                  new alternating, two rounds: the old build is build-old/
-#                  from build_old.sh COMMIT (carry it beside build-device);
-#                  AB_ARGS adds options to both sides (AB_ARGS='--isa avx2')
-# (the last five run only when named: they take minutes). The torch parts use
-# /opt/torch/.venv/bin/python3 where it exists, else python3.
+#   ab-decode      the bench-decode cases through `flashcpu run`, an older
+#                  build and this bundle alternating, two rounds: the older
+#                  build is the folder tools/build_commit.sh made ($OLD_BUILD,
+#                  default build-old, copied beside the bundle); AB_ARGS
+#                  adds options to both sides (AB_ARGS='--isa avx2')
+# The last seven run only when named: they take minutes. The torch parts run
+# $PYTHON (default python3), which needs PyTorch.
+#
+# Times on a shared machine move between runs: compare what one run of this
+# script measured (its ceilings, its torch, its A/B), not runs of two.
 set -uo pipefail
-parts=",${1:-all},"
+usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
+build=${FLASHCPU_BUNDLE:-build-bundle}
+out=${OUT:-}
+while getopts 'b:o:h' option; do
+  case $option in
+    b) build=$OPTARG ;;
+    o) out=$OPTARG ;;
+    h) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 1 ] || { usage >&2; exit 2; }
+parts=",$1,"
 filter=${2:-}
-out=${OUT:-out}
+out=${out:-$build/results}
 mkdir -p "$out"
-# FLASHCPU_DEVICE_BUILD: another build folder (to try this script locally).
-build=${FLASHCPU_DEVICE_BUILD:-build-device}
+[ -x "$build/tools/flashcpu" ] ||
+  { echo "run_suite.sh: no $build/tools/flashcpu (tools/bundle.sh $build)" >&2; exit 1; }
+case "$build" in /*) libs="$build/bundle-lib" ;; *) libs="$PWD/$build/bundle-lib" ;; esac
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bench="$build/bench/flashcpu_bench"
-export LD_LIBRARY_PATH="$PWD/$build/bundle-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+python=${PYTHON:-python3}
 want() { [[ $parts == *",$1,"* || $parts == *",all,"* ]]; }
 named() { [[ $parts == *",$1,"* ]]; }
 status=0
@@ -50,14 +80,7 @@ run_bench() { # name filter
     --benchmark_out="$out/$1.json" --benchmark_out_format=json 2>&1 |
     tee "$out/$1.txt" || status=1
 }
-python_with_torch() {
-  if [ -x /opt/torch/.venv/bin/python3 ]; then
-    echo /opt/torch/.venv/bin/python3
-  else
-    echo python3
-  fi
-}
-# The issue targets, as filters and as torch_compare.py options.
+# The reference cases, as filters and as torch_compare.py options.
 threads_all=""
 if named bench-prefill || named bench-decode || named torch ||
     named torch-prefill || named torch-decode; then
@@ -67,9 +90,8 @@ fi
 prefill_filter="^prefill/llama3-8b/(f32|bf16)/L:4096/S:4096/B:1/mask:causal/threads:(1|$threads_all)/"
 decode_filter="^decode/llama3-8b/bf16/L:1/S:(1024|16384|32768)/B:1/mask:causal/threads:(1|$threads_all)/"
 torch_compare() { # name options...
-  local name=$1 python
+  local name=$1
   shift
-  python=$(python_with_torch)
   echo "== $name with $python"
   "$python" tools/torch_compare.py --bench "$bench" --threads "1,all" \
     --reps 5 --out-json "$out/$name.json" "$@" 2>&1 |
@@ -80,12 +102,15 @@ if want info; then
   "$build/tools/flashcpu" info 2>&1 | tee "$out/info.txt" || status=1
 fi
 if want tests; then
-  for t in "$build"/tests/flashcpu_*tests "$build"/tests/runtime/flashcpu_*tests; do
-    [ -x "$t" ] || continue
+  while read -r t; do
+    name=$(basename "$t")
     echo "== $t"
-    "$t" --gtest_brief=1 > "$out/test-log.txt" 2>&1 || { status=1; tail -40 "$out/test-log.txt"; }
-    tail -4 "$out/test-log.txt"
-  done 2>&1 | tee "$out/tests.txt"
+    "$t" --gtest_brief=1 > "$out/test-$name.log" 2>&1 ||
+      { echo "FAILED: $name (exit $?)"; tail -40 "$out/test-$name.log"; }
+    tail -4 "$out/test-$name.log"
+  done < <(find "$build/tests" -maxdepth 3 -type f -perm -u+x \
+             -name 'flashcpu_*tests' | sort) 2>&1 | tee "$out/tests.txt"
+  grep -q FAILED "$out/tests.txt" && status=1
 fi
 if want runtime; then
   "$build/bench/flashcpu_runtime_bench" --benchmark_repetitions=5 \
@@ -116,27 +141,30 @@ if named torch || named torch-decode; then
     --dtype bf16 --lengths 1K,16K,32K --batch 1
 fi
 if named ab-decode; then
-  old=build-old
+  old=${OLD_BUILD:-build-old}
   if [ ! -x "$old/tools/flashcpu" ]; then
-    echo "ab-decode: no $old/tools/flashcpu (tools/device/build_old.sh COMMIT)" >&2
+    echo "ab-decode: no $old/tools/flashcpu (tools/build_commit.sh COMMIT)" >&2
     status=1
   else
+    case "$old" in /*) old_libs="$old/src" ;; *) old_libs="$PWD/$old/src" ;; esac
     all=$(nproc)
     {
       echo "old: $(cat "$old/COMMIT" 2>/dev/null || echo unknown); options: ${AB_ARGS:-none}"
       for round in 1 2; do
         for side in old new; do
           cli="$build/tools/flashcpu"
-          libs="$PWD/$build/bundle-lib"
+          side_libs="$libs"
           if [ "$side" = old ]; then
             cli="$old/tools/flashcpu"
-            libs="$PWD/$old/src:$libs"
+            side_libs="$old_libs:$libs"
           fi
           for kv in 1024 16384; do
             for threads in 1 "$all"; do
               printf '%s round %s kv %s threads %s: ' "$side" "$round" "$kv" "$threads"
               # Both sides without the tools' own spinning OpenMP threads.
-              OMP_WAIT_POLICY=passive LD_LIBRARY_PATH="$libs" "$cli" run \
+              # AB_ARGS is split into words on purpose.
+              # shellcheck disable=SC2086
+              OMP_WAIT_POLICY=passive LD_LIBRARY_PATH="$side_libs" "$cli" run \
                 --phase decode --kv "$kv" --threads "$threads" ${AB_ARGS:-} 2>&1 |
                 grep -E '^  (time|rate)' | tr -s ' ' | tr '\n' ' '
               echo
