@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "common/cpu_info.h"
 #include "common/timer.h"
@@ -74,19 +75,22 @@ private:
 };
 
 WorkloadCache workload_cache;
-std::map<int, flashcpu_context *> contexts; // by num_threads
+// By (num_threads, forced kernel or "").
+std::map<std::pair<int, std::string>, flashcpu_context *> contexts;
 std::string warmed_case;                    // the case warmed up last
 // The next KV layer to read. It carries over between the runs that
 // google-benchmark makes of one case (while sizing the iteration count), so
 // a run never starts on a layer the previous run has just left in cache.
 int next_layer = 0;
 
-flashcpu_context *ContextFor(int threads, std::string *error) {
-  auto found = contexts.find(threads);
+flashcpu_context *ContextFor(int threads, const std::string &kernel,
+                             std::string *error) {
+  auto found = contexts.find({threads, kernel});
   if (found != contexts.end()) return found->second;
   flashcpu_context_options options;
   flashcpu_context_options_init(&options);
   options.num_threads = threads;
+  if (!kernel.empty()) options.kernel = kernel.c_str();
   flashcpu_context *ctx = nullptr;
   flashcpu_status status = flashcpu_context_create(&options, &ctx);
   if (status != FLASHCPU_OK) {
@@ -94,7 +98,7 @@ flashcpu_context *ContextFor(int threads, std::string *error) {
              flashcpu_status_name(status) + ": " + flashcpu_last_error(nullptr);
     return nullptr;
   }
-  contexts[threads] = ctx;
+  contexts[{threads, kernel}] = ctx;
   return ctx;
 }
 
@@ -109,7 +113,7 @@ flashcpu_status CallLayer(flashcpu_context *ctx,
 void RunCase(benchmark::State &state, const BenchCase &bench_case,
              const toolkit_ceilings &ceilings) {
   std::string error;
-  flashcpu_context *ctx = ContextFor(bench_case.threads, &error);
+  flashcpu_context *ctx = ContextFor(bench_case.threads, bench_case.kernel, &error);
   const toolkit_workload_spec spec = BenchCaseSpec(bench_case);
   const std::string name = BenchCaseName(bench_case);
   const toolkit_workload *workload =

@@ -93,7 +93,7 @@ void AddDecodeCases(std::vector<BenchCase> &cases,
         AddThreaded(cases,
                     {TOOLKIT_PHASE_DECODE, preset, dtype, 1, kv, batch,
                      BenchMask::kCausal, 0,
-                     DecodeInDefault(preset, dtype, kv, batch)},
+                     DecodeInDefault(preset, dtype, kv, batch), ""},
                     thread_counts);
 }
 
@@ -107,7 +107,7 @@ void AddVerifyCases(std::vector<BenchCase> &cases,
                               rows == kDefaultVerifyRows;
       AddThreaded(cases,
                   {TOOLKIT_PHASE_VERIFY, preset, dtype, rows, kVerifyKv, 1,
-                   BenchMask::kTree, 0, in_default},
+                   BenchMask::kTree, 0, in_default, ""},
                   thread_counts);
     }
 }
@@ -127,21 +127,54 @@ void AddPrefillCases(std::vector<BenchCase> &cases,
                                 kDefaultPrefillLength.count(length);
         AddThreaded(cases,
                     {TOOLKIT_PHASE_PREFILL, preset, dtype, length, length, 1,
-                     mask, 0, in_default},
+                     mask, 0, in_default, ""},
                     thread_counts);
       }
     if (preset->causal) // chunked prefill: new rows onto a long cache
       AddThreaded(cases,
                   {TOOLKIT_PHASE_PREFILL, preset, dtype, kChunkRows, kChunkKv,
-                   1, BenchMask::kCausal, 0, false},
+                   1, BenchMask::kCausal, 0, false, ""},
                   thread_counts);
+  }
+}
+
+// Each kernel this CPU runs, forced, on the llama3-8b shape of its family:
+// split-KV on bf16 decode (kv 4K) and an 8-row verify, prefill on a causal
+// bf16 prefill (L = S = 1024), at 1 and all threads.
+void AddKernelCases(std::vector<BenchCase> &cases,
+                    const std::vector<int> &thread_counts) {
+  const toolkit_preset *preset = toolkit_preset_find("llama3-8b");
+  const std::vector<int> ends = {thread_counts.front(), thread_counts.back()};
+  flashcpu_kernel_info info;
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++) {
+    if (!info.runnable) continue;
+    std::vector<BenchCase> shapes;
+    if (std::strcmp(info.family, "split-KV decode") == 0) {
+      shapes.push_back({TOOLKIT_PHASE_DECODE, preset, FLASHCPU_DTYPE_BF16, 1,
+                        4096, 1, BenchMask::kCausal, 0, false, info.name});
+      shapes.push_back({TOOLKIT_PHASE_VERIFY, preset, FLASHCPU_DTYPE_BF16, 8,
+                        kVerifyKv, 1, BenchMask::kTree, 0, false, info.name});
+    } else {
+      shapes.push_back({TOOLKIT_PHASE_PREFILL, preset, FLASHCPU_DTYPE_BF16,
+                        1024, 1024, 1, BenchMask::kCausal, 0, false,
+                        info.name});
+    }
+    for (const BenchCase &shape : shapes)
+      for (size_t t = 0; t < ends.size(); t++) {
+        if (t > 0 && ends[t] == ends[0]) continue;
+        BenchCase bench_case = shape;
+        bench_case.threads = ends[t];
+        cases.push_back(bench_case);
+      }
   }
 }
 
 } // namespace
 
 std::string BenchCaseName(const BenchCase &bench_case) {
-  return std::string(toolkit_phase_name(bench_case.phase)) + "/" +
+  return (bench_case.kernel.empty() ? std::string()
+                                    : "kernel:" + bench_case.kernel + "/") +
+         toolkit_phase_name(bench_case.phase) + "/" +
          bench_case.preset->name + "/" + flashcpu_dtype_name(bench_case.dtype) +
          "/L:" + std::to_string(bench_case.rows) +
          "/S:" + std::to_string(bench_case.kv) +
@@ -181,6 +214,7 @@ std::vector<BenchCase> AllBenchCases(const std::vector<int> &thread_counts) {
     if (presets[p].causal) AddVerifyCases(cases, &presets[p], thread_counts);
   for (int p = 0; p < preset_count; p++)
     AddPrefillCases(cases, &presets[p], thread_counts);
+  AddKernelCases(cases, thread_counts);
   return cases;
 }
 

@@ -1,6 +1,9 @@
 // The benchmark cases: model presets x phase x dtype x shape x batch x mask
 // x threads, named
 //   <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
+// with the kernel chosen per call, and one case set per kernel of the
+// registry that this CPU runs (flashcpu_kernel_info_get), forced by name:
+//   kernel:<name>/<phase>/<preset>/...
 // (NOTES.md lists them and the filters that pick them).
 #ifndef FLASHCPU_BENCH_BENCH_CASES_H
 #define FLASHCPU_BENCH_BENCH_CASES_H
@@ -30,6 +33,7 @@ struct BenchCase {
   BenchMask mask;
   int threads;
   bool in_default_set; // runs when no --benchmark_filter is given
+  std::string kernel;  // forced kernel; empty: the context chooses
 };
 
 std::string BenchCaseName(const BenchCase &bench_case);
