@@ -53,7 +53,7 @@ private:
            a.mixed_kv_lengths == b.mixed_kv_lengths && a.layers == b.layers &&
            a.seed == b.seed;
   }
-  // PERF.md: the rotated set should exceed the last-level cache 4x; the
+  // The rotated set should exceed the last-level cache 4x; the
   // memory cap (a quarter of RAM) may not allow it.
   void WarnUnderCache(const std::string &name) const {
     toolkit_cpu_info info;

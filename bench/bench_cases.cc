@@ -1,4 +1,4 @@
-// Which shapes are measured. The full set follows PERF.md and issues 4 and 5:
+// Which shapes are measured. The full set (docs/performance.md):
 // decode KV 1K to 128K at batch 1 and batch 8 (mixed lengths), speculative
 // verify of 4 and 16 draft rows, prefill L = S = 512 to 16K causal and not,
 // chunked prefill of 512 rows onto 8K; threads 1, the powers of two between

@@ -1,5 +1,5 @@
 // flashcpu_bench: measures the machine's ceilings at each thread count it
-// will use (PERF.md: ratios to ceilings measured in the same run), prints
+// will use (docs/performance.md: ratios to ceilings measured in the same run), prints
 // them, then runs the attention cases.
 //
 // Without --benchmark_filter it runs the default set (a few minutes on two

@@ -11,13 +11,10 @@
 
 /* Waiting, in three steps: spin on the line (a launch usually follows
  * within microseconds), then spin but yield the CPU between looks (another
- * thread, perhaps the one we wait for, may need this core: without the
- * yields a busy machine turned 1 us launches into 5 ms ones), then, for
+ * thread, perhaps the one we wait for, may need this core), then, for
  * workers idle this long, sleep on the condition variable. 4096 spins (the
- * barrier's count), not 256: with 256 the workers of a short call were
- * already yielding when its next launch came, and on the 16-core Xeon a
- * decode call at kv 16 on 16 threads took 29-36 us instead of 10-12 (kv 1K
- * and 16K unchanged; the 2-core VM unchanged). */
+ * barrier's count): with fewer, the workers of short calls were already
+ * yielding when the next launch came (docs/performance.md). */
 enum { SPINS_BEFORE_YIELD = 4096, SPINS_BEFORE_SLEEP = 1 << 14 };
 
 static void spin_once(int spins) {

@@ -1,5 +1,5 @@
 /* The machine's two ceilings, measured in the same run as the attention
- * they judge (PERF.md): sustained read bandwidth (binds decode) and fp32 FMA
+ * they judge (docs/performance.md): sustained read bandwidth (binds decode) and fp32 FMA
  * throughput (binds prefill), at a given OpenMP thread count. */
 #ifndef FLASHCPU_TOOLS_CEILINGS_H
 #define FLASHCPU_TOOLS_CEILINGS_H

@@ -1,4 +1,4 @@
-/* Model-shaped attention presets: the shapes of docs PERF.md that every
+/* Model-shaped attention presets: the shapes of docs/performance.md that every
  * benchmark and `flashcpu run` are measured on. */
 #ifndef FLASHCPU_TOOLS_PRESETS_H
 #define FLASHCPU_TOOLS_PRESETS_H
@@ -21,7 +21,7 @@ typedef struct toolkit_preset {
   const char *notes;
 } toolkit_preset;
 
-/* Every preset, in the order of the PERF.md table. */
+/* Every preset, in the order of docs/performance.md's table. */
 const toolkit_preset *toolkit_presets(int *count);
 
 /* The preset called name, or NULL. */

@@ -4,7 +4,7 @@
  *
  * Decode allocates several layer-sized KV caches and the caller rotates
  * through them, one per call, as a real decode step does; enough of them
- * that the last-level cache cannot hold them (PERF.md, "Don't measure the
+ * that the last-level cache cannot hold them (docs/performance.md, "Don't measure the
  * cache"). */
 #ifndef FLASHCPU_TOOLS_WORKLOAD_H
 #define FLASHCPU_TOOLS_WORKLOAD_H
