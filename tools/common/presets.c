@@ -1,5 +1,5 @@
-/* The model presets of docs/performance.md. Windows are (window - 1) keys to the left plus
- * the current one, so "sliding window 4096" sees 4096 keys. */
+/* The model presets of docs/performance.md. Windows are (window - 1) keys
+ * to the left plus the current one, so "sliding window 4096" sees 4096 keys. */
 #include "common/presets.h"
 
 #include <string.h>
