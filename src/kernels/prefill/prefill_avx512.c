@@ -10,4 +10,4 @@
 #define PF_NAME(what) fc_f32_prefill_##what##_12x32__avx512
 #define PF_KERNEL fc_prefill_12x32__avx512
 
-#include "kernels/prefill/prefill_tiled.inc"
+#include "kernels/prefill/prefill_tile.inc"

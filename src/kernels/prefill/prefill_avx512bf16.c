@@ -11,4 +11,4 @@
 #define PF_NAME(what) fc_bf16_prefill_##what##_12x32__avx512bf16
 #define PF_KERNEL fc_prefill_bf16dot_12x32__avx512bf16
 
-#include "kernels/prefill/prefill_tiled.inc"
+#include "kernels/prefill/prefill_tile.inc"

@@ -9,4 +9,4 @@
 #define PF_NAME(what) fc_f32_prefill_##what##_6x16__neon
 #define PF_KERNEL fc_prefill_6x16__neon
 
-#include "kernels/prefill/prefill_tiled.inc"
+#include "kernels/prefill/prefill_tile.inc"

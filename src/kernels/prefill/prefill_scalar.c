@@ -23,6 +23,7 @@
 #include "common/mask.h"
 #include "common/score.h"
 #include "kernels/kernel_support.h"
+#include "kernels/prefill/prefill_driver.h"
 #include "kernels/registry.h"
 
 enum {
@@ -31,20 +32,10 @@ enum {
   REF_DOT_LANES = 8          /* independent partial sums: lets -O2 vectorise */
 };
 
-
-typedef struct ref_plan {
-  int64_t rows_per_tile;
-  int64_t tiles_per_head;
-  int64_t tile_count;
-  int64_t slots_per_tile; /* group heads x rows_per_tile */
-  float q_factor;         /* applied to Q on load */
-  bool scores_final;      /* Q carries log2(e): scores need no more work */
-} ref_plan;
-
 typedef struct ref_args {
   const fc_problem *p;
   const fc_row_to_f32_fn *row_to_f32;
-  ref_plan plan;
+  fc_prefill_plan plan;
 } ref_args;
 
 /* One team's scratch: shared K/V block, then each thread's slots. */
@@ -58,23 +49,9 @@ typedef struct ref_workspace {
   float *s; /* [REF_KV_BLOCK] scores of one row */
 } ref_workspace;
 
-static ref_plan make_plan(const fc_problem *p) {
-  ref_plan plan;
-  int64_t rows = REF_ROWS_TIMES_HEADS / p->group;
-  if (rows < 1) rows = 1;
-  if (rows > p->q_len) rows = p->q_len;
-  plan.rows_per_tile = rows;
-  plan.tiles_per_head = (p->q_len + rows - 1) / rows;
-  plan.tile_count = p->batch * p->kv_heads * plan.tiles_per_head;
-  plan.slots_per_tile = p->group * rows;
-  plan.scores_final = p->softcap == 0.0f && p->additive == NULL;
-  plan.q_factor = plan.scores_final ? p->scale * FC_LOG2E_F : p->scale;
-  return plan;
-}
-
 static size_t round_floats(size_t floats) { return (floats + 15) & ~(size_t)15; }
 
-static size_t slots_of_rank(const ref_plan *plan, int team_size) {
+static size_t slots_of_rank(const fc_prefill_plan *plan, int team_size) {
   return (size_t)((plan->slots_per_tile + team_size - 1) / team_size);
 }
 
@@ -82,15 +59,15 @@ static size_t shared_floats(const fc_problem *p) {
   return round_floats((size_t)(REF_KV_BLOCK * (p->head_dim + p->v_head_dim)));
 }
 
-static size_t rank_floats(const fc_problem *p, const ref_plan *plan,
+static size_t rank_floats(const fc_problem *p, const fc_prefill_plan *plan,
                           int team_size) {
   size_t slots = slots_of_rank(plan, team_size);
   return round_floats(slots * (size_t)(p->head_dim + p->v_head_dim + 2) +
                       REF_KV_BLOCK);
 }
 
-static size_t team_scratch_bytes(const fc_problem *p, const ref_plan *plan,
-                                 int team_size) {
+static size_t team_scratch_bytes(const fc_problem *p,
+                                 const fc_prefill_plan *plan, int team_size) {
   return (shared_floats(p) + (size_t)team_size * rank_floats(p, plan, team_size)) *
          sizeof(float);
 }
@@ -100,7 +77,8 @@ static size_t scratch_for_team(const void *opaque, int team_size) {
   return team_scratch_bytes(args->p, &args->plan, team_size);
 }
 
-static ref_workspace carve_workspace(const fc_problem *p, const ref_plan *plan,
+static ref_workspace carve_workspace(const fc_problem *p,
+                                     const fc_prefill_plan *plan,
                                      const fc_team_view *team) {
   float *base = team->scratch;
   size_t slots = slots_of_rank(plan, team->size);
@@ -165,33 +143,15 @@ static void load_block_shared(const ref_args *args, const fc_view *view,
             destination + (j - key_begin) * dim);
 }
 
-/* Where a tile index points: tiles run over (batch, kv head, row block). */
-typedef struct tile_coords {
-  int64_t b, kv_head, row_begin, row_end;
-} tile_coords;
-
-static tile_coords locate_tile(const fc_problem *p, const ref_plan *plan,
-                               int64_t tile) {
-  const int64_t per_batch = p->kv_heads * plan->tiles_per_head;
-  tile_coords at;
-  at.b = tile / per_batch;
-  at.kv_head = (tile % per_batch) / plan->tiles_per_head;
-  at.row_begin = (tile % plan->tiles_per_head) * plan->rows_per_tile;
-  at.row_end = at.row_begin + plan->rows_per_tile < p->q_len
-                   ? at.row_begin + plan->rows_per_tile
-                   : p->q_len;
-  return at;
-}
-
 /* Slot `slot` of a tile is (group head slot / rows, row slot % rows); this
  * thread owns slots rank, rank + size, ... */
 static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const ref_args *args = opaque;
   const fc_problem *p = args->p;
-  const ref_plan *plan = &args->plan;
+  const fc_prefill_plan *plan = &args->plan;
   const ref_workspace w = carve_workspace(p, plan, team);
   const int64_t rows = plan->rows_per_tile;
-  const tile_coords at = locate_tile(p, plan, tile);
+  const fc_prefill_tile at = fc_prefill_locate(p, plan, tile);
   const int64_t b = at.b, kv_head = at.kv_head;
   const int64_t row_begin = at.row_begin, row_end = at.row_end;
   const int64_t row_count = row_end - row_begin;
@@ -265,31 +225,12 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   }
 }
 
-/* Keys a tile's rows see: what the heaviest-first order sorts by. */
-static int64_t tile_weight(const void *opaque, int64_t tile) {
-  const ref_args *args = opaque;
-  const fc_problem *p = args->p;
-  const tile_coords at = locate_tile(p, &args->plan, tile);
-  int64_t kv_length = fc_problem_kv_length(p, at.b);
-  fc_key_range first = fc_row_key_range(p, kv_length, at.row_begin);
-  fc_key_range last = fc_row_key_range(p, kv_length, at.row_end - 1);
-  return (last.end - first.begin) * (at.row_end - at.row_begin);
-}
-
 flashcpu_status fc_prefill__scalar(const fc_kernel_env *env,
                                    const fc_problem *p) {
-  ref_args args = {p, env->row_to_f32, make_plan(p)};
+  ref_args args = {p, env->row_to_f32,
+                   fc_prefill_plan_for(p, REF_ROWS_TIMES_HEADS)};
   flashcpu_status status =
       fc_kernel_reserve_scratch(env, scratch_for_team, &args);
   if (status != FLASHCPU_OK) return status;
-  /* Masks that limit rows unevenly make tiles uneven: heaviest first. */
-  bool uneven = p->causal || p->window_left >= 0 || p->window_right >= 0 ||
-                p->kv_lengths;
-  fc_launch launch = {run_tile, &args, args.plan.tile_count, false,
-                      uneven ? tile_weight : NULL};
-  if (fc_runtime_launch(env->runtime, &launch) != 0)
-    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                          "out of memory ordering %lld tiles",
-                          (long long)args.plan.tile_count);
-  return FLASHCPU_OK;
+  return fc_prefill_launch(env, p, &args.plan, run_tile, &args);
 }
