@@ -15,8 +15,14 @@ struct fc_prefetch_sweep;
 
 /* Query rows the kernel takes (speculative verification: 2..64). */
 #define FC_SPLITKV_MAX_ROWS 64
-/* Keys per block every split-KV kernel walks; splits are multiples. */
-enum { FC_SPLITKV_KEY_BLOCK = 16 };
+/* Keys per block every split-KV kernel walks; splits are multiples. Slots
+ * (query row x group head) go in chunks of 4 that share the block's loads;
+ * AVX-512's scores reduce 4 keys of the chunk's slots together. */
+enum {
+  FC_SPLITKV_KEY_BLOCK = 16,
+  FC_SPLITKV_CHUNK = 4,
+  FC_SPLITKV_KEYS_PER_GROUP = 4
+};
 
 /* How the keys of a (batch, kv head) are cut: from the shape and constants
  * only, never from the thread count, so the bytes never depend on it. */

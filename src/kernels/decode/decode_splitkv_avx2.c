@@ -1,21 +1,12 @@
-/* Split-KV decode for AVX2 + FMA: the fcv_* template with 8-lane vectors
- * (2 keys x 4 slots of dot products reduce together) and 2 vectors of
- * output columns x 4 slots in registers (8 accumulators of 16 registers);
- * rows are read where they lie, 16 elements at a time. */
+/* Split-KV decode for AVX2 + FMA: the fcv_* micro-kernels
+ * (decode_splitkv_vec.inc) with 8-lane vectors (2 keys x 4 slots of dot
+ * products reduce together) and 2 vectors of output columns x 4 slots in
+ * registers (8 accumulators of 16 registers); rows are read where they
+ * lie, 16 elements at a time. */
 #include <stdint.h>
 
 #include "flashcpu/flashcpu.h"
-#include "simd/vec_avx2.h"
-
-/* Lane i of the result is the sum of the 8 lanes of v[i]. */
-static inline fcv ds_sum_lanes(const fcv v[FCV_LANES]) {
-  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
-  /* Per 128-bit half: the half's sums of v[0..3] (u0) and v[4..7] (u1). */
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-                       _mm256_permute2f128_ps(u0, u1, 0x31));
-}
+#include "simd/vec_lanes_avx2.h"
 
 /* Elements d .. d + 15 of a row as f32: f32 and f16 in order, bf16 even
  * elements in lo and odd ones in hi (a shift and an and, no shuffle). */

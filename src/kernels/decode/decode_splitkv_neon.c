@@ -1,16 +1,12 @@
-/* Split-KV decode for NEON: the fcv_* template with 4-lane vectors (1 key
- * x 4 slots of dot products reduce together) and 4 vectors of output
- * columns x 4 slots in registers (16 accumulators of 32 registers); rows
- * are read where they lie, 8 elements at a time. */
+/* Split-KV decode for NEON: the fcv_* micro-kernels
+ * (decode_splitkv_vec.inc) with 4-lane vectors (1 key x 4 slots of dot
+ * products reduce together) and 4 vectors of output columns x 4 slots in
+ * registers (16 accumulators of 32 registers); rows are read where they
+ * lie, 8 elements at a time. */
 #include <stdint.h>
 
 #include "flashcpu/flashcpu.h"
-#include "simd/vec_neon.h"
-
-/* Lane i of the result is the sum of the 4 lanes of v[i]. */
-static inline fcv ds_sum_lanes(const fcv v[FCV_LANES]) {
-  return vpaddq_f32(vpaddq_f32(v[0], v[1]), vpaddq_f32(v[2], v[3]));
-}
+#include "simd/vec_lanes_neon.h"
 
 /* Elements d .. d + 7 of a row as f32: f32 and f16 in order, bf16 even
  * elements in lo and odd ones in hi (a shift and an and, no shuffle). */

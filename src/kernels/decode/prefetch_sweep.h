@@ -1,15 +1,12 @@
 /* A prefetch stream that walks the rows of the next key block in address
  * order, one cache line per call. Decode reads a block head by head (a
  * head's rows are kv_heads * head_dim elements apart in a BSHD cache);
- * prefetching "the same line of the next block" with each line read sends
- * the memory system that strided order too, and a core follows it at
- * about 20% below an ascending stream (2-core VM, 1 thread, with the
- * kernel's work per line: 21.7 vs 26.1 GB/s in an access-pattern
- * microbenchmark, bench/LOG-early.md; the kernel went 14 -> 22 GB/s).
- * Calling fc_sweep_next once per line read spreads the prefetches evenly
- * over the block (a burst of them stalls the loads behind it: 13-15 GB/s
- * there) and keeps the addresses ascending. Portable C: the compiler's
- * prefetch builtin. */
+ * prefetching "the same line of the next block" with each line read would
+ * send the memory system that strided order too, which a core follows
+ * worse than an ascending stream. Calling fc_sweep_next once per line read
+ * spreads the prefetches evenly over the block (a burst of them stalls the
+ * loads behind it) and keeps the addresses ascending. Figures:
+ * docs/performance.md. Portable C: the compiler's prefetch builtin. */
 #ifndef FLASHCPU_KERNELS_DECODE_PREFETCH_SWEEP_H
 #define FLASHCPU_KERNELS_DECODE_PREFETCH_SWEEP_H
 
@@ -96,11 +93,9 @@ fc_sweep_take(fc_prefetch_sweep *s) {
  * with the lowest temporal hint that still caches it (prefetcht2 on x86:
  * into L2): a block of every head is 64 KiB of K and V, more than L1
  * holds, and the hint does not hold one of the core's few L1 fill buffers
- * for a whole memory latency: on the 16-core Xeon, kv 1K on 16 threads
- * took 76-91 us against 106-108 with L1 prefetches, kv 16K 101-104 GB/s
- * against 89-99. into_l1 (the kernel table's choice: AMD CPUs) prefetches
- * into L1: on the 2-core AMD VM, kv 16K at 1 thread ran 4-13% faster so.
- * The non-temporal hint was 2x slower. The branch is on a field the loop
+ * for a whole memory latency. into_l1 (the kernel table's choice: AMD
+ * CPUs) prefetches into L1, faster there; the non-temporal hint is slower
+ * everywhere (docs/performance.md). The branch is on a field the loop
  * keeps in a register and never changes within a call. */
 static inline __attribute__((always_inline)) void
 fc_sweep_next(fc_prefetch_sweep *s) {
@@ -113,11 +108,9 @@ fc_sweep_next(fc_prefetch_sweep *s) {
 }
 
 /* A copy of *s (an empty sweep for NULL) for a loop to advance, written
- * back after it. Advanced through a pointer the loop's loads may alias
- * (rows read through char pointers), the sweep is stored back at every
- * line; a local copy stays in registers. No speed difference was
- * measured either way (flashcpu_decode_access: sweep-t2 vs sweep-ptr;
- * bench/LOG.md). */
+ * back after it: advanced through a pointer that the loop's loads may
+ * alias (rows read through char pointers), the sweep would be stored back
+ * at every line; a local copy stays in registers. */
 static inline fc_prefetch_sweep fc_sweep_copy(const fc_prefetch_sweep *s) {
   if (s) return *s;
   fc_prefetch_sweep empty;

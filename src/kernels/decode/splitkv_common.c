@@ -12,9 +12,8 @@
 enum { TILES_PER_TEAM = 2 };
 /* At most this many splits per (batch, kv head): merged in the split
  * launch by the group's last writer (one thread merges heads_per_tile x
- * slots x splits states; with more splits the merge launch spreads them).
- * Xeon, 16 threads: kv 256 (1 split) 31 -> 27 us, kv 1K (4) 75 -> 69 us,
- * but kv 2K (8) 116-132 -> 130-134 us (bench/LOG.md). */
+ * slots x splits states; with more splits the merge launch spreads them
+ * better). Figures: docs/performance.md. */
 enum { MERGE_IN_LAUNCH_MAX_SPLITS = 4 };
 
 void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
@@ -106,8 +105,8 @@ void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
 }
 
 /* Both directions walk a row a pair at a time, with no division per
- * element: a runtime divisor there cost ~15% of a cached 1-thread decode on
- * the VM (an integer div per element of every record written). */
+ * element: an integer divide per element of every record written showed
+ * in a cached 1-thread decode (docs/performance.md). */
 void fc_splitkv_to_pairs(float *row, int64_t padded, int64_t pair) {
   float natural[64];
   const int64_t half = pair / 2;

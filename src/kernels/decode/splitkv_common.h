@@ -44,6 +44,25 @@ typedef struct fc_splitkv_shared {
 void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
                             const fc_kernel_settings *settings);
 
+/* What the split-KV driver (decode_splitkv_driver.inc) hands each ISA's
+ * micro-kernels: the shape as the loops read it, fixed for the call. */
+typedef struct fc_splitkv_args {
+  fc_splitkv_shared shared; /* plan, heads per tile, partial states */
+  const fc_problem *p;
+  const fc_row_to_f32_fn *row_to_f32;
+  int64_t chunks;     /* ceil(slots / FC_SPLITKV_CHUNK) per kv head */
+  int64_t padded_dim; /* head_dim up to whole loads: q rows zero-padded */
+  int64_t padded_dv;  /* v_head_dim up to whole values passes */
+  /* The dtype the loops read: the row's where rows are read in place, f32
+   * where they are first copied (staged). */
+  flashcpu_dtype k_read, v_read;
+  int k_in_place, v_in_place;
+  int q_pairs, o_pairs; /* bf16 read widened: even/odd order per pair */
+  /* bf16 q and K by dot products on the raw rows (q copied unscaled,
+   * q_factor applied to the sums); NULL: K widened to f32 and FMA. */
+  fc_splitkv_bf16_scores_fn bf16_scores;
+} fc_splitkv_args;
+
 /* Where a tile lies: batch, first kv head, split, (batch, head group)
  * index, and the keys [begin, end) of the split some row of the tile sees
  * (begin >= end: none). */

@@ -5,8 +5,8 @@
  * arithmetic of widening K to f32, and no widening. */
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
-#include "kernels/decode/splitkv_scores.h"
 #include "kernels/registry.h"
+#include "simd/lanes_avx512.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -46,21 +46,20 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
               acc[s * FC_SPLITKV_KEYS_PER_GROUP + j], qs, k[j]);
       }
     }
-    groups[g] = fc_splitkv_sum16(acc);
+    groups[g] = fc512_sum16_by_lane(acc);
   }
   if (prefetch) *shared_sweep = sweep;
   __m512 scores[FC_SPLITKV_CHUNK];
-  fc_splitkv_transpose_groups(groups, scores);
+  fc512_transpose_128x4(groups, scores);
   const __m512 f = _mm512_set1_ps(factor);
   for (int s = 0; s < FC_SPLITKV_CHUNK; s++)
     _mm512_storeu_ps(out + s * FC_SPLITKV_KEY_BLOCK,
                      _mm512_mul_ps(scores[s], f));
 }
 
-static void bf16_scores(const char *const *k_rows,
-                                        const uint16_t *q, int64_t q_stride,
-                                        int64_t dim, int64_t n, float factor,
-                                        fc_prefetch_sweep *sweep, float *out) {
+static void bf16_scores(const char *const *k_rows, const uint16_t *q,
+                        int64_t q_stride, int64_t dim, int64_t n, float factor,
+                        fc_prefetch_sweep *sweep, float *out) {
   /* head_dim 64 and 128 get their own unrolled copy. */
   if (dim == 128)
     scores_bf16(k_rows, q, q_stride, 128, n, factor, sweep, out);
