@@ -159,9 +159,10 @@ static void chunk_scores_dispatch(const char *const *k_rows,
  * keys and lanes past n) in weights[slot * 16 + key]; alpha[slot] is the
  * factor the slot's output must be rescaled by (exactly 1 where the running
  * max did not move). seen[slot]: the keys the slot sees, as a lane mask.
- * The 4 slots go through the max, the shift and the sums as vectors. A
- * NaN score (max_ps may drop it from the max) gives a NaN weight, so the
- * slot's sum and output become NaN all the same. */
+ * The 4 slots go through the max, the shift and the sums as vectors.
+ * max_ps drops NaN, so a slot with a NaN score (or a NaN running max) has
+ * its max set to NaN explicitly: its state then stays NaN, never "saw no
+ * key". */
 static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
                                         float *m, float *l, float *weights,
                                         float alpha[CHUNK],
@@ -169,16 +170,21 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
   const __mmask16 lanes = fc512_tail_mask(n);
   const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
   __m512 masked[CHUNK];
-  __mmask16 any_seen = 0;
+  __mmask16 any_seen = 0, any_nan = 0;
   for (int c = 0; c < CHUNK; c++) {
     masked[c] = _mm512_mask_mov_ps(minus_inf, lanes, scores[c]);
     seen[c] = _mm512_cmp_ps_mask(masked[c], minus_inf, _CMP_NEQ_UQ) & lanes;
     any_seen |= (__mmask16)((seen[c] != 0) << c);
+    any_nan |= (__mmask16)(
+        (_mm512_cmp_ps_mask(masked[c], masked[c], _CMP_UNORD_Q) != 0) << c);
   }
   /* Lanes 0..3 of each 128-bit lane: the slots' running max, old and new.
    * A slot that saw nothing keeps its state: shift 0, alpha exactly 1. */
   const __m512 m_old = _mm512_broadcast_f32x4(_mm_loadu_ps(m));
-  const __m512 m_new = _mm512_max_ps(m_old, fc512_max4_by_lane(masked));
+  any_nan |= _mm512_cmp_ps_mask(m_old, m_old, _CMP_UNORD_Q) & 0xf;
+  const __m512 m_new =
+      _mm512_mask_mov_ps(_mm512_max_ps(m_old, fc512_max4_by_lane(masked)),
+                         (__mmask16)(any_nan * 0x1111u), _mm512_set1_ps(NAN));
   const __mmask16 moved = (__mmask16)(any_seen * 0x1111u);
   const __m512 factor = fc512_exp2(_mm512_maskz_sub_ps(moved, m_old, m_new));
   _mm_storeu_ps(alpha, _mm512_castps512_ps128(factor));
