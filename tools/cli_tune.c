@@ -38,6 +38,10 @@ typedef struct tune_options {
 /* KV caches to rotate: past the last-level cache this many times (fewer
  * than `flashcpu run` rotates, so that a quick tune allocates little). */
 enum { ROTATE_CACHE_MULTIPLE = 3, ROTATE_MIN_LAYERS = 2 };
+/* --quick rotates at most this much: on a host that reports a large
+ * last-level cache (1 GiB on some virtual machines), filling 3x that for
+ * every measured shape took most of a minute. */
+#define QUICK_ROTATE_BYTES ((uint64_t)256 << 20)
 
 typedef struct sweep {
   const char *key;   /* the threshold it sets */
@@ -91,7 +95,8 @@ static void print_help(FILE *stream) {
 "FLASHCPU_TUNE_FILE=PATH. Run it with the thread count your engine uses\n"
 "(OMP_NUM_THREADS; default: all cores) on an otherwise idle machine.\n"
 "\n"
-"  --quick       fewer shapes and repetitions (under 30 s on 2 cores)\n"
+"  --quick       fewer shapes and repetitions, and at most 256 MiB of KV\n"
+"                rotated (so part may come from a large cache): seconds\n"
 "  --out PATH    the tune file to write (default ./flashcpu.tune)\n"
 "  --preset NAME the model shape (default llama3-8b; see flashcpu run\n"
 "                --help)\n"
@@ -244,9 +249,11 @@ static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
     const uint64_t layer_bytes = 2u * (uint64_t)batch * (uint64_t)kv *
                                  (uint64_t)options->preset->kv_heads *
                                  (uint64_t)options->preset->head_dim * 2u;
-    const uint64_t target = ROTATE_CACHE_MULTIPLE *
-                            (options->llc_bytes ? options->llc_bytes
-                                                : (uint64_t)32 << 20);
+    uint64_t target = ROTATE_CACHE_MULTIPLE *
+                      (options->llc_bytes ? options->llc_bytes
+                                          : (uint64_t)32 << 20);
+    if (options->quick && target > QUICK_ROTATE_BYTES)
+      target = QUICK_ROTATE_BYTES;
     uint64_t layers = (target + layer_bytes - 1) / layer_bytes;
     spec.layers = layers < ROTATE_MIN_LAYERS ? ROTATE_MIN_LAYERS
                   : layers > 1024            ? 1024
