@@ -8,11 +8,6 @@
 #include <sstream>
 #include <utility>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#endif
-
-#include "half_float.h"
 #include "naive_attention.h"
 #include "oracle.h"
 #include "tolerance.h"
@@ -433,37 +428,12 @@ bool AttentionCase::out_row_finite(int64_t b, int64_t i, int64_t h) const {
   return std::isfinite(lse_at(b, h, i));
 }
 
-std::vector<flashcpu_isa> SplitKvIsas() {
-  std::vector<flashcpu_isa> isas;
-  for (flashcpu_isa isa : {FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON})
-    if (flashcpu_isa_supported(isa)) isas.push_back(isa);
-  return isas;
-}
-
-std::string ContextDescription(const flashcpu_context *ctx) {
-  std::vector<char> text(flashcpu_context_describe(ctx, nullptr, 0) + 1);
-  flashcpu_context_describe(ctx, text.data(), text.size());
-  return text.data();
-}
-
-bool CpuHasFeature(const std::string &name) {
-  char features[512];
-  flashcpu_cpu_features(features, sizeof features);
-  return (" " + std::string(features) + " ").find(" " + name + " ") != std::string::npos;
-}
-
-bool VendorIsAmd() {
-#if defined(__x86_64__)
-  unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
-  char vendor[13] = {};
-  std::memcpy(vendor, &ebx, 4);
-  std::memcpy(vendor + 4, &edx, 4);
-  std::memcpy(vendor + 8, &ecx, 4);
-  return std::string(vendor) == "AuthenticAMD";
-#else
-  return false;
-#endif
+AttentionCase::Shape AttentionCase::shape() const {
+  const bool aliased = values_alias_keys_;
+  return {batch_, q_len_, kv_len_, q_heads_, kv_heads_, head_dim_,
+          aliased ? head_dim_ : (v_head_dim_ < 0 ? head_dim_ : v_head_dim_),
+          q_dtype_, k_dtype_, aliased ? k_dtype_ : v_dtype_, out_dtype_,
+          causal_, softcap_ != 0.0f, tree_keys_ > 0, additive_on_, !kv_lengths_.empty()};
 }
 
 }  // namespace fctest

@@ -11,26 +11,18 @@
 #include <string>
 #include <vector>
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "kernel_tester.h"
 #include "structural_inputs.h"
 
 namespace fctest {
 namespace {
 
-// Window arithmetic that overflows int64 can send the kernel's key loop
-// round 2^57 blocks: end such a test in seconds (SIGALRM's default action
-// kills the process, which the test runner reports as a failure).
-class Watchdog {
- public:
-  explicit Watchdog(unsigned seconds) { alarm(seconds); }
-  ~Watchdog() { alarm(0); }
-  Watchdog(const Watchdog &) = delete;
-  Watchdog &operator=(const Watchdog &) = delete;
-};
+// Window arithmetic that overflows int64 can send a kernel's key loop
+// round 2^57 blocks; ctest's per-test timeout ends such a test (no timer
+// here: a test must not depend on the machine's speed or load).
 
 struct WindowCase {
   const char *name;
@@ -60,13 +52,17 @@ const WindowCase kWindowCases[] = {
     {"window_wider_than_block", 130, 250, 70, 70, false, {}},
 };
 
-std::string WindowCaseName(const testing::TestParamInfo<WindowCase> &info) { return info.param.name; }
+void ConfigureWindow(AttentionCase &c, const WindowCase &w) {
+  c.batch(w.kv_lengths.empty() ? 1 : static_cast<int64_t>(w.kv_lengths.size()))
+      .q_len(w.q_len).kv_len(w.kv_len).heads(4, 2).head_dim(8).causal(w.causal)
+      .window(w.left, w.right);
+  if (!w.kv_lengths.empty()) c.kv_lengths(w.kv_lengths);
+}
 
-class WindowEdges : public testing::TestWithParam<WindowCase> {};
+using WindowEdges = KernelSuite<WindowCase>;
 
 TEST_P(WindowEdges, RowsSeeExactlyTheInclusiveRange) {
-  const WindowCase &w = GetParam();
-  Watchdog watchdog(20);
+  const WindowCase &w = test_case();
   const int64_t batch = w.kv_lengths.empty() ? 1 : static_cast<int64_t>(w.kv_lengths.size());
   AttentionCase c;
   c.batch(batch).q_len(w.q_len).kv_len(w.kv_len).heads(4, 2).head_dim(8)
@@ -75,7 +71,7 @@ TEST_P(WindowEdges, RowsSeeExactlyTheInclusiveRange) {
   c.Build();
   RankKeys(c);
   SetExactValues(c, 5);
-  ASSERT_EQ(c.Run(SharedContext()), FLASHCPU_OK) << flashcpu_last_error(SharedContext());
+  if (!RunOk(c)) return;
 
   int64_t empty_rows = 0, rows = 0;
   for (int64_t b = 0; b < batch; b++) {
@@ -106,19 +102,23 @@ TEST_P(WindowEdges, RowsSeeExactlyTheInclusiveRange) {
   EXPECT_LT(empty_rows, rows);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, WindowEdges, testing::ValuesIn(kWindowCases), WindowCaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Cases, WindowEdges,
+    testing::ValuesIn(ForEveryKernel<WindowCase>(
+        std::vector<WindowCase>(std::begin(kWindowCases), std::end(kWindowCases)),
+        TakesConfigured<WindowCase>(ConfigureWindow))),
+    KernelParamName<WindowCase>([](const WindowCase &w) { return std::string(w.name); }));
 
 // The same windows against the oracle with random inputs and the tolerance
 // rule (so that lse and ordinary scores are covered too).
 TEST_P(WindowEdges, RandomInputsMatchOracle) {
-  const WindowCase &w = GetParam();
-  Watchdog watchdog(20);
+  const WindowCase &w = test_case();
   AttentionCase c;
   c.batch(w.kv_lengths.empty() ? 1 : static_cast<int64_t>(w.kv_lengths.size()))
       .q_len(w.q_len).kv_len(w.kv_len).heads(4, 2).head_dim(8).causal(w.causal)
       .window(w.left, w.right).seed(9);
   if (!w.kv_lengths.empty()) c.kv_lengths(w.kv_lengths);
-  c.Test();
+  Check(c);
 }
 
 // Keys hidden from some rows get V rows of 1000 (visible ones are below 1)
@@ -149,14 +149,10 @@ const HiddenKeyCase kHiddenKeyCases[] = {
      [](int64_t i, int64_t j) { return (i + j) % 3 == 0; }},
 };
 
-std::string HiddenKeyCaseName(const testing::TestParamInfo<HiddenKeyCase> &info) {
-  return info.param.name;
-}
-
-class SoftcapBeforeMask : public testing::TestWithParam<HiddenKeyCase> {};
+using SoftcapBeforeMask = KernelSuite<HiddenKeyCase>;
 
 TEST_P(SoftcapBeforeMask, HiddenKeysStayHidden) {
-  const HiddenKeyCase &hk = GetParam();
+  const HiddenKeyCase &hk = test_case();
   for (float cap : {0.5f, 30.0f}) {
     AttentionCase c;
     c.q_len(kHiddenL).kv_len(kHiddenS).heads(2, 1).head_dim(16).softcap(cap).seed(21);
@@ -178,28 +174,39 @@ TEST_P(SoftcapBeforeMask, HiddenKeysStayHidden) {
       for (int64_t d = 0; d < 16; d++) c.v().Set(0, j, 0, d, seen_by == 0 ? NAN : 1000.0);
     }
     ASSERT_GT(hidden_somewhere, 0);
-    c.Test();
+    if (!Check(c)) continue;
     for (int64_t i = 0; i < kHiddenL; i++)
       for (int64_t h = 0; h < 2; h++)
         ASSERT_FALSE(std::isnan(c.out_at(0, i, h, 0))) << "row " << i << " saw a hidden key; cap " << cap;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Masks, SoftcapBeforeMask, testing::ValuesIn(kHiddenKeyCases), HiddenKeyCaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Masks, SoftcapBeforeMask,
+    testing::ValuesIn(ForEveryKernel<HiddenKeyCase>(
+        std::vector<HiddenKeyCase>(std::begin(kHiddenKeyCases), std::end(kHiddenKeyCases)),
+        TakesConfigured<HiddenKeyCase>([](AttentionCase &c, const HiddenKeyCase &) {
+          c.q_len(kHiddenL).kv_len(kHiddenS).heads(2, 1).head_dim(16);
+        }))),
+    KernelParamName<HiddenKeyCase>([](const HiddenKeyCase &hk) { return std::string(hk.name); }));
 
 // Softcap bounds every score to (-cap, cap): with a tiny cap the weights of
 // all visible keys are within exp(2 cap) of each other, so a row's output
 // stays inside the range of its visible V values.
-TEST(Softcap, SaturatesLargeScores) {
+using Softcap = KernelOnly;
+
+TEST_P(Softcap, SaturatesLargeScores) {
   AttentionCase c;
   c.q_len(20).kv_len(50).heads(2, 2).head_dim(32).softcap(1e-3f).magnitude(Magnitude::kLarge).seed(4);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < 20; i++) {
     double mean = 0.0;
     for (int64_t j = 0; j < 50; j++) mean += c.v().Get(0, j, 0, 0) / 50;
     EXPECT_NEAR(c.out_at(0, i, 0, 0), mean, 1e-3 * 16) << "row " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, Softcap, testing::ValuesIn(ForEveryKernel()), KernelOnlyName);
 
 }  // namespace
 }  // namespace fctest

@@ -1,14 +1,28 @@
-// The tests' own storage conversions (double <-> f32/f16/bf16 with
-// round-to-nearest-even) and ulp sizes. Written with double arithmetic
-// (frexp, ldexp, nearbyint) rather than bit tricks, so that they share
-// neither code nor method with src/common/dtype_convert.h, which they check.
-#ifndef FLASHCPU_TESTS_HALF_FLOAT_H
-#define FLASHCPU_TESTS_HALF_FLOAT_H
+// What every test folder shares, written once:
+//  - the tests' own storage conversions (double <-> f32/f16/bf16 with
+//    round-to-nearest-even) and ulp sizes. Written with double arithmetic
+//    (frexp, ldexp, nearbyint) rather than bit tricks, so that they share
+//    neither code nor method with src/common/dtype_convert.h, which they
+//    check;
+//  - ScopedEnv: an environment variable set (or unset) for one scope, for
+//    the few tests of the variables themselves (FLASHCPU_ISA,
+//    FLASHCPU_VERBOSE, FLASHCPU_TUNE_FILE, OMP_NUM_THREADS); everything else
+//    is a context option;
+//  - Context: a context made from options (an ISA cap, a forced kernel,
+//    settings), destroyed with its scope;
+//  - StderrCapture: what the library writes to stderr (FLASHCPU_VERBOSE);
+//  - ContextDescription, the kernel lines of flashcpu_context_describe,
+//    CpuHasFeature and VendorIsAmd.
+#ifndef FLASHCPU_TESTS_SUPPORT_FIXTURES_H
+#define FLASHCPU_TESTS_SUPPORT_FIXTURES_H
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "flashcpu/flashcpu.h"
 
@@ -153,6 +167,90 @@ inline double UlpOf(flashcpu_dtype dtype, double x) {
   return std::ldexp(1.0, exponent - mantissa_bits);
 }
 
+// ---- environment ---------------------------------------------------------
+
+// Sets (value != nullptr) or unsets `name` until the end of the scope, then
+// restores the value it had before.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char *name, const char *value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv &) = delete;
+  ScopedEnv &operator=(const ScopedEnv &) = delete;
+
+ private:
+  std::string name_, old_value_;
+  bool was_set_ = false;
+};
+
+// ---- contexts --------------------------------------------------------------
+
+// Options with the defaults (flashcpu_context_options_init).
+flashcpu_context_options DefaultOptions();
+
+// A context owned by its scope. Create() returns the status; ok() says
+// whether one exists.
+class Context {
+ public:
+  Context() = default;
+  explicit Context(const flashcpu_context_options &options) { Create(options); }
+  ~Context() { flashcpu_context_destroy(ctx_); }
+  Context(const Context &) = delete;
+  Context &operator=(const Context &) = delete;
+  Context(Context &&other) noexcept : ctx_(other.ctx_) { other.ctx_ = nullptr; }
+
+  flashcpu_status Create(const flashcpu_context_options &options);
+  flashcpu_context *get() const { return ctx_; }
+  operator flashcpu_context *() const { return ctx_; }  // NOLINT: a handle
+  bool ok() const { return ctx_ != nullptr; }
+
+ private:
+  flashcpu_context *ctx_ = nullptr;
+};
+
+// The options of a context capped at `isa` (FLASHCPU_ISA_AUTO: no cap)
+// that runs the kernel called `kernel` for every call (nullptr: the
+// choice), with `threads` threads (0: the default).
+flashcpu_context_options KernelOptions(flashcpu_isa isa, const char *kernel, int threads = 0);
+
+// ---- stderr ----------------------------------------------------------------
+
+// Captures what is written to stderr (file descriptor 2) from construction
+// to Take() (or destruction).
+class StderrCapture {
+ public:
+  StderrCapture();
+  ~StderrCapture();
+  StderrCapture(const StderrCapture &) = delete;
+  StderrCapture &operator=(const StderrCapture &) = delete;
+  std::string Take();
+
+ private:
+  bool active_ = true;
+};
+
+// ---- describe and the CPU --------------------------------------------------
+
+// flashcpu_context_describe's whole text for ctx.
+std::string ContextDescription(const flashcpu_context *ctx);
+
+// One line "  <family>: <name>" of the describe text's kernel list.
+struct DescribedKernel {
+  std::string family, name;
+};
+// The kernels ctx's choice tries, in order (the lines after "kernels, in
+// the order the choice tries them:" up to the merge line).
+std::vector<DescribedKernel> DescribedKernels(const flashcpu_context *ctx);
+// The value of `key` on the describe text's "settings: key=value ..." line
+// ("" if absent).
+std::string DescribedSetting(const flashcpu_context *ctx, const std::string &key);
+
+// Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
+bool CpuHasFeature(const std::string &name);
+// Whether this is an x86 CPU whose cpuid vendor is "AuthenticAMD" (some
+// settings' defaults differ there).
+bool VendorIsAmd();
+
 }  // namespace fctest
 
-#endif  // FLASHCPU_TESTS_HALF_FLOAT_H
+#endif  // FLASHCPU_TESTS_SUPPORT_FIXTURES_H

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <utility>
 
-#include "half_float.h"
+#include "fixtures.h"
 
 namespace fctest {
 

@@ -1,7 +1,7 @@
-// The SIMD prefill kernel (q_len > 1: the kernel table's `tiled` slot,
-// fc_attention_prefill__<isa>) against the float64 oracle on every ISA a
-// context can be capped to, each skipped where this CPU lacks it; scalar
-// runs the same cases through the reference kernel.
+// Cases aimed at the prefill kernels' remainders and special paths, run
+// against the float64 oracle on every kernel of the registry that takes
+// them (the split-KV rows take those of up to 64 rows, the bf16-dot rows
+// the bf16 ones), with the default teams and with two threads in one team.
 //
 // The cases aim at the kernel's remainders and special paths:
 //  - head_dim 1, 7, 16, 33, 100 (generic) and 64, 80, 96, 128, 256 (compiled
@@ -29,6 +29,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "kernel_tester.h"
 
 namespace fctest {
 namespace {
@@ -36,75 +37,22 @@ namespace {
 constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, F16 = FLASHCPU_DTYPE_F16,
                          BF16 = FLASHCPU_DTYPE_BF16;
 
-const flashcpu_isa kIsas[] = {FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_AVX512,
-                              FLASHCPU_ISA_NEON};
-
 // How the context's threads are grouped: the defaults (here a team per
 // core), or two threads in one team, so that a tile's register blocks and
 // the K/V staging are shared between ranks (and a rank may have no block).
 enum class Teams { kDefault, kOneTeamOfTwo };
 
-// One context per ISA and team shape for the whole suite (creating one
-// starts threads).
-struct IsaContexts {
-  flashcpu_context *ctx[8][2] = {};
-  ~IsaContexts() {
-    for (auto &per_isa : ctx)
-      for (flashcpu_context *c : per_isa) flashcpu_context_destroy(c);
-  }
-};
-
-flashcpu_context *ContextFor(flashcpu_isa isa, Teams teams) {
-  static IsaContexts contexts;
-  flashcpu_context *&ctx = contexts.ctx[isa][teams == Teams::kOneTeamOfTwo];
-  if (!ctx) {
-    flashcpu_context_options options;
-    flashcpu_context_options_init(&options);
-    options.max_isa = isa;
-    if (teams == Teams::kOneTeamOfTwo) {
-      options.num_threads = 2;
-      options.team_level = FLASHCPU_TEAM_NUMA;
-    }
-    if (flashcpu_context_create(&options, &ctx) != FLASHCPU_OK) {
-      ADD_FAILURE() << "context for " << flashcpu_isa_name(isa) << ": "
-                    << flashcpu_last_error(nullptr);
-      return nullptr;
-    }
-    if (teams == Teams::kOneTeamOfTwo) {
-      EXPECT_EQ(flashcpu_context_num_teams(ctx), 1) << "two threads should form one team";
-    }
-  }
-  return ctx;
-}
-
-// The context's kernel table sends q_len > 1 to this ISA's prefill kernel.
-testing::AssertionResult UsesPrefillKernel(flashcpu_context *ctx, flashcpu_isa isa) {
-  if (flashcpu_context_isa(ctx) != isa)
-    return testing::AssertionFailure() << "context runs " << flashcpu_isa_name(flashcpu_context_isa(ctx));
-  const std::string text = ContextDescription(ctx);
-  const std::string kernel = isa == FLASHCPU_ISA_SCALAR
-                                 ? "fc_attention_tiled__scalar"
-                                 : std::string("fc_attention_prefill__") + flashcpu_isa_name(isa);
-  if (text.find("attention, any rows: " + kernel) == std::string::npos)
-    return testing::AssertionFailure() << "kernel table lacks " << kernel << ":\n" << text;
-  return testing::AssertionSuccess();
-}
-
-// nullptr (and a skip) where this CPU lacks the ISA.
-flashcpu_context *ContextOrSkip(flashcpu_isa isa, Teams teams = Teams::kDefault) {
-  if (!flashcpu_isa_supported(isa)) return nullptr;
-  flashcpu_context *ctx = ContextFor(isa, teams);
+// A context forcing the kernel with the team shape.
+flashcpu_context *TeamContext(Kernel kernel, Teams teams) {
+  if (teams == Teams::kDefault) return KernelContext(kernel);
+  flashcpu_context *ctx = KernelContext(kernel, 2, FLASHCPU_TEAM_NUMA);
   if (ctx) {
-    EXPECT_TRUE(UsesPrefillKernel(ctx, isa));
+    EXPECT_EQ(flashcpu_context_num_teams(ctx), 1) << "two threads should form one team";
   }
   return ctx;
 }
 
-#define SKIP_UNLESS_SUPPORTED(isa)                                                \
-  do {                                                                            \
-    if (!flashcpu_isa_supported(isa))                                             \
-      GTEST_SKIP() << "this CPU (or its OS) lacks " << flashcpu_isa_name(isa);   \
-  } while (0)
+std::string TeamsName(Teams teams) { return teams == Teams::kOneTeamOfTwo ? "team2__" : ""; }
 
 // ---- the oracle sweep ------------------------------------------------------
 
@@ -277,7 +225,6 @@ const PrefillCase kCases[] = {
 };
 
 struct SweepParam {
-  flashcpu_isa isa;
   Teams teams;
   const PrefillCase *test_case;
   uint64_t seed;
@@ -285,42 +232,43 @@ struct SweepParam {
 
 std::vector<SweepParam> SweepParams() {
   std::vector<SweepParam> params;
-  for (flashcpu_isa isa : kIsas)
-    for (Teams teams : {Teams::kDefault, Teams::kOneTeamOfTwo}) {
-      uint64_t seed = teams == Teams::kDefault ? 101 : 1101;
-      for (const PrefillCase &c : kCases) params.push_back({isa, teams, &c, seed++});
-    }
+  for (Teams teams : {Teams::kDefault, Teams::kOneTeamOfTwo}) {
+    uint64_t seed = teams == Teams::kDefault ? 101 : 1101;
+    for (const PrefillCase &c : kCases) params.push_back({teams, &c, seed++});
+  }
   return params;
 }
 
-class PrefillKernel : public testing::TestWithParam<SweepParam> {};
+using PrefillKernel = KernelSuite<SweepParam>;
 
 TEST_P(PrefillKernel, MatchesOracle) {
-  const SweepParam &p = GetParam();
-  SKIP_UNLESS_SUPPORTED(p.isa);
-  flashcpu_context *ctx = ContextOrSkip(p.isa, p.teams);
+  const SweepParam &p = test_case();
+  flashcpu_context *ctx = TeamContext(kernel(), p.teams);
   ASSERT_NE(ctx, nullptr);
   AttentionCase c;
   p.test_case->configure(c);
-  c.seed(p.seed).Test(ctx);
+  c.seed(p.seed);
+  Check(c, ctx);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, PrefillKernel, testing::ValuesIn(SweepParams()),
-                         [](const testing::TestParamInfo<SweepParam> &param_info) {
-                           return std::string(flashcpu_isa_name(param_info.param.isa)) +
-                                  (param_info.param.teams == Teams::kOneTeamOfTwo ? "__team2__"
-                                                                                  : "__") +
-                                  param_info.param.test_case->name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PrefillKernel,
+    testing::ValuesIn(ForEveryKernel<SweepParam>(
+        SweepParams(), TakesConfigured<SweepParam>([](AttentionCase &c, const SweepParam &p) {
+          p.test_case->configure(c);
+        }))),
+    KernelParamName<SweepParam>([](const SweepParam &p) {
+      return TeamsName(p.teams) + p.test_case->name;
+    }));
 
 // ---- non-finite V and the careful PV path -----------------------------------
 
-class PrefillNonFiniteValues
-    : public testing::TestWithParam<std::tuple<flashcpu_isa, Teams>> {
+class PrefillNonFiniteValues : public KernelSuite<Teams> {
  protected:
   void SetUp() override {
-    SKIP_UNLESS_SUPPORTED(std::get<0>(GetParam()));
-    ctx_ = ContextOrSkip(std::get<0>(GetParam()), std::get<1>(GetParam()));
+    KernelSuite<Teams>::SetUp();
+    if (IsSkipped()) return;
+    ctx_ = TeamContext(kernel(), test_case());
     ASSERT_NE(ctx_, nullptr);
   }
   flashcpu_context *ctx_ = nullptr;
@@ -360,7 +308,7 @@ TEST_P(PrefillNonFiniteValues, HiddenByCausalInAPartialBlock) {
       c.q_len(100).kv_len(100).heads(4, 2).head_dim(16).causal().dtypes(dtype, dtype, dtype)
           .seed(7).Build();
       c.v().Set(0, 60, 1, 5, poison);
-      c.Test(ctx_);
+      if (!Check(c, ctx_)) continue;
       if (std::isnan(poison))
         ExpectNanExactlyWhere(c, 100, 4, 16, 5, [](int64_t i, int64_t h) { return h >= 2 && i >= 60; });
       else  // inf in a visible V: that column is inf or NaN, never finite
@@ -378,7 +326,7 @@ TEST_P(PrefillNonFiniteValues, HiddenByWindowInAShortBlock) {
   AttentionCase c;
   c.q_len(kL).kv_len(kS).heads(2, 1).head_dim(16).window(kLeft, kRight).seed(8).Build();
   c.v().Set(0, kKey, 0, 3, NAN);
-  c.Test(ctx_);
+  if (!Check(c, ctx_)) return;
   ExpectNanExactlyWhere(c, kL, 2, 16, 3, [&](int64_t i, int64_t) {
     const int64_t position = i + kS - kL;
     return position - kLeft <= kKey && kKey <= position + kRight;
@@ -394,7 +342,7 @@ TEST_P(PrefillNonFiniteValues, HiddenByTreeMask) {
     c.q_len(kL).kv_len(kS).heads(4, 2).head_dim(16).tree(40).causal(causal).seed(9).Build();
     for (int64_t i = 0; i < kL; i++) c.set_tree_bit(0, i, 15, i % 2 == 0);
     c.v().Set(0, 75, 1, 11, NAN);
-    c.Test(ctx_);
+    if (!Check(c, ctx_)) continue;
     ExpectNanExactlyWhere(c, kL, 4, 16, 11, [&](int64_t i, int64_t h) {
       return h >= 2 && i % 2 == 0 && (!causal || 75 <= i + kS - kL);
     });
@@ -415,7 +363,7 @@ TEST_P(PrefillNonFiniteValues, HiddenByAdditiveMinusInfinity) {
         for (int64_t i = 0; i < kL; i++)
           if (hidden(i, h)) c.additive_at(0, h, i, kKey) = -INFINITY;
       c.v().Set(0, kKey, 1, 4, NAN);
-      c.Test(ctx_);
+      if (!Check(c, ctx_)) continue;
       ExpectNanExactlyWhere(c, kL, 4, 16, 4, [&](int64_t i, int64_t h) {
         return h >= 2 && !hidden(i, h) && (!causal || kKey <= i + kS - kL);
       });
@@ -436,20 +384,18 @@ TEST_P(PrefillNonFiniteValues, VisibleNanPoisonsExactlyThatElement) {
       c.q_len(kL).kv_len(kS).heads(6, 2).head_dim(s.head_dim).v_head_dim(s.v_head_dim)
           .dtypes(dtype, dtype, dtype).seed(11).Build();
       c.v().Set(0, s.key, 0, s.column, NAN);
-      c.Test(ctx_);
+      if (!Check(c, ctx_)) continue;
       ExpectNanExactlyWhere(c, kL, 6, s.v_head_dim, s.column,
                             [](int64_t, int64_t h) { return h < 3; });
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Isas, PrefillNonFiniteValues,
-    testing::Combine(testing::ValuesIn(kIsas),
-                     testing::Values(Teams::kDefault, Teams::kOneTeamOfTwo)),
-    [](const testing::TestParamInfo<std::tuple<flashcpu_isa, Teams>> &param_info) {
-      return std::string(flashcpu_isa_name(std::get<0>(param_info.param))) +
-             (std::get<1>(param_info.param) == Teams::kOneTeamOfTwo ? "__team2" : "");
-    });
+    Teams, PrefillNonFiniteValues,
+    testing::ValuesIn(ForEveryKernel<Teams>({Teams::kDefault, Teams::kOneTeamOfTwo})),
+    KernelParamName<Teams>([](const Teams &teams) {
+      return teams == Teams::kOneTeamOfTwo ? std::string("team2") : std::string("default_teams");
+    }));
 
 }  // namespace
 }  // namespace fctest

@@ -10,7 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
-#include "half_float.h"
+#include "kernel_tester.h"
+#include "fixtures.h"
 #include "structural_inputs.h"
 
 namespace fctest {
@@ -59,8 +60,7 @@ std::vector<StructuralParam> Params() {
   return params;
 }
 
-std::string ParamName(const testing::TestParamInfo<StructuralParam> &info) {
-  const StructuralParam &p = info.param;
+std::string ParamName(const StructuralParam &p) {
   return std::string(p.config->name) + "__" + flashcpu_dtype_name(p.q) + "_" +
          flashcpu_dtype_name(p.kv) + "_" + flashcpu_dtype_name(p.out);
 }
@@ -89,10 +89,10 @@ void MakeAdditiveMaskPure(AttentionCase &c, const Config &config) {
         }
 }
 
-class StructuralExact : public testing::TestWithParam<StructuralParam> {};
+using StructuralExact = KernelSuite<StructuralParam>;
 
 TEST_P(StructuralExact, ZeroQueryGivesMeanOfVisibleValues) {
-  const StructuralParam &p = GetParam();
+  const StructuralParam &p = test_case();
   const Config &config = *p.config;
   AttentionCase c;
   Configure(c, p);
@@ -100,7 +100,7 @@ TEST_P(StructuralExact, ZeroQueryGivesMeanOfVisibleValues) {
   SetZeroQueries(c);
   SetExactValues(c, 11);
   MakeAdditiveMaskPure(c, config);
-  ASSERT_EQ(c.Run(SharedContext()), FLASHCPU_OK) << flashcpu_last_error(SharedContext());
+  if (!RunOk(c)) return;
 
   int64_t rows_checked = 0;
   for (int64_t b = 0; b < config.batch; b++)
@@ -131,14 +131,14 @@ TEST_P(StructuralExact, ZeroQueryGivesMeanOfVisibleValues) {
 }
 
 TEST_P(StructuralExact, ScoreGapGivesExactlyTheWinningValueRow) {
-  const StructuralParam &p = GetParam();
+  const StructuralParam &p = test_case();
   const Config &config = *p.config;
   AttentionCase c;
   Configure(c, p);
   c.scale(kRankScale).Build();
   RankKeys(c);
   SetExactValues(c, 13);
-  ASSERT_EQ(c.Run(SharedContext()), FLASHCPU_OK) << flashcpu_last_error(SharedContext());
+  if (!RunOk(c)) return;
 
   int64_t rows_with_a_winner = 0;
   for (int64_t b = 0; b < config.batch; b++)
@@ -162,12 +162,18 @@ TEST_P(StructuralExact, ScoreGapGivesExactlyTheWinningValueRow) {
   EXPECT_GT(rows_with_a_winner, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, StructuralExact, testing::ValuesIn(Params()), ParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Configs, StructuralExact,
+    testing::ValuesIn(ForEveryKernel<StructuralParam>(
+        Params(), TakesConfigured<StructuralParam>(Configure))),
+    KernelParamName<StructuralParam>(ParamName));
+
+using StructuralExactGqa = KernelOnly;
 
 // GQA: every query head of a group reads its own kv head, h / (Hq / Hkv).
 // With one key per kv head and Q = 0, each output row is that kv head's V
 // row, so a wrong mapping is caught exactly.
-TEST(StructuralExactGqa, EachQueryHeadReadsItsKvHead) {
+TEST_P(StructuralExactGqa, EachQueryHeadReadsItsKvHead) {
   // Groups above 64 leave one query row per tile.
   for (auto [q_heads, kv_heads] :
        {std::pair<int64_t, int64_t>{12, 3}, {7, 7}, {14, 2}, {5, 1}, {96, 1}, {130, 2}}) {
@@ -175,7 +181,7 @@ TEST(StructuralExactGqa, EachQueryHeadReadsItsKvHead) {
     c.q_len(70).kv_len(1).heads(q_heads, kv_heads).head_dim(4).Build();
     SetZeroQueries(c);
     SetExactValues(c, 17);
-    ASSERT_EQ(c.Run(SharedContext()), FLASHCPU_OK);
+    if (!RunOk(c)) continue;
     const int64_t group = q_heads / kv_heads;
     for (int64_t h = 0; h < q_heads; h++)
       for (int64_t i = 0; i < 70; i++)
@@ -184,6 +190,9 @@ TEST(StructuralExactGqa, EachQueryHeadReadsItsKvHead) {
               << "q head " << h << " of " << q_heads << "/" << kv_heads << " row " << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, StructuralExactGqa, testing::ValuesIn(ForEveryKernel()),
+                         KernelOnlyName);
 
 }  // namespace
 }  // namespace fctest

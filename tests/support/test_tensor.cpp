@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "half_float.h"
+#include "fixtures.h"
 
 namespace fctest {
 

@@ -1,5 +1,5 @@
-// NaN through split-KV decode (the kernel flashcpu picks for 1 to 8 query
-// rows), on each ISA's split-KV kernel this CPU runs: NaN in what a row
+// NaN through decode shapes (1 and 4 query rows, keys in several of
+// split-KV's splits), on every kernel of the registry: NaN in what a row
 // reads (q, a visible K or V row) reaches that row's output, in whichever
 // split it lies; NaN in keys the row does not see does not. Each case is
 // also compared with the oracle.
@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "kernel_tester.h"
 
 namespace fctest {
 namespace {
@@ -19,29 +20,13 @@ namespace {
 // 600 keys: three splits of 256 keys (the last partial). GQA 4.
 constexpr int64_t kS = 600, kHq = 8, kHkv = 2, kD = 128;
 
-class DecodeNan : public testing::TestWithParam<std::tuple<flashcpu_isa, flashcpu_dtype>> {
+class DecodeNan : public KernelSuite<flashcpu_dtype> {
  protected:
-  void SetUp() override {
-    const flashcpu_isa isa = std::get<0>(GetParam());
-    if (!flashcpu_isa_supported(isa))
-      GTEST_SKIP() << "this CPU (or its OS) lacks " << flashcpu_isa_name(isa);
-    flashcpu_context_options options;
-    flashcpu_context_options_init(&options);
-    options.max_isa = isa;
-    ASSERT_EQ(flashcpu_context_create(&options, &ctx_), FLASHCPU_OK);
-    const std::string kernel =
-        std::string("split KV: fc_attention_decode_splitkv__") + flashcpu_isa_name(isa);
-    ASSERT_NE(ContextDescription(ctx_).find(kernel), std::string::npos) << ContextDescription(ctx_);
-  }
-  void TearDown() override {
-    if (ctx_) flashcpu_context_destroy(ctx_);
-  }
   AttentionCase &Configure(AttentionCase &c, int64_t rows) {
-    const flashcpu_dtype t = std::get<1>(GetParam());
+    const flashcpu_dtype t = test_case();
     return c.batch(2).q_len(rows).kv_len(kS).heads(kHq, kHkv).head_dim(kD)
         .causal().dtypes(t, t, t).seed(97);
   }
-  flashcpu_context *ctx_ = nullptr;
 };
 
 // The one row of batch b is NaN (output and lse) for the heads poisoned
@@ -63,7 +48,7 @@ TEST_P(DecodeNan, NanQueryPoisonsOnlyThatHead) {
   AttentionCase c;
   Configure(c, 1).Build();
   c.q().Set(1, 0, 5, 100, NAN);
-  c.Test(ctx_);
+  if (!Check(c)) return;
   ExpectNanHeads(c, 1, [](int64_t h) { return h == 5; });
 }
 
@@ -71,7 +56,7 @@ TEST_P(DecodeNan, NanKeyInAMiddleSplitPoisonsItsGroup) {
   AttentionCase c;
   Configure(c, 1).Build();
   c.k().Set(0, 300, 1, 64, NAN);  // split 1, kv head 1: q heads 4..7
-  c.Test(ctx_);
+  if (!Check(c)) return;
   ExpectNanHeads(c, 0, [](int64_t h) { return h / 4 == 1; });
 }
 
@@ -79,7 +64,7 @@ TEST_P(DecodeNan, NanValuePoisonsThatElement) {
   AttentionCase c;
   Configure(c, 1).Build();
   c.v().Set(0, 520, 0, 7, NAN);  // split 2, kv head 0: q heads 0..3
-  c.Test(ctx_);
+  if (!Check(c)) return;
   for (int64_t h = 0; h < kHq; h++) {
     EXPECT_EQ(std::isnan(c.out_at(0, 0, h, 7)), h < 4) << "head " << h;
     EXPECT_TRUE(std::isfinite(c.out_at(0, 0, h, 6))) << "head " << h;
@@ -98,7 +83,7 @@ TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
     c.k().Set(1, 450, 1, d, NAN);     // past batch 1's length
     c.v().Set(1, 450, 1, d, NAN);
   }
-  c.Test(ctx_);
+  if (!Check(c)) return;
   for (int64_t i = 0; i < 4; i++)
     for (int64_t h = 0; h < kHq; h++) {
       if (i == 3 && h < 4) {
@@ -111,13 +96,14 @@ TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    IsasAndDtypes, DecodeNan,
-    testing::Combine(testing::Values(FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON),
-                     testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16)),
-    [](const testing::TestParamInfo<std::tuple<flashcpu_isa, flashcpu_dtype>> &param_info) {
-      return std::string(flashcpu_isa_name(std::get<0>(param_info.param))) + "_" +
-             flashcpu_dtype_name(std::get<1>(param_info.param));
-    });
+    Dtypes, DecodeNan,
+    testing::ValuesIn(ForEveryKernel<flashcpu_dtype>(
+        {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16},
+        TakesConfigured<flashcpu_dtype>([](AttentionCase &c, const flashcpu_dtype &t) {
+          c.batch(2).q_len(4).kv_len(kS).heads(kHq, kHkv).head_dim(kD).dtypes(t, t, t);
+        }))),
+    KernelParamName<flashcpu_dtype>(
+        [](const flashcpu_dtype &dtype) { return std::string(flashcpu_dtype_name(dtype)); }));
 
 }  // namespace
 }  // namespace fctest

@@ -24,6 +24,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fixtures.h"
 #include "flashcpu/flashcpu.h"
 #include "test_tensor.h"
 
@@ -115,6 +116,14 @@ class AttentionCase {
   std::vector<double> OracleRow(int64_t b, int64_t h, int64_t i, double *lse = nullptr) const;
 
   int64_t kv_length_of(int64_t b) const;
+  // The shape and options as set so far (valid before Build): what a
+  // kernel's takes() predicate looks at.
+  struct Shape {
+    int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim, v_head_dim;
+    flashcpu_dtype q, k, v, out;
+    bool causal, softcap, tree, additive, kv_lengths;
+  };
+  Shape shape() const;
   std::string Describe() const;
 
   // For tests of the checker itself: corrupt what a call wrote.
@@ -166,18 +175,6 @@ class AttentionCase {
   std::vector<float> additive_before_;
   std::vector<int64_t> kv_lengths_before_;
 };
-
-// The ISAs with a split-KV decode kernel that this CPU runs.
-std::vector<flashcpu_isa> SplitKvIsas();
-
-// flashcpu_context_describe's whole text for ctx.
-std::string ContextDescription(const flashcpu_context *ctx);
-
-// Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
-bool CpuHasFeature(const std::string &name);
-// Whether this is an x86 CPU whose cpuid vendor is "AuthenticAMD" (some
-// kernel-table defaults differ there).
-bool VendorIsAmd();
 
 }  // namespace fctest
 

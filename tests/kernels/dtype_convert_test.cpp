@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "half_float.h"
+#include "fixtures.h"
 #include "test_tensor.h"  // Rng (header-only)
 
 extern "C" {

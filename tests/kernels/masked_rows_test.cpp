@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "kernel_tester.h"
 
 namespace fctest {
 namespace {
@@ -23,6 +24,9 @@ void ExpectRowEmpty(const AttentionCase &c, int64_t b, int64_t i, int64_t h, int
   ASSERT_EQ(c.lse_at(b, h, i), -INFINITY) << "b=" << b << " i=" << i << " h=" << h;
 }
 
+using FullyMaskedRows = KernelOnly;
+using EmptyStateMerging = KernelOnly;
+
 struct TileLayout {
   int64_t q_heads, kv_heads, q_len;
 };
@@ -33,7 +37,7 @@ std::vector<int64_t> FirstMiddleLastRows(const TileLayout &t) {
   return {0, t.q_len / 2, t.q_len - 1};
 }
 
-TEST(FullyMaskedRows, TreeMaskInFirstMiddleAndLastTile) {
+TEST_P(FullyMaskedRows, TreeMaskInFirstMiddleAndLastTile) {
   for (const TileLayout &t : kTileLayouts)
     for (flashcpu_dtype out : {F32, F16, BF16}) {
       AttentionCase c;
@@ -44,14 +48,14 @@ TEST(FullyMaskedRows, TreeMaskInFirstMiddleAndLastTile) {
       for (int64_t b = 0; b < 2; b++)
         for (int64_t i : FirstMiddleLastRows(t))
           for (int64_t key = 0; key < 130; key++) c.set_tree_bit(b, i, key, false);
-      c.Test();
+      if (!Check(c)) continue;
       for (int64_t b = 0; b < 2; b++)
         for (int64_t i : FirstMiddleLastRows(t))
           for (int64_t h = 0; h < t.q_heads; h++) ExpectRowEmpty(c, b, i, h, 24);
     }
 }
 
-TEST(FullyMaskedRows, AdditiveMaskInFirstMiddleAndLastTile) {
+TEST_P(FullyMaskedRows, AdditiveMaskInFirstMiddleAndLastTile) {
   for (const TileLayout &t : kTileLayouts) {
     AttentionCase c;
     c.q_len(t.q_len).kv_len(70).heads(t.q_heads, t.kv_heads).head_dim(40)
@@ -61,7 +65,7 @@ TEST(FullyMaskedRows, AdditiveMaskInFirstMiddleAndLastTile) {
     // same rows must be unaffected.
     for (int64_t i : FirstMiddleLastRows(t))
       for (int64_t j = 0; j < 70; j++) c.additive_at(0, 1, i, j) = -INFINITY;
-    c.Test();
+    if (!Check(c)) continue;
     for (int64_t i : FirstMiddleLastRows(t)) {
       ExpectRowEmpty(c, 0, i, 1, 40);
       EXPECT_NE(c.lse_at(0, 0, i), -INFINITY) << "row " << i << " head 0";
@@ -71,10 +75,10 @@ TEST(FullyMaskedRows, AdditiveMaskInFirstMiddleAndLastTile) {
 
 // Bottom-right causal with L > S: rows i < L - S see nothing. With group 2
 // (32-row tiles) and L - S = 130, whole tiles and part of one are empty.
-TEST(FullyMaskedRows, CausalRowsBeforeTheFirstKey) {
+TEST_P(FullyMaskedRows, CausalRowsBeforeTheFirstKey) {
   AttentionCase c;
   c.batch(2).q_len(150).kv_len(20).heads(4, 2).head_dim(16).causal().dtypes(BF16, BF16, F32).seed(41);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t b = 0; b < 2; b++)
     for (int64_t i = 0; i < 150; i++)
       for (int64_t h = 0; h < 4; h++) {
@@ -86,11 +90,11 @@ TEST(FullyMaskedRows, CausalRowsBeforeTheFirstKey) {
       }
 }
 
-TEST(FullyMaskedRows, WindowPastTheKeys) {
+TEST_P(FullyMaskedRows, WindowPastTheKeys) {
   // Right window 2 with L - S = 70: rows i < 68 see nothing.
   AttentionCase c;
   c.q_len(100).kv_len(30).heads(3, 3).head_dim(8).window(1, 2).seed(43);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < 100; i++) {
     if (i < 68) {
       ExpectRowEmpty(c, 0, i, 2, 8);
@@ -100,23 +104,23 @@ TEST(FullyMaskedRows, WindowPastTheKeys) {
   }
 }
 
-TEST(FullyMaskedRows, KvLengthZeroForOneBatch) {
+TEST_P(FullyMaskedRows, KvLengthZeroForOneBatch) {
   for (bool causal : {false, true}) {
     AttentionCase c;
     c.batch(3).q_len(70).kv_len(90).heads(4, 1).head_dim(64).causal(causal)
         .kv_lengths({90, 0, 33}).dtypes(F16, BF16, F16).seed(47);
-    c.Test();
+    if (!Check(c)) continue;
     for (int64_t i = 0; i < 70; i++)
       for (int64_t h = 0; h < 4; h++) ExpectRowEmpty(c, 1, i, h, 64);
   }
 }
 
-TEST(FullyMaskedRows, EmptyKeyValueViews) {
+TEST_P(FullyMaskedRows, EmptyKeyValueViews) {
   // S = 0: k and v have no rows at all; every row is empty.
   for (flashcpu_dtype out : {F32, F16, BF16}) {
     AttentionCase c;
     c.batch(2).q_len(65).kv_len(0).heads(6, 3).head_dim(100).dtypes(F32, F32, out).seed(53);
-    c.Test();
+    if (!Check(c)) continue;
     for (int64_t b = 0; b < 2; b++)
       for (int64_t i = 0; i < 65; i++)
         for (int64_t h = 0; h < 6; h++) ExpectRowEmpty(c, b, i, h, 100);
@@ -127,7 +131,7 @@ TEST(FullyMaskedRows, EmptyKeyValueViews) {
 // in one 64-key block at a time. Rows whose first visible key is deep in a
 // later block, or whose blocks after the first are all hidden, must merge
 // an empty side without NaN from -inf - (-inf).
-TEST(EmptyStateMerging, VisibleKeysOnlyInALaterBlock) {
+TEST_P(EmptyStateMerging, VisibleKeysOnlyInALaterBlock) {
   AttentionCase c;
   c.q_len(8).kv_len(200).heads(2, 2).head_dim(16).additive(AdditivePattern::kFull, 0.0).seed(59);
   c.Build();
@@ -137,10 +141,10 @@ TEST(EmptyStateMerging, VisibleKeysOnlyInALaterBlock) {
         // Row i sees only keys from 128 + 9 * i on (the last block at most).
         if (j < 128 + 9 * i) c.additive_at(0, h, i, j) = -INFINITY;
       }
-  c.Test();
+  if (!Check(c)) return;
 }
 
-TEST(EmptyStateMerging, LaterBlocksFullyHidden) {
+TEST_P(EmptyStateMerging, LaterBlocksFullyHidden) {
   AttentionCase c;
   c.q_len(8).kv_len(200).heads(2, 1).head_dim(16).tree(136, 0.5).seed(61);
   c.Build();
@@ -148,18 +152,18 @@ TEST(EmptyStateMerging, LaterBlocksFullyHidden) {
   // blocks 1 to 3 are then all hidden but one key.
   for (int64_t i = 0; i < 8; i++)
     for (int64_t key = 0; key < 136; key++) c.set_tree_bit(0, i, key, key == i);
-  c.Test();
+  if (!Check(c)) return;
 }
 
-TEST(EmptyStateMerging, OnlyTheLastKeyVisible) {
+TEST_P(EmptyStateMerging, OnlyTheLastKeyVisible) {
   for (int64_t kv_len : {1, 63, 64, 65, 128, 129}) {
     AttentionCase c;
     c.q_len(3).kv_len(kv_len).heads(2, 2).head_dim(8).window(0, 0).seed(67);
-    c.Test();  // the last row sees only key S - 1, the others one key each
+    if (!Check(c)) continue;  // the last row sees only key S - 1, the others one key each
   }
 }
 
-TEST(EmptyStateMerging, LargeNegativeScoresDoNotUnderflowToEmpty) {
+TEST_P(EmptyStateMerging, LargeNegativeScoresDoNotUnderflowToEmpty) {
   // Every visible score near -300: exp of the raw score underflows, but the
   // max-subtracted weights do not; the rows are not empty.
   AttentionCase c;
@@ -169,9 +173,14 @@ TEST(EmptyStateMerging, LargeNegativeScoresDoNotUnderflowToEmpty) {
     for (int64_t d = 0; d < 32; d++) c.k().Set(0, j, 0, d, std::fabs(c.k().Get(0, j, 0, d)));
   for (int64_t i = 0; i < 16; i++)
     for (int64_t d = 0; d < 32; d++) c.q().Set(0, i, 0, d, -std::fabs(c.q().Get(0, i, 0, d)));
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < 16; i++) EXPECT_LT(c.lse_at(0, 0, i), -50.0) << "row " << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, FullyMaskedRows, testing::ValuesIn(ForEveryKernel()),
+                         KernelOnlyName);
+INSTANTIATE_TEST_SUITE_P(Kernels, EmptyStateMerging, testing::ValuesIn(ForEveryKernel()),
+                         KernelOnlyName);
 
 }  // namespace
 }  // namespace fctest

@@ -1,5 +1,6 @@
 // Random attention cases against the oracle over dtype x mask kind x layout
-// x GQA ratio x head_dim x lengths. The full product is far too large, so
+// x GQA ratio x head_dim x lengths, on every kernel of the registry (each
+// row gets the cases its takes() accepts). The full product is far too large, so
 // the sweep is a covering design: a few pairs of dimensions are crossed in
 // full, the other dimensions of each case are drawn from a fixed seed, and
 // a last suite draws every dimension at random. Every case name spells its
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "kernel_tester.h"
 #include "test_tensor.h"
 
 namespace fctest {
@@ -182,8 +184,7 @@ std::string MaskName(unsigned mask) {
   return name;
 }
 
-std::string CaseName(const testing::TestParamInfo<SweepCase> &info) {
-  const SweepCase &c = info.param;
+std::string CaseName(const SweepCase &c, size_t index) {
   const Lengths &n = kLengths[c.lengths];
   return DtypeSetName(kDtypeSets[c.dtypes]) + "__" + MaskName(kMaskKinds[c.mask]) + "__" +
          LayoutName(kLayouts[c.layout]) + "__h" + std::to_string(kGqas[c.gqa].q_heads) + "_" +
@@ -191,13 +192,42 @@ std::string CaseName(const testing::TestParamInfo<SweepCase> &info) {
          "__L" + std::to_string(n.q_len) + "_S" + std::to_string(n.kv_len) + "__b" +
          std::to_string(c.batch) + (c.kv_lengths ? "_kvlen" : "") + (c.lse ? "" : "_nolse") +
          (c.large ? "__large" : "__small") +
-         "__" + std::to_string(info.index);
+         "__" + std::to_string(index);
 }
 
-class AttentionSweep : public testing::TestWithParam<SweepCase> {};
+// Shape of the case (what a row's takes() reads); the options are drawn
+// by Configure below.
+void ConfigureShape(AttentionCase &attention, const SweepCase &c) {
+  const DtypeSet &dtypes = kDtypeSets[c.dtypes];
+  const Lengths &n = kLengths[c.lengths];
+  attention.batch(c.batch)
+      .q_len(n.q_len)
+      .kv_len(n.kv_len)
+      .heads(kGqas[c.gqa].q_heads, kGqas[c.gqa].kv_heads)
+      .head_dim(kHeadDims[c.head_dim])
+      .dtypes(dtypes.q, dtypes.k, dtypes.v, dtypes.out);
+}
+
+// A suite's cases, each named with its index in the suite, on every row.
+struct IndexedCase {
+  SweepCase sweep;
+  size_t index;
+};
+std::vector<KernelParam<IndexedCase>> OnEveryKernel(const std::vector<SweepCase> &cases) {
+  std::vector<IndexedCase> indexed;
+  for (size_t n = 0; n < cases.size(); n++) indexed.push_back({cases[n], n});
+  return ForEveryKernel<IndexedCase>(
+      indexed, TakesConfigured<IndexedCase>([](AttentionCase &a, const IndexedCase &c) {
+        ConfigureShape(a, c.sweep);
+      }));
+}
+const auto kName = KernelParamName<IndexedCase>(
+    [](const IndexedCase &c) { return CaseName(c.sweep, c.index); });
+
+using AttentionSweep = KernelSuite<IndexedCase>;
 
 TEST_P(AttentionSweep, MatchesOracle) {
-  const SweepCase &c = GetParam();
+  const SweepCase &c = test_case().sweep;
   const DtypeSet &dtypes = kDtypeSets[c.dtypes];
   const unsigned mask = kMaskKinds[c.mask];
   const Lengths &n = kLengths[c.lengths];
@@ -235,14 +265,14 @@ TEST_P(AttentionSweep, MatchesOracle) {
     attention.additive(static_cast<AdditivePattern>(rng.Below(5)), 0.1);
   if (mask & kSoftcap) attention.softcap(c.large ? 30.0f : 0.5f);
   if (rng.Chance(0.15)) attention.scale(rng.Chance(0.5) ? 0.3f : -0.2f);
-  attention.Test();
+  Check(attention);
 }
 
-INSTANTIATE_TEST_SUITE_P(DtypeByMask, AttentionSweep, testing::ValuesIn(DtypeByMask()), CaseName);
-INSTANTIATE_TEST_SUITE_P(HeadDimByLayout, AttentionSweep, testing::ValuesIn(HeadDimByLayout()), CaseName);
-INSTANTIATE_TEST_SUITE_P(GqaByLengths, AttentionSweep, testing::ValuesIn(GqaByLengths()), CaseName);
-INSTANTIATE_TEST_SUITE_P(MaskByLengths, AttentionSweep, testing::ValuesIn(MaskByLengths()), CaseName);
-INSTANTIATE_TEST_SUITE_P(RandomMix, AttentionSweep, testing::ValuesIn(RandomMix()), CaseName);
+INSTANTIATE_TEST_SUITE_P(DtypeByMask, AttentionSweep, testing::ValuesIn(OnEveryKernel(DtypeByMask())), kName);
+INSTANTIATE_TEST_SUITE_P(HeadDimByLayout, AttentionSweep, testing::ValuesIn(OnEveryKernel(HeadDimByLayout())), kName);
+INSTANTIATE_TEST_SUITE_P(GqaByLengths, AttentionSweep, testing::ValuesIn(OnEveryKernel(GqaByLengths())), kName);
+INSTANTIATE_TEST_SUITE_P(MaskByLengths, AttentionSweep, testing::ValuesIn(OnEveryKernel(MaskByLengths())), kName);
+INSTANTIATE_TEST_SUITE_P(RandomMix, AttentionSweep, testing::ValuesIn(OnEveryKernel(RandomMix())), kName);
 
 }  // namespace
 }  // namespace fctest

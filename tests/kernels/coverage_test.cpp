@@ -1,7 +1,6 @@
-// The attention call against the oracle on every ISA a context can be capped
-// to (scalar, AVX2, AVX-512, NEON), each skipped where this CPU lacks it. The
-// per-ISA code (f16/bf16 row converters today, kernels later) differs by ISA,
-// so every ISA gets the dtype mixes, odd head_dims and masks that stress it.
+// Dtype mixes, odd head_dims and masks that stress each ISA's code (its
+// kernels and its f16/bf16 row converters), against the oracle on every
+// kernel of the registry that takes them.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -10,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "kernel_tester.h"
 
 namespace fctest {
 namespace {
@@ -57,41 +57,28 @@ const IsaCase kIsaCases[] = {
      }},
 };
 
-struct IsaParam {
-  flashcpu_isa isa;
-  const IsaCase *test_case;
-};
+using KernelCoverage = KernelSuite<const IsaCase *>;
 
-std::vector<IsaParam> Params() {
-  std::vector<IsaParam> params;
-  for (flashcpu_isa isa : {FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_AVX512, FLASHCPU_ISA_NEON})
-    for (const IsaCase &c : kIsaCases) params.push_back({isa, &c});
-  return params;
-}
-
-class AttentionOnEveryIsa : public testing::TestWithParam<IsaParam> {};
-
-TEST_P(AttentionOnEveryIsa, MatchesOracle) {
-  const IsaParam &p = GetParam();
-  if (!flashcpu_isa_supported(p.isa))
-    GTEST_SKIP() << "this CPU (or its OS) lacks " << flashcpu_isa_name(p.isa);
-  flashcpu_context_options options;
-  flashcpu_context_options_init(&options);
-  options.max_isa = p.isa;
-  flashcpu_context *ctx = nullptr;
-  ASSERT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_OK) << flashcpu_last_error(nullptr);
-  EXPECT_EQ(flashcpu_context_isa(ctx), p.isa);
+TEST_P(KernelCoverage, MatchesOracle) {
   AttentionCase c;
-  p.test_case->configure(c);
-  c.seed(29).Test(ctx);
-  flashcpu_context_destroy(ctx);
+  test_case()->configure(c);
+  c.seed(29);
+  if (!Check(c)) return;
+  EXPECT_EQ(flashcpu_context_isa(ctx()), kernel()->isa);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, AttentionOnEveryIsa, testing::ValuesIn(Params()),
-                         [](const testing::TestParamInfo<IsaParam> &param_info) {
-                           return std::string(flashcpu_isa_name(param_info.param.isa)) + "__" +
-                                  param_info.param.test_case->name;
-                         });
+std::vector<const IsaCase *> CasePointers() {
+  std::vector<const IsaCase *> cases;
+  for (const IsaCase &c : kIsaCases) cases.push_back(&c);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, KernelCoverage,
+    testing::ValuesIn(ForEveryKernel<const IsaCase *>(
+        CasePointers(), TakesConfigured<const IsaCase *>(
+                            [](AttentionCase &c, const IsaCase *const &p) { p->configure(c); }))),
+    KernelParamName<const IsaCase *>([](const IsaCase *const &p) { return std::string(p->name); }));
 
 }  // namespace
 }  // namespace fctest

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "c_abi_helpers.h"
+#include "fixtures.h"
 #include "flashcpu/flashcpu.h"
 
 namespace {
@@ -105,15 +106,11 @@ TEST(Context, HonoursExplicitThreadCount) {
 }
 
 TEST(Context, DefaultThreadCountFollowsOmpNumThreads) {
-  const char *saved = std::getenv("OMP_NUM_THREADS");
-  const std::string previous = saved ? saved : "";
-  setenv("OMP_NUM_THREADS", "5", 1);
+  fctest::ScopedEnv threads("OMP_NUM_THREADS", "5");
   flashcpu_context *ctx = nullptr;
   ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
   EXPECT_EQ(flashcpu_context_num_threads(ctx), 5);
   flashcpu_context_destroy(ctx);
-  if (saved) setenv("OMP_NUM_THREADS", previous.c_str(), 1);
-  else unsetenv("OMP_NUM_THREADS");
 }
 
 TEST(Context, RejectsNegativeThreadCount) {

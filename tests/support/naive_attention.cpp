@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "half_float.h"
+#include "fixtures.h"
 
 namespace fctest {
 namespace {

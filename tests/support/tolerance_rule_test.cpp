@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
-#include "half_float.h"
+#include "fixtures.h"
 #include "tolerance.h"
 
 namespace fctest {

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "kernel_tester.h"
 
 namespace fctest {
 namespace {
@@ -21,13 +22,13 @@ AttentionCase &Configure(AttentionCase &c, flashcpu_dtype dtype) {
       .dtypes(dtype, dtype, dtype).seed(83);
 }
 
-class NanPropagation : public testing::TestWithParam<flashcpu_dtype> {};
+using NanPropagation = KernelSuite<flashcpu_dtype>;
 
 TEST_P(NanPropagation, NanQueryRowPoisonsOnlyThatRow) {
   AttentionCase c;
-  Configure(c, GetParam()).Build();
+  Configure(c, test_case()).Build();
   c.q().Set(1, 40, 3, 5, NAN);
-  c.Test();
+  if (!Check(c)) return;
   EXPECT_TRUE(c.out_row_has_nan(1, 40, 3));
   EXPECT_TRUE(std::isnan(c.lse_at(1, 3, 40)));
   EXPECT_TRUE(c.out_row_finite(1, 40, 2)) << "same row, the other head of the group";
@@ -37,10 +38,10 @@ TEST_P(NanPropagation, NanQueryRowPoisonsOnlyThatRow) {
 
 TEST_P(NanPropagation, NanVisibleKeyPoisonsTheRowsThatSeeIt) {
   AttentionCase c;
-  Configure(c, GetParam()).Build();
+  Configure(c, test_case()).Build();
   const int64_t key = 50;  // first seen by row 50 - 30 = 20
   c.k().Set(0, key, 1, 0, NAN);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < kL; i++)
     for (int64_t h = 0; h < kHq; h++) {
       const bool sees = h / 2 == 1 && key <= i + kOffset;
@@ -55,10 +56,10 @@ TEST_P(NanPropagation, NanVisibleKeyPoisonsTheRowsThatSeeIt) {
 
 TEST_P(NanPropagation, NanVisibleValuePoisonsThatElementOfTheRowsThatSeeIt) {
   AttentionCase c;
-  Configure(c, GetParam()).Build();
+  Configure(c, test_case()).Build();
   const int64_t key = 64;  // first key of the second KV block
   c.v().Set(0, key, 0, 7, NAN);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < kL; i++)
     for (int64_t h = 0; h < 2; h++) {
       const bool sees = key <= i + kOffset;
@@ -70,7 +71,7 @@ TEST_P(NanPropagation, NanVisibleValuePoisonsThatElementOfTheRowsThatSeeIt) {
 
 TEST_P(NanPropagation, NanInKeysARowDoesNotSeeIsIgnored) {
   AttentionCase c;
-  Configure(c, GetParam()).kv_lengths({kS, 80}).tree(10, 0.6).Build();
+  Configure(c, test_case()).kv_lengths({kS, 80}).tree(10, 0.6).Build();
   // Batch 0: the newest key, which causal hides from every row but the
   // last; batch 1: a row past its kv length is not even part of the call.
   for (int64_t d = 0; d < kD; d++) {
@@ -89,7 +90,7 @@ TEST_P(NanPropagation, NanInKeysARowDoesNotSeeIsIgnored) {
     c.k().Set(1, 75, 0, d, NAN);
     c.v().Set(1, 75, 0, d, NAN);
   }
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < kL - 1; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
   EXPECT_TRUE(c.out_row_has_nan(0, kL - 1, 0));  // the last row does see key S - 1
   // Rows 65..68 see key 75 when their random tree bit says so (the oracle
@@ -103,10 +104,10 @@ TEST_P(NanPropagation, NanInKeysARowDoesNotSeeIsIgnored) {
 
 TEST_P(NanPropagation, NanVisibleAdditiveValuePoisonsThatRow) {
   AttentionCase c;
-  Configure(c, GetParam()).additive(AdditivePattern::kFull, 0.0).Build();
+  Configure(c, test_case()).additive(AdditivePattern::kFull, 0.0).Build();
   c.additive_at(0, 2, 33, 12) = NAN;   // key 12 <= 33 + 30: visible
   c.additive_at(0, 1, 10, 90) = NAN;   // key 90 > 10 + 30: causally hidden
-  c.Test();
+  if (!Check(c)) return;
   EXPECT_TRUE(c.out_row_has_nan(0, 33, 2));
   EXPECT_TRUE(std::isnan(c.lse_at(0, 2, 33)));
   EXPECT_TRUE(c.out_row_finite(0, 33, 3));
@@ -116,10 +117,10 @@ TEST_P(NanPropagation, NanVisibleAdditiveValuePoisonsThatRow) {
 TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanValue) {
   // A key whose final score is -inf contributes nothing, NaN V included.
   AttentionCase c;
-  Configure(c, GetParam()).additive(AdditivePattern::kKeyPadding, 0.0).Build();
+  Configure(c, test_case()).additive(AdditivePattern::kKeyPadding, 0.0).Build();
   for (int64_t i = 0; i < kL; i++) c.additive_at(0, 0, i, 20) = -INFINITY;
   for (int64_t d = 0; d < kD; d++) c.v().Set(0, 20, 0, d, NAN);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
 }
 
@@ -130,28 +131,31 @@ TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanValue) {
 // hides is fully masked (0 and -inf, never NaN) even with a NaN q row.
 TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanKey) {
   AttentionCase c;
-  Configure(c, GetParam()).additive(AdditivePattern::kKeyPadding, 0.0).Build();
+  Configure(c, test_case()).additive(AdditivePattern::kKeyPadding, 0.0).Build();
   for (int64_t i = 0; i < kL; i++) c.additive_at(0, 0, i, 20) = -INFINITY;
   for (int64_t d = 0; d < kD; d++) c.k().Set(0, 20, 0, d, NAN);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
 }
 
 TEST_P(NanPropagation, NanQueryInRowHiddenByAdditiveMaskGivesEmptyRow) {
   AttentionCase c;
-  Configure(c, GetParam()).additive(AdditivePattern::kFull, 0.0).Build();
+  Configure(c, test_case()).additive(AdditivePattern::kFull, 0.0).Build();
   for (int64_t j = 0; j < kS; j++) c.additive_at(0, 0, 5, j) = -INFINITY;
   c.q().Set(0, 5, 0, 0, NAN);
-  c.Test();
+  if (!Check(c)) return;
   for (int64_t d = 0; d < kD; d++) EXPECT_EQ(c.out_at(0, 5, 0, d), 0.0);
   EXPECT_EQ(c.lse_at(0, 0, 5), -INFINITY);
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, NanPropagation,
-                         testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16),
-                         [](const testing::TestParamInfo<flashcpu_dtype> &param_info) {
-                           return std::string(flashcpu_dtype_name(param_info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, NanPropagation,
+    testing::ValuesIn(ForEveryKernel<flashcpu_dtype>(
+        {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16},
+        TakesConfigured<flashcpu_dtype>(
+            [](AttentionCase &c, const flashcpu_dtype &dtype) { Configure(c, dtype); }))),
+    KernelParamName<flashcpu_dtype>(
+        [](const flashcpu_dtype &dtype) { return std::string(flashcpu_dtype_name(dtype)); }));
 
 }  // namespace
 }  // namespace fctest
