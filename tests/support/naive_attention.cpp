@@ -39,7 +39,7 @@ bool TreeAllows(const flashcpu_tree_mask *tree, int64_t b, int64_t i, int64_t ke
 
 // The dot product in `lanes` interleaved partial sums, added up in order.
 float Dot(const float *a, const float *b, int64_t n, int lanes) {
-  float partial[16] = {0};
+  float partial[32] = {0}; // lanes <= 32
   int64_t d = 0;
   for (; d + lanes <= n; d += lanes)
     for (int lane = 0; lane < lanes; lane++) partial[lane] += a[d + lane] * b[d + lane];
@@ -51,8 +51,12 @@ float Dot(const float *a, const float *b, int64_t n, int lanes) {
 
 }  // namespace
 
-const NaiveFormulation kNaiveFormulations[4] = {
-    {false, 1}, {true, 1}, {true, 8}, {false, 16}};
+// The SIMD kernels sum dot products in 4 to 32 lanes of pre-scaled q; at
+// large scores the rounding of the score dominates, and its size depends
+// on that order, so err_base samples each of those orders.
+const NaiveFormulation kNaiveFormulations[7] = {
+    {false, 1}, {true, 1}, {true, 4}, {true, 8}, {false, 16}, {true, 16},
+    {true, 32}};
 
 void NaiveAttentionHeadF32(const flashcpu_tensor &q, const flashcpu_tensor &k,
                            const flashcpu_tensor &v,

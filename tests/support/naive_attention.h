@@ -30,7 +30,7 @@ struct NaiveFormulation {
   int dot_lanes = 1;  // partial sums in the dot product
 };
 // The formulations the tolerance rule takes err_base over.
-extern const NaiveFormulation kNaiveFormulations[4];
+extern const NaiveFormulation kNaiveFormulations[7];
 
 // Every row of (batch b, query head h): out gets q.dims[1] rows of
 // v.dims[3] floats (row-major), lse q.dims[1] natural-log values. A row that
