@@ -95,6 +95,29 @@ TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
     }
 }
 
+// Every key count around the kernels' 16-key blocks, D = 1: NaN in q, in
+// the one visible key (window (0, 0)) or in its value gives NaN, never the
+// empty row (0, -inf) that max instructions dropping NaN once produced.
+TEST_P(DecodeNan, NanNeverBecomesAnEmptyRowAtAnyKeyCount) {
+  const flashcpu_dtype t = test_case();
+  for (int64_t keys = 1; keys <= 33; keys++)
+    for (int where = 0; where < 3; where++) {
+      SCOPED_TRACE("keys " + std::to_string(keys) + ", NaN in " +
+                   (where == 0 ? "q" : where == 1 ? "k" : "v"));
+      AttentionCase c;
+      c.batch(1).q_len(1).kv_len(keys).heads(1, 1).head_dim(1)
+          .dtypes(t, t, t).seed(static_cast<uint64_t>(keys));
+      if (where > 0) c.causal().window(0, 0);
+      c.Build();
+      if (where == 0) c.q().Set(0, 0, 0, 0, NAN);
+      if (where == 1) c.k().Set(0, keys - 1, 0, 0, NAN);
+      if (where == 2) c.v().Set(0, keys - 1, 0, 0, NAN);
+      if (!Check(c)) return;
+      EXPECT_TRUE(std::isnan(c.out_at(0, 0, 0, 0)));
+      if (where < 2) EXPECT_TRUE(std::isnan(c.lse_at(0, 0, 0)));
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Dtypes, DecodeNan,
     testing::ValuesIn(ForEveryKernel<flashcpu_dtype>(
