@@ -27,9 +27,7 @@ void fc_settings_default(fc_settings *s, const fc_cpu_features *cpu) {
   s->launch = FC_LAUNCH_POOL;
 }
 
-static int fail(char *error, size_t size, const char *format, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *error, size_t size, const char *format, ...) {
+int fc_settings_error(char *error, size_t size, const char *format, ...) {
   va_list args;
   va_start(args, format);
   if (size) vsnprintf(error, size, format, args);
@@ -70,7 +68,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
       number = number * 10 + (value[i] - '0');
     if (value_length == 0 || i != value_length ||
         number > FC_SPLITKV_MAX_ROWS)
-      return fail(error, error_size,
+      return fc_settings_error(error, error_size,
                   "splitkv_max_rows = \"%.*s\": expected an integer from 0 "
                   "to %d",
                   shown, value, FC_SPLITKV_MAX_ROWS);
@@ -80,7 +78,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
   if (text_is(key, key_length, "launch")) {
     int word = word_index(value, value_length, launch_words);
     if (word < 0)
-      return fail(error, error_size,
+      return fc_settings_error(error, error_size,
                   "launch = \"%.*s\": expected pool or region", shown, value);
     s->launch = word == 0 ? FC_LAUNCH_POOL : FC_LAUNCH_REGION;
     return 0;
@@ -90,7 +88,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
     const bool prefill = key[0] == 'p';
     int word = word_index(value, value_length, switch_words);
     if (word < 0)
-      return fail(error, error_size, "%.*s = \"%.*s\": expected auto, on or off",
+      return fc_settings_error(error, error_size, "%.*s = \"%.*s\": expected auto, on or off",
                   (int)key_length, key, shown, value);
     if (prefill)
       set_switch(&s->kernel.prefill_bf16_dot, word, false);
@@ -102,7 +100,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
   if (text_is(key, key_length, "decode_prefetch")) {
     int word = word_index(value, value_length, prefetch_words);
     if (word < 0)
-      return fail(error, error_size,
+      return fc_settings_error(error, error_size,
                   "decode_prefetch = \"%.*s\": expected auto, l1 or l2", shown,
                   value);
     s->kernel.decode_prefetch_l1 = word == 0 ? cpu->vendor_amd : word == 1;
@@ -125,7 +123,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
         snprintf(known + used, sizeof known - used, "%s%s", k ? ", " : "",
                  fc_attention_kernels[k].name);
       }
-      return fail(error, error_size,
+      return fc_settings_error(error, error_size,
                   "kernel = \"%.*s\": no kernel of that name in this build "
                   "(auto, %s)",
                   shown, value, known);
@@ -134,7 +132,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
     return 0;
   }
   const int key_shown = key_length > 64 ? 64 : (int)key_length;
-  return fail(error, error_size,
+  return fc_settings_error(error, error_size,
               "unknown key \"%.*s\" (known: splitkv_max_rows, launch, "
               "prefill_bf16_dot, decode_bf16_dot, decode_prefetch, kernel)",
               key_shown, key);
@@ -145,7 +143,7 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
                               size_t error_size) {
   if (o->splitkv_max_rows != -1) {
     if (o->splitkv_max_rows < 0 || o->splitkv_max_rows > FC_SPLITKV_MAX_ROWS)
-      return fail(error, error_size,
+      return fc_settings_error(error, error_size,
                   "splitkv_max_rows is %d; expected -1 (default) or 0 to %d",
                   o->splitkv_max_rows, FC_SPLITKV_MAX_ROWS);
     s->kernel.splitkv_max_rows = o->splitkv_max_rows;
@@ -155,7 +153,7 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
   case FLASHCPU_LAUNCH_POOL: s->launch = FC_LAUNCH_POOL; break;
   case FLASHCPU_LAUNCH_REGION: s->launch = FC_LAUNCH_REGION; break;
   default:
-    return fail(error, error_size,
+    return fc_settings_error(error, error_size,
                 "launch is %d; expected a flashcpu_launch_mode", (int)o->launch);
   }
   const flashcpu_setting switches[2] = {o->prefill_bf16_dot,
@@ -165,7 +163,7 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
   for (int i = 0; i < 2; i++) {
     if ((int)switches[i] < FLASHCPU_SETTING_AUTO ||
         (int)switches[i] > FLASHCPU_SETTING_OFF)
-      return fail(error, error_size,
+      return fc_settings_error(error, error_size,
                   "%s is %d; expected a flashcpu_setting", names[i],
                   (int)switches[i]);
     if (switches[i] != FLASHCPU_SETTING_AUTO)
@@ -176,7 +174,7 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
   case FLASHCPU_PREFETCH_L1: s->kernel.decode_prefetch_l1 = true; break;
   case FLASHCPU_PREFETCH_L2: s->kernel.decode_prefetch_l1 = false; break;
   default:
-    return fail(error, error_size,
+    return fc_settings_error(error, error_size,
                 "decode_prefetch is %d; expected a flashcpu_prefetch_level",
                 (int)o->decode_prefetch);
   }
@@ -185,7 +183,7 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
     char message[1536];
     if (fc_settings_set(s, cpu, "kernel", 6, o->kernel, strlen(o->kernel),
                         message, sizeof message) != 0)
-      return fail(error, error_size, "%s", message);
+      return fc_settings_error(error, error_size, "%s", message);
   }
   return 0;
 }

@@ -27,6 +27,11 @@ typedef struct fc_settings {
   char forced_kernel[FC_KERNEL_NAME_MAX]; /* "" : choose per call */
 } fc_settings;
 
+/* Formats a message into error (error_size bytes) and returns -1: the
+ * failure path of the settings and tune-file parsers. */
+int fc_settings_error(char *error, size_t error_size, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* The built-in defaults for this CPU. */
 void fc_settings_default(fc_settings *s, const fc_cpu_features *cpu);
 

@@ -2,7 +2,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,15 +9,6 @@
 #define FC_TUNE_FILE_MAX_BYTES (64 * 1024)
 #define FC_TUNE_HEADER "flashcpu-tune"
 
-static int fail(char *error, size_t error_size, const char *format, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *error, size_t error_size, const char *format, ...) {
-  va_list args;
-  va_start(args, format);
-  if (error_size) vsnprintf(error, error_size, format, args);
-  va_end(args);
-  return -1;
-}
 
 static int is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
@@ -62,17 +52,17 @@ int fc_tune_text_apply(const char *text, const char *name, fc_settings *s,
       if ((size_t)(end - begin) <= header_length ||
           strncmp(begin, FC_TUNE_HEADER, header_length) != 0 ||
           !is_blank(*v))
-        return fail(error, error_size,
+        return fc_settings_error(error, error_size,
                     "%s:%d: expected the header line \"" FC_TUNE_HEADER
                     " %d\" (is this a flashcpu tune file?)",
                     name, line, FC_TUNE_FILE_VERSION);
       while (v < end && is_blank(*v)) v++;
       if (parse_count(v, end, &version) != 0)
-        return fail(error, error_size,
+        return fc_settings_error(error, error_size,
                     "%s:%d: the header's version \"%.*s\" is not a number",
                     name, line, (int)(end - v), v);
       if (version != FC_TUNE_FILE_VERSION)
-        return fail(error, error_size,
+        return fc_settings_error(error, error_size,
                     "%s:%d: tune file version %lld; this library reads "
                     "version %d (run flashcpu tune again)",
                     name, line, version, FC_TUNE_FILE_VERSION);
@@ -81,7 +71,7 @@ int fc_tune_text_apply(const char *text, const char *name, fc_settings *s,
     }
     const char *equals = memchr(begin, '=', (size_t)(end - begin));
     if (!equals)
-      return fail(error, error_size,
+      return fc_settings_error(error, error_size,
                   "%s:%d: expected \"key = value\", got \"%.*s\"", name, line,
                   (int)(end - begin), begin);
     const char *key_end = equals, *value = equals + 1;
@@ -92,13 +82,13 @@ int fc_tune_text_apply(const char *text, const char *name, fc_settings *s,
     for (int k = 0; k < seen_count; k++)
       if (strlen(seen[k]) == key_length &&
           strncmp(seen[k], begin, key_length) == 0)
-        return fail(error, error_size,
+        return fc_settings_error(error, error_size,
                     "%s:%d: %.*s is given twice (first on line %d)", name,
                     line, key_shown, begin, seen_lines[k]);
     char message[1536];
     if (fc_settings_set(&result, cpu, begin, key_length, value,
                         (size_t)(end - value), message, sizeof message) != 0)
-      return fail(error, error_size, "%s:%d: %s", name, line, message);
+      return fc_settings_error(error, error_size, "%s:%d: %s", name, line, message);
     if (seen_count < 8 && key_length < sizeof seen[0]) {
       memcpy(seen[seen_count], begin, key_length);
       seen[seen_count][key_length] = '\0';
@@ -106,7 +96,7 @@ int fc_tune_text_apply(const char *text, const char *name, fc_settings *s,
     }
   }
   if (!have_header)
-    return fail(error, error_size,
+    return fc_settings_error(error, error_size,
                 "%s: empty; a tune file starts with \"" FC_TUNE_HEADER
                 " %d\"",
                 name, FC_TUNE_FILE_VERSION);
@@ -119,26 +109,26 @@ int fc_tune_file_apply(const char *path, fc_settings *s,
                        size_t error_size) {
   FILE *file = fopen(path, "rb");
   if (!file)
-    return fail(error, error_size, "%s: cannot open: %s", path,
+    return fc_settings_error(error, error_size, "%s: cannot open: %s", path,
                 strerror(errno));
   char *text = malloc(FC_TUNE_FILE_MAX_BYTES + 1);
   if (!text) {
     fclose(file);
-    return fail(error, error_size, "%s: out of memory", path);
+    return fc_settings_error(error, error_size, "%s: out of memory", path);
   }
   size_t length = fread(text, 1, FC_TUNE_FILE_MAX_BYTES + 1, file);
   const int read_error = ferror(file);
   fclose(file);
   int result;
   if (read_error)
-    result = fail(error, error_size, "%s: cannot read (is it a directory?)",
+    result = fc_settings_error(error, error_size, "%s: cannot read (is it a directory?)",
                   path);
   else if (length > FC_TUNE_FILE_MAX_BYTES)
-    result = fail(error, error_size,
+    result = fc_settings_error(error, error_size,
                   "%s: over %d bytes; not a flashcpu tune file", path,
                   FC_TUNE_FILE_MAX_BYTES);
   else if (memchr(text, '\0', length))
-    result = fail(error, error_size,
+    result = fc_settings_error(error, error_size,
                   "%s: holds a NUL byte; not a flashcpu tune file", path);
   else {
     text[length] = '\0';
