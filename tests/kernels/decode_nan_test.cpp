@@ -114,7 +114,9 @@ TEST_P(DecodeNan, NanNeverBecomesAnEmptyRowAtAnyKeyCount) {
       if (where == 2) c.v().Set(0, keys - 1, 0, 0, NAN);
       if (!Check(c)) return;
       EXPECT_TRUE(std::isnan(c.out_at(0, 0, 0, 0)));
-      if (where < 2) EXPECT_TRUE(std::isnan(c.lse_at(0, 0, 0)));
+      if (where < 2) {
+        EXPECT_TRUE(std::isnan(c.lse_at(0, 0, 0)));
+      }
     }
 }
 
@@ -122,8 +124,8 @@ INSTANTIATE_TEST_SUITE_P(
     Dtypes, DecodeNan,
     testing::ValuesIn(ForEveryKernel<flashcpu_dtype>(
         {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16},
-        TakesConfigured<flashcpu_dtype>([](AttentionCase &c, const flashcpu_dtype &t) {
-          c.batch(2).q_len(4).kv_len(kS).heads(kHq, kHkv).head_dim(kD).dtypes(t, t, t);
+        TakesConfigured<flashcpu_dtype>([](AttentionCase &c, const flashcpu_dtype &dtype) {
+          c.batch(2).q_len(4).kv_len(kS).heads(kHq, kHkv).head_dim(kD).dtypes(dtype, dtype, dtype);
         }))),
     KernelParamName<flashcpu_dtype>(
         [](const flashcpu_dtype &dtype) { return std::string(flashcpu_dtype_name(dtype)); }));
