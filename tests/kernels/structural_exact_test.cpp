@@ -154,8 +154,10 @@ TEST_P(StructuralExact, ScoreGapGivesExactlyTheWinningValueRow) {
         if (lse == -INFINITY) {
           EXPECT_EQ(c.lse_at(b, h, i), -INFINITY);
         } else {
-          // lse is the winner's score, up to f32 rounding of a large score.
-          EXPECT_NEAR(c.lse_at(b, h, i), lse, 8 * UlpOf(F32, lse)) << "b=" << b << " h=" << h << " i=" << i;
+          // lse is the winner's score, up to the f32 rounding of a large
+          // score: its dot product summed in 4 to 32 lanes, the log2(e)
+          // and ln(2) products (NEON's 4-lane split-KV: 12 ulp measured).
+          EXPECT_NEAR(c.lse_at(b, h, i), lse, 32 * UlpOf(F32, lse)) << "b=" << b << " h=" << h << " i=" << i;
           rows_with_a_winner++;
         }
       }
