@@ -47,6 +47,15 @@
  *    values) propagates to that row's output and log-sum-exp.
  *  - lse is the natural-log log-sum-exp of the row's final scores (after
  *    scale, softcap and the additive mask).
+ *  - Finite scores stay finite: kernels work in the log2 domain, so a final
+ *    score beyond +-FLT_MAX * ln 2 (about +-2.3587e38) saturates there
+ *    instead of overflowing. A row whose keys all get -FLT_MAX from the
+ *    additive mask (the value Hugging Face models use) gets the uniform
+ *    softmax that f32 defines, not an empty row; a key with a +3e38 bias
+ *    gets all the weight, not NaN. Scores past that bound tie, and the
+ *    row's lse saturates at it. An infinite score (q or k holding inf, or a
+ *    q.k that overflows) saturates the same way; only a -INFINITY mask
+ *    hides a key, and NaN stays NaN.
  *  - Determinism: for the same inputs, shapes, dtypes, build and ISA the
  *    output bytes do not depend on the thread count or the schedule.
  *

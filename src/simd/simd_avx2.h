@@ -4,11 +4,19 @@
 #ifndef FLASHCPU_SIMD_SIMD_AVX2_H
 #define FLASHCPU_SIMD_SIMD_AVX2_H
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "simd/exp2_poly.h"
+
+/* Lanes clamped to [-FLT_MAX, FLT_MAX]; NaN stays NaN (MAXPS and MINPS
+ * return their second operand, x, when either is NaN). */
+static inline __m256 fc256_saturate(__m256 x) {
+  return _mm256_min_ps(_mm256_set1_ps(FLT_MAX),
+                       _mm256_max_ps(_mm256_set1_ps(-FLT_MAX), x));
+}
 
 /* 2^n for integral n in [-126, 127], built in the exponent field. */
 static inline __m256 fc256_pow2_int(__m256 n) {

@@ -4,6 +4,7 @@
 #ifndef FLASHCPU_SIMD_SIMD_AVX512_H
 #define FLASHCPU_SIMD_SIMD_AVX512_H
 
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -26,6 +27,13 @@ static inline __m512 fc512_load(const void *row, flashcpu_dtype dtype,
   __m256i raw = _mm256_maskz_loadu_epi16(mask, (const uint16_t *)row + i);
   if (dtype == FLASHCPU_DTYPE_F16) return _mm512_cvtph_ps(raw);
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+/* Lanes clamped to [-FLT_MAX, FLT_MAX]; NaN stays NaN (MAXPS and MINPS
+ * return their second operand, x, when either is NaN). */
+static inline __m512 fc512_saturate(__m512 x) {
+  return _mm512_min_ps(_mm512_set1_ps(FLT_MAX),
+                       _mm512_max_ps(_mm512_set1_ps(-FLT_MAX), x));
 }
 
 /* 2^x for every lane, to about 2 ulp: x = n + f with n = round(x) and

@@ -4,10 +4,16 @@
 #define FLASHCPU_SIMD_SIMD_NEON_H
 
 #include <arm_neon.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "simd/exp2_poly.h"
+
+/* Lanes clamped to [-FLT_MAX, FLT_MAX]; FMIN/FMAX keep NaN. */
+static inline float32x4_t fcn_saturate(float32x4_t x) {
+  return vminq_f32(vmaxq_f32(x, vdupq_n_f32(-FLT_MAX)), vdupq_n_f32(FLT_MAX));
+}
 
 static inline float32x4_t fcn_pow2_int(float32x4_t n) {
   int32x4_t e = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));

@@ -17,6 +17,7 @@ static inline fcv fcv_mul(fcv a, fcv b) { return _mm256_mul_ps(a, b); }
 static inline fcv fcv_add(fcv a, fcv b) { return _mm256_add_ps(a, b); }
 static inline fcv fcv_sub(fcv a, fcv b) { return _mm256_sub_ps(a, b); }
 static inline fcv fcv_exp2(fcv x) { return fc256_exp2(x); }
+static inline fcv fcv_saturate(fcv x) { return fc256_saturate(x); }
 
 /* max that keeps NaN from either side (MAXPS alone returns its second
  * operand when either is NaN). */

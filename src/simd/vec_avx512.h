@@ -18,6 +18,7 @@ static inline fcv fcv_mul(fcv a, fcv b) { return _mm512_mul_ps(a, b); }
 static inline fcv fcv_add(fcv a, fcv b) { return _mm512_add_ps(a, b); }
 static inline fcv fcv_sub(fcv a, fcv b) { return _mm512_sub_ps(a, b); }
 static inline fcv fcv_exp2(fcv x) { return fc512_exp2(x); }
+static inline fcv fcv_saturate(fcv x) { return fc512_saturate(x); }
 
 /* max that keeps NaN from either side (MAXPS alone returns its second
  * operand when either is NaN). */

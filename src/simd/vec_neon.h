@@ -17,6 +17,7 @@ static inline fcv fcv_mul(fcv a, fcv b) { return vmulq_f32(a, b); }
 static inline fcv fcv_add(fcv a, fcv b) { return vaddq_f32(a, b); }
 static inline fcv fcv_sub(fcv a, fcv b) { return vsubq_f32(a, b); }
 static inline fcv fcv_exp2(fcv x) { return fcn_exp2(x); }
+static inline fcv fcv_saturate(fcv x) { return fcn_saturate(x); }
 /* FMAX already returns NaN when either side is NaN. */
 static inline fcv fcv_max_nan(fcv a, fcv b) { return vmaxq_f32(a, b); }
 

@@ -6,6 +6,7 @@
 // Also: NaN and -inf handling, bytes independent of the thread count, and
 // bad arguments (status, message, nothing written).
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -184,6 +185,33 @@ TEST(MergeStates, NaNPropagates) {
   ASSERT_EQ(value_nan.Run(SharedContext()), FLASHCPU_OK);
   EXPECT_TRUE(std::isnan(value_nan.merged[1]));
   EXPECT_FALSE(std::isnan(value_nan.merged[0]));
+}
+
+// Finite lse values as far apart as floats go: the smaller weighs exactly
+// 0 (it is not an empty state: NaN in its values still reaches the row),
+// and the merged lse is the larger one, not a saturated or infinite value.
+TEST(MergeStates, FiniteLseAtTheEndsOfTheRange) {
+  SmallMerge m;
+  m.lse_a = 3e38f;
+  m.lse_b = -3e38f;
+  ASSERT_EQ(m.Run(SharedContext()), FLASHCPU_OK);
+  EXPECT_EQ(m.merged, m.out_a);
+  EXPECT_EQ(m.lse, 3e38f);
+
+  SmallMerge low;
+  low.lse_a = -FLT_MAX;
+  low.lse_b = -FLT_MAX;
+  ASSERT_EQ(low.Run(SharedContext()), FLASHCPU_OK);
+  for (int d = 0; d < 3; d++) EXPECT_NEAR(low.merged[d], 0.5 * (low.out_a[d] + low.out_b[d]), 1e-6);
+  EXPECT_EQ(low.lse, -FLT_MAX);
+
+  SmallMerge poisoned;
+  poisoned.lse_a = FLT_MAX;
+  poisoned.lse_b = -FLT_MAX;
+  poisoned.out_b[2] = NAN;
+  ASSERT_EQ(poisoned.Run(SharedContext()), FLASHCPU_OK);
+  EXPECT_TRUE(std::isnan(poisoned.merged[2]));
+  EXPECT_EQ(poisoned.merged[0], poisoned.out_a[0]);
 }
 
 TEST(MergeStates, SameBytesForAnyThreadCount) {

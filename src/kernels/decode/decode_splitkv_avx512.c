@@ -125,6 +125,8 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
   }
   if (prefetch) *shared_sweep = sweep;
   fc512_transpose_128x4(groups, scores);
+  for (int s = 0; s < CHUNK; s++) /* finite stays finite (common/score.h) */
+    scores[s] = fc512_saturate(scores[s]);
 }
 
 /* head_dim 64 and 128 and each K dtype get their own unrolled copy. */

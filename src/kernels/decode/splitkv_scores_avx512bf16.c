@@ -7,6 +7,7 @@
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
+#include "simd/simd_avx512.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -54,7 +55,7 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
   const __m512 f = _mm512_set1_ps(factor);
   for (int s = 0; s < FC_SPLITKV_CHUNK; s++)
     _mm512_storeu_ps(out + s * FC_SPLITKV_KEY_BLOCK,
-                     _mm512_mul_ps(scores[s], f));
+                     fc512_saturate(_mm512_mul_ps(scores[s], f)));
 }
 
 static void bf16_scores(const char *const *k_rows, const uint16_t *q,

@@ -7,6 +7,7 @@
 
 #include "common/dtype_convert.h"
 #include "common/math_constants.h"
+#include "common/score.h"
 #include "kernels/merge/merge_states.h"
 #include "kernels/registry.h"
 
@@ -19,7 +20,8 @@ typedef struct merge_args {
 
 /* One state record per input: m = lse in the log2 domain, l = 1, o = out.
  * m is taken relative to the largest lse, so that it stays small and keeps
- * the precision a large lse (scores near 300) has in f32. */
+ * the precision a large lse (scores near 300) has in f32; saturated, so a
+ * finite lse far below the largest weighs 0 rather than reading as empty. */
 static void merge_row(const merge_args *a, int64_t row, float *records) {
   const fc_merge_problem *m = &a->problem;
   const int64_t h = row % m->heads, i = (row / m->heads) % m->q_len,
@@ -36,7 +38,7 @@ static void merge_row(const merge_args *a, int64_t row, float *records) {
     const float state_lse = m->state_lse[s][lse_index];
     record[FC_STATE_M] = state_lse == -INFINITY
                              ? -INFINITY
-                             : (state_lse - reference) * FC_LOG2E_F;
+                             : fc_saturate((state_lse - reference) * FC_LOG2E_F);
     record[FC_STATE_L] = 1.0f;
     if (state_lse != -INFINITY) /* an empty state's out is never read */
       a->env->row_to_f32[m->states[s].dtype](

@@ -204,7 +204,7 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
                             row * p->additive->strides[2]
                       : NULL;
       for (int64_t j = a; j < e; j++) {
-        float score = dot(q_row, w.k + (j - j0) * D, D);
+        float score = fc_saturate(dot(q_row, w.k + (j - j0) * D, D));
         if (!plan->scores_final) score = fc_finish_score(p, score, mask_row, j);
         if (kind == FC_TILE_PARTIAL && j >= tree_begin &&
             !fc_tree_allows(p, b, row, j, tree_begin))
