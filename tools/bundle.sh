@@ -6,9 +6,11 @@
 # in it to another x86-64 Linux host that lacks the -dev packages and run
 # tools/run_suite.sh there from the repository root.
 #
-#   tools/bundle.sh [FOLDER]      (default: build-bundle)
+#   tools/bundle.sh [FOLDER [CMAKE_ARGS...]]    (default: build-bundle)
 #
-# The build is Release with clang and libomp; the per-ISA translation units
+# The build is Release with $CC and $CXX (default clang and clang++, with
+# libomp; CC=gcc CXX=g++ builds with libgomp); CMAKE_ARGS go to cmake as
+# they are (e.g. -DFLASHCPU_BUILD_TESTS=OFF). The per-ISA translation units
 # carry AVX2 and AVX-512 code whatever the building CPU, so the bundle runs
 # the best kernels the other host has. The C runtime itself (libc, libm,
 # libpthread, libdl, librt, the dynamic loader) is not copied: the other
@@ -20,9 +22,11 @@ case "${1:-}" in
                exit 0 ;;
 esac
 build=${1:-build-bundle}
+shift || true
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+  -DCMAKE_C_COMPILER="${CC:-clang}" -DCMAKE_CXX_COMPILER="${CXX:-clang++}" \
+  "$@" >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 mkdir -p "$build/bundle-lib"
 # Every shared library the bundle's programs load, except the C runtime.
