@@ -149,8 +149,9 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
   const double gflops = workload->flops_per_call * calls / seconds * 1e-9;
   state.counters["GBps"] = gbps;
   state.counters["GFLOPs"] = gflops;
-  state.counters["ceiling_pct"] =
-      toolkit_ceiling_percent(workload, &ceilings, seconds / calls);
+  if (ceilings.read_gbps > 0.0 && ceilings.fma_gflops > 0.0)
+    state.counters["ceiling_pct"] =
+        toolkit_ceiling_percent(workload, &ceilings, seconds / calls);
   state.SetBytesProcessed(
       static_cast<int64_t>(workload->bytes_per_call * calls));
   // Items are query rows (tokens) of one layer.

@@ -4,6 +4,8 @@
 //
 // Without --benchmark_filter it runs the default set (a few minutes on two
 // cores); --benchmark_filter=. runs every registered case.
+// FLASHCPU_BENCH_CEILINGS=off skips the ceilings (and the ceiling_pct
+// counter): for A/B runs that alternate builds case by case.
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -104,7 +106,11 @@ int main(int argc, char **argv) {
   // Ceilings go to stderr and the JSON context, so that stdout stays valid
   // JSON under --benchmark_format=json.
   std::map<int, toolkit_ceilings> ceilings;
-  if (!MeasureCeilings(thread_counts, !list_only, &ceilings)) return 1;
+  const char *ceilings_setting = std::getenv("FLASHCPU_BENCH_CEILINGS");
+  const bool skip_ceilings =
+      ceilings_setting && std::strcmp(ceilings_setting, "off") == 0;
+  if (!MeasureCeilings(thread_counts, !list_only && !skip_ceilings, &ceilings))
+    return 1;
   RegisterAttentionBenchmarks(cases, ceilings);
   benchmark::RunSpecifiedBenchmarks();
   ReleaseAttentionBenchmarks();
