@@ -19,7 +19,7 @@ struct RuntimeFixture {
   fc_runtime runtime{};
   bool ok = false;
   RuntimeFixture(int threads, fc_launch_mode mode, flashcpu_team_level level) {
-    fc_runtime_options options{nullptr, threads, level, 0, mode};
+    fc_runtime_options options{nullptr, threads, level, 0, mode, nullptr};
     char error[256];
     ok = fc_runtime_create(&runtime, &options, error, sizeof error) == 0 &&
          runtime.mode == mode;

@@ -200,6 +200,19 @@ typedef enum flashcpu_prefetch_level {
   FLASHCPU_PREFETCH_L2 = 2
 } flashcpu_prefetch_level;
 
+/* The host process's OpenMP runtime, for flashcpu_context_options'
+ * host_openmp: three entry points of one runtime (libgomp, LLVM's libomp and
+ * Intel's libiomp5 all export them under these names). */
+typedef struct flashcpu_host_openmp {
+  /* GOMP_parallel: runs fn(data) on num_threads threads of the host's
+   * pool, the calling thread among them, and returns when every one has
+   * returned. flashcpu passes flags 0. */
+  void (*parallel)(void (*fn)(void *), void *data, unsigned num_threads,
+                   unsigned flags);
+  int (*thread_num)(void);  /* omp_get_thread_num */
+  int (*num_threads)(void); /* omp_get_num_threads */
+} flashcpu_host_openmp;
+
 typedef struct flashcpu_context_options {
   /* sizeof(flashcpu_context_options) as the caller compiled it; set by
    * flashcpu_context_options_init. Lets later versions add fields: the
@@ -211,7 +224,8 @@ typedef struct flashcpu_context_options {
    * takes part as thread 0 and is never bound; the other threads are pinned
    * one per core (then to further hyperthreads) where the OS supports
    * binding. They are OpenMP threads kept in a persistent pool between
-   * calls (they spin briefly, then sleep), unless `launch` says REGION. */
+   * calls (they spin briefly, then sleep), unless `launch` says REGION or
+   * host_openmp gives the host's runtime. */
   int num_threads;
   /* Team shape; FLASHCPU_TEAM_AUTO by default. */
   flashcpu_team_level team_level;
@@ -266,6 +280,20 @@ typedef struct flashcpu_context_options {
    * cannot run, makes flashcpu_context_create fail. NULL: choose per call.
    * Tune file: kernel = NAME | auto. */
   const char *kernel;
+  /* (Added in 0.2.0.) Run each call's threads as a parallel region of the
+   * host's OpenMP runtime instead of flashcpu's own pool. For hosts that
+   * keep an OpenMP pool of their own (PyTorch, numpy's BLAS, an engine's
+   * workers): right after the host's parallel work its threads still spin
+   * on every core for a while, and a second pool pinned to the same cores
+   * competes with them (a call then takes many times as long). On the
+   * host's runtime, flashcpu's tiles run on those very threads, which are
+   * awake. The host's threads stay where the host placed them (flashcpu
+   * pins nothing), the `launch` setting does not apply, and a region that
+   * gets fewer threads than num_threads (a nested call) runs every tile on
+   * the calling thread. The struct is copied; its three pointers must be
+   * set. NULL (default): flashcpu's own threads. The Python package sets
+   * it to the OpenMP runtime that torch loaded. */
+  const flashcpu_host_openmp *host_openmp;
 } flashcpu_context_options;
 
 /* Fills *options with the defaults (every setting at its default). */

@@ -67,6 +67,13 @@ static flashcpu_status copy_options(const flashcpu_context_options *options,
 }
 
 static flashcpu_status check_options(const flashcpu_context_options *options) {
+  const flashcpu_host_openmp *host = options->host_openmp;
+  if (host && (!host->parallel || !host->thread_num || !host->num_threads))
+    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": host_openmp needs all three of parallel, "
+                   "thread_num and num_threads (GOMP_parallel, "
+                   "omp_get_thread_num and omp_get_num_threads of one "
+                   "OpenMP runtime)");
   if (options->num_threads < 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": num_threads is %d; it must be 0 (all allowed cores) "
@@ -205,7 +212,7 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   char error[256];
   fc_runtime_options runtime_options = {source, threads, options->team_level,
                                         options->max_team_size,
-                                        settings.launch};
+                                        settings.launch, options->host_openmp};
   int failure = fc_runtime_create(&created->runtime, &runtime_options, error,
                                   sizeof error);
   if (failure != 0) {

@@ -60,8 +60,11 @@ static void describe_teams(const flashcpu_context *ctx, text *out) {
   const fc_runtime *runtime = &ctx->runtime;
   const fc_team_plan *plan = &runtime->plan;
   char size_text[32];
-  append(out, "teams: %d threads in %d teams, level %s\n", plan->thread_count,
-         plan->team_count, fc_team_level_name(plan->level));
+  append(out, "teams: %d threads in %d teams, level %s; threads from %s\n",
+         plan->thread_count, plan->team_count, fc_team_level_name(plan->level),
+         runtime->mode == FC_LAUNCH_HOST   ? "the host's OpenMP runtime"
+         : runtime->mode == FC_LAUNCH_POOL ? "flashcpu's pool"
+                                           : "an OpenMP region per call");
   for (int t = 0; t < plan->team_count; t++) {
     const fc_team_info *team = &plan->teams[t];
     append(out, "  team %d: %d thread%s; cores", t, team->size,

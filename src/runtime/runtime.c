@@ -112,7 +112,10 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
     return FC_RUNTIME_OUT_OF_MEMORY;
   }
   runtime->mode = FC_LAUNCH_REGION;
-  if (options->mode == FC_LAUNCH_POOL) {
+  if (options->host) {
+    runtime->host = *options->host;
+    runtime->mode = FC_LAUNCH_HOST;
+  } else if (options->mode == FC_LAUNCH_POOL) {
     runtime->pool = fc_pool_start(runtime->plan.thread_count);
     if (runtime->pool) runtime->mode = FC_LAUNCH_POOL;
   }
@@ -213,7 +216,7 @@ static void launch_thread(void *opaque, int thread) {
   /* The caller's thread is thread 0 and is never bound: its affinity is the
    * engine's business, and binding and restoring it would cost three system
    * calls (~4.5 us measured) per launch. */
-  if (plan->pinned && thread != 0)
+  if (plan->pinned && thread != 0 && runtime->mode != FC_LAUNCH_HOST)
     bind_this_thread(runtime, place->pu_os_index);
   fc_team_state *team = &runtime->teams[place->team];
   fc_team_view view = {place->team, plan->team_count,
@@ -235,6 +238,16 @@ static void launch_alone(launch_state *state) {
                    state->order ? state->order[slot].tile : slot, &view);
 }
 
+/* One thread of the host's region: as in our own region below. */
+static void host_region_thread(void *opaque) {
+  launch_state *state = opaque;
+  const flashcpu_host_openmp *host = &state->runtime->host;
+  if (host->num_threads() == state->runtime->plan.thread_count)
+    launch_thread(state, host->thread_num());
+  else if (host->thread_num() == 0)
+    launch_alone(state);
+}
+
 int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
   if (launch->tile_count <= 0) return 0;
   if (prepare_order(runtime, launch) != 0) return -1;
@@ -249,6 +262,9 @@ int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
     fc_pool_run(runtime->pool, launch_thread, &state);
   } else if (plan->thread_count == 1) {
     launch_thread(&state, 0);
+  } else if (runtime->mode == FC_LAUNCH_HOST) {
+    runtime->host.parallel(host_region_thread, &state,
+                           (unsigned)plan->thread_count, 0);
   } else {
 #pragma omp parallel num_threads(plan->thread_count)
     {

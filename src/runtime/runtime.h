@@ -24,13 +24,15 @@ typedef struct fc_team_state {
 /* How a launch gets its threads. */
 typedef enum fc_launch_mode {
   FC_LAUNCH_REGION, /* an OpenMP parallel region per launch */
-  FC_LAUNCH_POOL    /* persistent OpenMP threads parked between launches */
+  FC_LAUNCH_POOL,   /* persistent OpenMP threads parked between launches */
+  FC_LAUNCH_HOST    /* a parallel region of the host's OpenMP runtime */
 } fc_launch_mode;
 
 typedef struct fc_runtime {
   fc_topology topology;
   fc_launch_mode mode;
   fc_pool *pool; /* FC_LAUNCH_POOL only */
+  flashcpu_host_openmp host; /* FC_LAUNCH_HOST only */
   fc_team_plan plan;
   fc_team_state *teams;
   struct weighted_tile *tile_order; /* heaviest first, grown on demand */
@@ -48,6 +50,7 @@ typedef struct fc_runtime_options {
   flashcpu_team_level level;
   int max_team_size;
   fc_launch_mode mode; /* falls back to REGION if the pool cannot start */
+  const flashcpu_host_openmp *host; /* not NULL: FC_LAUNCH_HOST on it */
 } fc_runtime_options;
 
 /* Returns 0, or with a message in error: FC_RUNTIME_OUT_OF_MEMORY, or -1

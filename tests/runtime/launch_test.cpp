@@ -17,7 +17,7 @@ struct Runtime {
   bool ok = false;
   Runtime(int threads, int max_team, flashcpu_team_level level,
           fc_launch_mode mode = FC_LAUNCH_REGION) {
-    fc_runtime_options options{nullptr, threads, level, max_team, mode};
+    fc_runtime_options options{nullptr, threads, level, max_team, mode, nullptr};
     char error[256] = "";
     ok = fc_runtime_create(&runtime, &options, error, sizeof error) == 0;
     EXPECT_TRUE(ok) << error;
