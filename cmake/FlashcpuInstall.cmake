@@ -62,3 +62,43 @@ if(UNIX AND NOT APPLE AND TARGET flashcpu_cli)
   set_property(TARGET flashcpu_cli APPEND PROPERTY
     INSTALL_RPATH "$ORIGIN/${FLASHCPU_BIN_TO_LIB}")
 endif()
+
+# The Python package (python/flashcpu), into the prefix's dist-packages
+# folder as Debian's python3 searches it (lib/python3/dist-packages under
+# /usr, lib/python3.X/dist-packages elsewhere; FLASHCPU_PYTHON_DIR sets
+# another). A generated _installed.py tells the package where this install
+# put libflashcpu.so.
+option(FLASHCPU_INSTALL_PYTHON "Install the Python package" ON)
+if(FLASHCPU_INSTALL_PYTHON)
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_FOUND)
+    set(FLASHCPU_PYTHON_DEFAULT
+        "lib/python${Python3_VERSION_MAJOR}.${Python3_VERSION_MINOR}/dist-packages")
+  else()
+    set(FLASHCPU_PYTHON_DEFAULT "lib/python3/dist-packages")
+  endif()
+  set(FLASHCPU_PYTHON_DIR "" CACHE STRING
+      "Where to install the Python package (relative to the prefix, or absolute)")
+  install(CODE "
+    set(python_dir [==[${FLASHCPU_PYTHON_DIR}]==])
+    if(NOT python_dir)
+      if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
+        set(python_dir lib/python3/dist-packages)
+      else()
+        set(python_dir [==[${FLASHCPU_PYTHON_DEFAULT}]==])
+      endif()
+    endif()
+    if(NOT IS_ABSOLUTE \"\${python_dir}\")
+      set(python_dir \"\${CMAKE_INSTALL_PREFIX}/\${python_dir}\")
+    endif()
+    set(libdir [==[${CMAKE_INSTALL_LIBDIR}]==])
+    if(NOT IS_ABSOLUTE \"\${libdir}\")
+      set(libdir \"\${CMAKE_INSTALL_PREFIX}/\${libdir}\")
+    endif()
+    file(INSTALL [==[${PROJECT_SOURCE_DIR}/python/flashcpu]==]
+         DESTINATION \"\$ENV{DESTDIR}\${python_dir}\" PATTERN __pycache__ EXCLUDE)
+    file(WRITE \"\$ENV{DESTDIR}\${python_dir}/flashcpu/_installed.py\"
+         \"LIBRARY = \\\"\${libdir}/libflashcpu.so\\\"\\n\")
+    message(STATUS \"Installing the Python package: \${python_dir}/flashcpu\")
+  ")
+endif()

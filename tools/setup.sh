@@ -7,7 +7,8 @@
 #       arguments given (try `tools/setup.sh run --help`).
 #   tools/setup.sh test [ctest arguments...]
 #       the same set-up and a full build, then the whole test suite:
-#       ctest --test-dir build --output-on-failure -j$(nproc)
+#       ctest --test-dir build --output-on-failure -j$(nproc), and the
+#       Python package's tests (python3 -m pytest tests/python)
 #
 # Environment:
 #   FLASHCPU_BUILD_DIR  build folder (default: build/ in the repository)
@@ -22,8 +23,10 @@ readonly ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian 12 packages. libudev-dev: hwloc's pkg-config file names -ludev for
 # static linking, which `pkg-config --static --libs flashcpu` (and its install
 # test) passes on.
+# python3-numpy, python3-pytest: the Python package's tests.
 readonly PACKAGES=(cmake make pkg-config clang libomp-dev libhwloc-dev
-                   libudev-dev libgtest-dev libbenchmark-dev)
+                   libudev-dev libgtest-dev libbenchmark-dev python3-numpy
+                   python3-pytest)
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
@@ -122,6 +125,9 @@ main() {
     say "testing: ctest --test-dir $BUILD_DIR --output-on-failure -j$JOBS $*"
     ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error \
       -j"$JOBS" "$@"
+    say "testing the Python package: python3 -m pytest tests/python"
+    FLASHCPU_LIBRARY="$BUILD_DIR/src/libflashcpu.so" /usr/bin/python3 -m pytest \
+      -q "$ROOT/tests/python"
     say "all tests passed"
   fi
 }

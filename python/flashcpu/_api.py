@@ -1,0 +1,187 @@
+"""flashcpu.attention, flashcpu.merge_states and flashcpu.info."""
+
+import ctypes
+
+from . import _arrays, _context, errors
+from ._library import AdditiveMask, AttentionParams, FLAG_CAUSAL, KernelInfo, Tensor
+
+_lib = None  # set by __init__
+
+
+def _unsupported(name):
+    raise errors.UnsupportedError(
+        "UNSUPPORTED", f"{name} needs a later version of the flashcpu library")
+
+
+def _additive(mask, batch, heads, rows, keys):
+    """An AdditiveMask over a float32 array broadcastable to [B, Hq, L, S]
+    (dims of extent 1 broadcast); no copy."""
+    shape, strides, address = _arrays.geometry(mask)
+    if _arrays.dtype_of(mask) != _arrays.F32:
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT", "additive_mask must be float32 (convert it once per step)")
+    if len(shape) > 4:
+        raise errors.ShapeMismatchError("SHAPE_MISMATCH",
+                                        f"additive_mask has {len(shape)} dims; at most 4")
+    shape = (1,) * (4 - len(shape)) + tuple(shape)
+    strides = (0,) * (4 - len(strides)) + tuple(strides)
+    full = (batch, heads, rows, keys)
+    result = AdditiveMask(address)
+    for i in range(4):
+        if shape[i] not in (1, full[i]):
+            raise errors.ShapeMismatchError(
+                "SHAPE_MISMATCH", f"additive_mask shape {shape} does not broadcast to "
+                f"[B, Hq, L, S] = {list(full)}")
+        if strides[i] < 0:
+            raise errors.BadLayoutError("BAD_LAYOUT", "additive_mask has a negative stride")
+        result.strides[i] = 0 if shape[i] == 1 else strides[i]
+    return result
+
+
+def _tree(mask, batch, rows):
+    """(TreeMask, packed words) from a boolean array [B or 1, L, num_keys]:
+    row i of batch b sees tree key t when mask[b, i, t]. Packed into the
+    C layout (a small copy: one bit per entry)."""
+    import numpy
+    from ._library import TreeMask
+    array = mask.cpu().numpy() if _arrays.kind_of(mask) == "torch" else numpy.asarray(mask)
+    if array.dtype != numpy.bool_ or array.ndim != 3 or array.shape[0] not in (1, batch):
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT", "tree_mask must be a boolean array [B or 1, L, num_keys]")
+    keys = array.shape[2]
+    words = (keys + 63) // 64
+    padded = numpy.zeros(array.shape[:2] + (words * 64,), dtype=numpy.bool_)
+    padded[:, :, :keys] = array
+    packed = numpy.packbits(padded, axis=-1, bitorder="little")
+    bits = numpy.ascontiguousarray(packed).view("<u8")  # bit t of word t / 64
+    tree = TreeMask(bits.ctypes.data, array.shape[1], keys, words,
+                    0 if array.shape[0] == 1 else array.shape[1] * words)
+    return tree, bits
+
+
+def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
+              kv_lengths=None, additive_mask=None, tree_mask=None, sinks=None,
+              alibi_slopes=None, out=None, return_lse=False, layout="bshd",
+              context=None):
+    """Exact attention softmax(q k^T * scale + masks) v, the way
+    flashcpu_attention computes it (include/flashcpu/flashcpu.h).
+
+    q [B, L, Hq, D], k [B, S, Hkv, D], v [B, S, Hkv, Dv] (layout "bshd"), or
+    [B, H, seq, D] with layout "bhsd"; numpy arrays or torch CPU tensors of
+    float32, float16 or bfloat16 (numpy: flashcpu.bf16(uint16 array) or
+    ml_dtypes.bfloat16), any strides with head_dim contiguous, read in
+    place. Hq must be a multiple of Hkv (GQA, MQA).
+
+    causal: bottom-right aligned; window (left, right), -1 unbounded;
+    softcap > 0: cap * tanh(score / cap); scale: default 1/sqrt(D);
+    kv_lengths: B lengths, each batch reads its first kv_lengths[b] keys;
+    additive_mask: float32 broadcastable to [B, Hq, L, S] (-inf hides a key);
+    tree_mask: boolean [B or 1, L, num_keys] over the newest num_keys keys.
+    out: an array or tensor to write (same layout), returned; else a new one
+    of q's kind and dtype. return_lse: also return the log-sum-exp, float32
+    [B, Hq, L], natural log. sinks and alibi_slopes need a later library.
+
+    The GIL is released during the computation. On error a flashcpu.Error
+    subclass is raised and out is left untouched."""
+    if sinks is not None:
+        _unsupported("sinks")
+    if alibi_slopes is not None:
+        _unsupported("alibi_slopes")
+    if layout not in ("bshd", "bhsd"):
+        raise errors.InvalidArgumentError("INVALID_ARGUMENT",
+                                          f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
+    ctx = context if context is not None else _context.default_context()
+    qv, kv, vv = (_arrays.view(x, layout, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
+    batch, rows, heads = qv.dims[0], qv.dims[1], qv.dims[2]
+    keys, dv = kv.dims[1], vv.dims[3]
+    if out is None:
+        shape = (batch, rows, heads, dv) if layout == "bshd" else (batch, heads, rows, dv)
+        out = _arrays.empty_like_kind(q, shape, qv.dtype)
+    ov = _arrays.view(out, layout, "out")
+    lse = None
+    if return_lse:
+        lse = _arrays.empty_like_kind(_arrays.raw(q), (batch, heads, rows), _arrays.F32)
+
+    params = AttentionParams()
+    _lib.flashcpu_attention_params_init(ctypes.byref(params))
+    params.scale = 0.0 if scale is None else float(scale)
+    params.flags = FLAG_CAUSAL if causal else 0
+    params.window_left, params.window_right = (int(w) for w in window)
+    params.softcap = float(softcap or 0.0)
+    keep = []
+    if kv_lengths is not None:
+        lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
+        if count != batch:
+            raise errors.ShapeMismatchError(
+                "SHAPE_MISMATCH", f"kv_lengths has {count} entries; expected B = {batch}")
+        params.kv_lengths = lengths
+        keep.append(lengths)
+    if additive_mask is not None:
+        mask = _additive(additive_mask, batch, heads, rows, keys)
+        params.additive_mask = ctypes.pointer(mask)
+        keep.append(mask)
+    if tree_mask is not None:
+        tree, bits = _tree(tree_mask, batch, rows)
+        params.tree_mask = ctypes.pointer(tree)
+        keep.extend((tree, bits))
+    lse_pointer = None if lse is None else _arrays.geometry(lse)[2]
+    _context.check(_lib.flashcpu_attention(
+        ctx.handle, ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv), ctypes.byref(ov),
+        lse_pointer, ctypes.byref(params)), ctx.handle)
+    out = _arrays.raw(out)
+    return (out, lse) if return_lse else out
+
+
+def merge_states(states, lses, *, out=None, return_lse=False, layout="bshd",
+                 context=None):
+    """Merges attention results over disjoint key sets (flashcpu_merge_states):
+    states: outputs [B, L, H, Dv] (or "bhsd"), any dtype; lses: their
+    float32 [B, H, L] contiguous log-sum-exps. Returns the merged output
+    (q's kind and the first state's dtype unless out is given), and its
+    lse with return_lse."""
+    if len(states) != len(lses) or not states:
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT", "merge_states needs as many lses as states, at least one")
+    ctx = context if context is not None else _context.default_context()
+    views = (Tensor * len(states))(*[_arrays.view(s, layout, f"states[{i}]")
+                                     for i, s in enumerate(states)])
+    first = views[0]
+    pointers = (ctypes.c_void_p * len(lses))(
+        *[_arrays.float32_pointer(x, f"lses[{i}]") for i, x in enumerate(lses)])
+    batch, rows, heads, dv = (first.dims[i] for i in range(4))
+    for i, x in enumerate(lses):
+        if tuple(_arrays.geometry(x)[0]) != (batch, heads, rows):
+            raise errors.ShapeMismatchError(
+                "SHAPE_MISMATCH", f"lses[{i}] must be [B, H, L] = {[batch, heads, rows]}")
+    if out is None:
+        shape = (batch, rows, heads, dv) if layout == "bshd" else (batch, heads, rows, dv)
+        out = _arrays.empty_like_kind(states[0], shape, first.dtype)
+    ov = _arrays.view(out, layout, "out")
+    lse = _arrays.empty_like_kind(_arrays.raw(states[0]), (batch, heads, rows),
+                                  _arrays.F32) if return_lse else None
+    _context.check(_lib.flashcpu_merge_states(
+        ctx.handle, len(states), views, pointers, ctypes.byref(ov),
+        None if lse is None else _arrays.geometry(lse)[2]), ctx.handle)
+    out = _arrays.raw(out)
+    return (out, lse) if return_lse else out
+
+
+def info():
+    """The library: version, path, CPU features, the default context's ISA
+    and threads, and this build's kernels."""
+    from . import _library
+    features = ctypes.create_string_buffer(512)
+    _lib.flashcpu_cpu_features(features, 512)
+    kernels, index, item = [], 0, KernelInfo()
+    while _lib.flashcpu_kernel_info_get(index, ctypes.byref(item)):
+        kernels.append({"name": item.name.decode(), "family": item.family.decode(),
+                        "isa": _lib.flashcpu_isa_name(item.isa).decode(),
+                        "runnable": bool(item.runnable)})
+        index += 1
+    ctx = _context.default_context()
+    return {"version": _lib.flashcpu_version_string().decode(),
+            "library": _library.loaded_path,
+            "cpu_features": features.value.decode(),
+            "isa": ctx.isa, "threads": ctx.threads,
+            "host_openmp": ctx.host_runtime,
+            "kernels": kernels}

@@ -1,0 +1,66 @@
+"""flashcpu as a Hugging Face transformers attention backend.
+
+    import flashcpu.transformers
+    flashcpu.transformers.register()          # name "fcpu"
+    model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="fcpu")
+
+The name avoids the word "flash": transformers sends such names to its
+flash-attention kernel loader. The function takes q, k, v as transformers
+passes them ([B, H, seq, D]) and reads them in place: GQA without
+repeat_kv copies. No mask: causal (bottom-right). A boolean or additive
+mask (padding, custom masks) becomes flashcpu's additive mask.
+sliding_window and softcap (Gemma 2) map to flashcpu's window and softcap;
+attention sinks (s_aux, gpt-oss) need a later flashcpu library and raise
+flashcpu.UnsupportedError."""
+
+import torch
+
+from . import _api, errors
+
+NAME = "fcpu"
+
+
+def _additive(mask, dtype=torch.float32):
+    """A transformers mask as a float32 additive mask: bool True = visible."""
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
+    return mask.to(torch.float32)
+
+
+def attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      sliding_window=None, softcap=None, s_aux=None, is_causal=None,
+                      **kwargs):
+    """transformers' attention function signature; returns (out [B, L, H, D],
+    None)."""
+    if s_aux is not None:
+        raise errors.UnsupportedError(
+            "UNSUPPORTED", "attention sinks (s_aux) need a later flashcpu library")
+    if dropout and module.training:
+        raise errors.UnsupportedError("UNSUPPORTED", "flashcpu has no attention dropout")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    additive = None
+    if attention_mask is not None:
+        mask = attention_mask[:, :, :, : key.shape[-2]]
+        additive = _additive(mask)
+        causal = False  # the mask carries the causal part
+    window = (-1, -1)
+    if sliding_window is not None and causal:
+        window = (int(sliding_window) - 1, 0)
+    out = _api.attention(query, key, value, causal=bool(causal), window=window,
+                         softcap=float(softcap or 0.0), scale=scaling,
+                         additive_mask=additive, layout="bhsd")
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register(name=NAME):
+    """Registers the attention function (and sdpa's mask function) under
+    name; returns the name."""
+    if "flash" in name:
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT", "the name must not contain \"flash\": transformers "
+            "routes such names to its flash-attention loader")
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+    AttentionInterface.register(name, attention_forward)
+    AttentionMaskInterface.register(name, sdpa_mask)
+    return name

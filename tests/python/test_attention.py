@@ -1,0 +1,197 @@
+"""flashcpu.attention, merge_states, Context and info against a float64
+numpy reference (reference.py): options, masks, layouts, strides, dtypes,
+out= aliasing, errors and threads."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import flashcpu
+import reference
+
+
+def inputs(rng, batch=2, rows=5, keys=37, heads=4, kv_heads=2, dim=16, dv=None):
+    q = rng.standard_normal((batch, rows, heads, dim)).astype(np.float32)
+    k = rng.standard_normal((batch, keys, kv_heads, dim)).astype(np.float32)
+    v = rng.standard_normal((batch, keys, kv_heads, dv or dim)).astype(np.float32)
+    return q, k, v
+
+
+def check(out, lse, expected_out, expected_lse, atol=2e-5):
+    np.testing.assert_allclose(np.asarray(out, dtype=np.float64), expected_out,
+                               atol=atol, rtol=1e-4)
+    finite = np.isfinite(expected_lse)
+    np.testing.assert_array_equal(np.isfinite(lse), finite)
+    np.testing.assert_allclose(lse[finite], expected_lse[finite], atol=atol * 10, rtol=1e-5)
+
+
+OPTIONS = [
+    {},
+    {"causal": True},
+    {"causal": True, "window": (3, 0)},
+    {"window": (2, 2)},
+    {"softcap": 5.0, "causal": True},
+    {"scale": 0.3},
+    {"kv_lengths": [37, 11], "causal": True},
+    {"kv_lengths": [0, 20]},
+]
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(o) or "plain")
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_matches_reference(options, rows):
+    rng = np.random.default_rng(rows)
+    q, k, v = inputs(rng, rows=rows, keys=max(37, rows))
+    if "kv_lengths" in options:
+        options = dict(options, kv_lengths=[min(x, k.shape[1]) for x in options["kv_lengths"]])
+    out, lse = flashcpu.attention(q, k, v, return_lse=True, **options)
+    expected = reference.attention(q, k, v, **options)
+    check(out, lse, *expected)
+    assert out.dtype == np.float32 and out.shape == q.shape
+
+
+def test_additive_mask_broadcasts_and_hides():
+    rng = np.random.default_rng(3)
+    q, k, v = inputs(rng)
+    mask = rng.standard_normal((1, 4, 1, 37)).astype(np.float32)  # per head, per key
+    mask[..., 5] = -np.inf
+    out, lse = flashcpu.attention(q, k, v, additive_mask=mask, return_lse=True)
+    check(out, lse, *reference.attention(q, k, v, additive=mask))
+
+
+def test_min_float_mask_on_every_key_is_the_uniform_softmax():
+    rng = np.random.default_rng(4)
+    q, k, v = inputs(rng, batch=1, rows=1, keys=9)
+    mask = np.full((1, 1, 1, 9), np.finfo(np.float32).min, dtype=np.float32)
+    out = flashcpu.attention(q, k, v, additive_mask=mask)
+    group_mean = v[0].mean(axis=0)  # [Hkv, Dv]
+    np.testing.assert_allclose(out[0, 0], np.repeat(group_mean, 2, axis=0), atol=1e-5)
+
+
+def test_tree_mask():
+    rng = np.random.default_rng(5)
+    q, k, v = inputs(rng, rows=4, keys=70)
+    tree = rng.random((2, 4, 66)) < 0.6
+    out, lse = flashcpu.attention(q, k, v, tree_mask=tree, causal=True, return_lse=True)
+    check(out, lse, *reference.attention(q, k, v, tree=tree, causal=True))
+
+
+def test_bhsd_layout_and_strided_views():
+    rng = np.random.default_rng(6)
+    q, k, v = inputs(rng, rows=6, keys=30)
+    wide = rng.standard_normal((2, 4, 6, 40)).astype(np.float32)
+    wide[..., :16] = q.transpose(0, 2, 1, 3)
+    q_view = wide[..., :16]  # [B, H, L, D], row stride 40: not contiguous
+    k_bhsd = np.ascontiguousarray(k.transpose(0, 2, 1, 3))
+    v_bhsd = np.ascontiguousarray(v.transpose(0, 2, 1, 3))
+    out = flashcpu.attention(q_view, k_bhsd, v_bhsd, causal=True, layout="bhsd")
+    expected, _ = reference.attention(q, k, v, causal=True)
+    assert out.shape == (2, 4, 6, 16)
+    np.testing.assert_allclose(out.transpose(0, 2, 1, 3), expected, atol=2e-5, rtol=1e-4)
+
+
+def test_kv_with_heads_outer_strides():
+    rng = np.random.default_rng(7)
+    q, k, v = inputs(rng, rows=3, keys=25)
+    k_strided = np.swapaxes(np.ascontiguousarray(np.swapaxes(k, 1, 2)), 1, 2)  # [B, S, H, D] heads outer
+    out = flashcpu.attention(q, k_strided, v)
+    np.testing.assert_allclose(out, reference.attention(q, k, v)[0], atol=2e-5, rtol=1e-4)
+
+
+def test_f16_and_bf16():
+    rng = np.random.default_rng(8)
+    q, k, v = inputs(rng, rows=4, keys=50)
+    q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+    out16 = flashcpu.attention(q16, k16, v16, causal=True)
+    assert out16.dtype == np.float16
+    np.testing.assert_allclose(out16.astype(np.float64),
+                               reference.attention(q16, k16, v16, causal=True)[0], atol=3e-3)
+    qb, kb, vb = (reference.f32_to_bf16(x) for x in (q, k, v))
+    outb = flashcpu.attention(flashcpu.bf16(qb), flashcpu.bf16(kb), flashcpu.bf16(vb),
+                              causal=True)
+    assert outb.dtype == np.uint16 and outb.shape == q.shape
+    expected = reference.attention(*(reference.bf16_to_f32(x) for x in (qb, kb, vb)),
+                                   causal=True)[0]
+    np.testing.assert_allclose(reference.bf16_to_f32(outb), expected, atol=2e-2)
+
+
+def test_out_is_written_in_place_and_returned():
+    rng = np.random.default_rng(9)
+    q, k, v = inputs(rng)
+    out = np.full(q.shape, 7.0, dtype=np.float32)
+    returned = flashcpu.attention(q, k, v, out=out)
+    assert returned is out
+    np.testing.assert_allclose(out, reference.attention(q, k, v)[0], atol=2e-5, rtol=1e-4)
+
+
+def test_errors_carry_status_and_message_and_leave_out_untouched():
+    rng = np.random.default_rng(10)
+    q, k, v = inputs(rng, heads=3, kv_heads=2)  # 3 is not a multiple of 2
+    out = np.full(q.shape, 7.0, dtype=np.float32)
+    with pytest.raises(flashcpu.Error) as caught:
+        flashcpu.attention(q, k, v, out=out)
+    assert caught.value.status != "OK" and caught.value.message
+    assert (out == 7.0).all()
+    with pytest.raises(flashcpu.ShapeMismatchError):
+        flashcpu.attention(q[0], k, v)
+    with pytest.raises(flashcpu.UnsupportedDtypeError):
+        flashcpu.attention(q.astype(np.float64), k, v)
+    with pytest.raises(flashcpu.BadLayoutError):
+        flashcpu.attention(np.asfortranarray(q), k, v)
+    with pytest.raises(flashcpu.InvalidArgumentError):
+        flashcpu.attention(q, k, v, layout="sbhd")
+    with pytest.raises(flashcpu.UnsupportedError):
+        q2, k2, v2 = inputs(rng)
+        flashcpu.attention(q2, k2, v2, sinks=np.zeros(4, dtype=np.float32))
+
+
+def test_merge_states_of_two_key_ranges_is_attention_over_all():
+    rng = np.random.default_rng(11)
+    q, k, v = inputs(rng, rows=3, keys=40)
+    first, first_lse = flashcpu.attention(q, k[:, :15], v[:, :15], return_lse=True)
+    second, second_lse = flashcpu.attention(q, k[:, 15:], v[:, 15:], return_lse=True)
+    merged, lse = flashcpu.merge_states([first, second], [first_lse, second_lse],
+                                        return_lse=True)
+    check(merged, lse, *reference.attention(q, k, v))
+
+
+def test_threads_with_own_and_default_contexts():
+    rng = np.random.default_rng(12)
+    q, k, v = inputs(rng, rows=8, keys=300)
+    expected = reference.attention(q, k, v, causal=True)[0]
+    failures = []
+
+    def work(own):
+        try:
+            context = flashcpu.Context(threads=2) if own else None
+            for _ in range(5):
+                out = flashcpu.attention(q, k, v, causal=True, context=context)
+                np.testing.assert_allclose(out, expected, atol=2e-5, rtol=1e-4)
+        except Exception as error:  # noqa: BLE001 (reported below)
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(i % 2 == 0,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+
+
+def test_context_and_info():
+    with flashcpu.Context(threads=1, isa="scalar") as context:
+        assert context.threads == 1 and context.isa == "scalar"
+        assert "teams: 1 threads" in context.describe()
+        rng = np.random.default_rng(13)
+        q, k, v = inputs(rng)
+        out = flashcpu.attention(q, k, v, context=context)
+        np.testing.assert_allclose(out, reference.attention(q, k, v)[0], atol=2e-5, rtol=1e-4)
+    with pytest.raises(flashcpu.InvalidArgumentError):
+        flashcpu.Context(isa="sse9")
+    with pytest.raises(flashcpu.InvalidArgumentError) as caught:
+        flashcpu.Context(kernel="no_such_kernel")
+    assert "no_such_kernel" in caught.value.message
+    info = flashcpu.info()
+    assert info["version"] == flashcpu.__version__
+    assert any(kernel["runnable"] for kernel in info["kernels"])
