@@ -7,8 +7,10 @@
 The name avoids the word "flash": transformers sends such names to its
 flash-attention kernel loader. The function takes q, k, v as transformers
 passes them ([B, H, seq, D]) and reads them in place: GQA without
-repeat_kv copies. No mask: causal (bottom-right). A boolean or additive
-mask (padding, custom masks) becomes flashcpu's additive mask.
+repeat_kv copies. No mask: causal (bottom-right). A boolean mask that is
+causal over each sequence's first n keys (no padding, right padding)
+becomes causal + kv_lengths; any other mask (left padding, custom masks,
+float masks) becomes flashcpu's additive mask.
 sliding_window and softcap (Gemma 2) map to flashcpu's window and softcap;
 attention sinks (s_aux, gpt-oss) need a later flashcpu library and raise
 flashcpu.UnsupportedError."""
@@ -18,6 +20,38 @@ import torch
 from . import _api, errors
 
 NAME = "fcpu"
+
+
+_last = {}  # the mask of the last call: every layer of a forward gets the same
+
+
+def _plan_mask(mask, rows):
+    """(causal, kv_lengths, additive) for a transformers mask [B, 1 or H, L,
+    S]: a boolean mask that is bottom-right causal over each batch's first
+    n keys (no padding, or right padding) becomes causal + kv_lengths, all
+    True becomes no mask; anything else an additive float32 mask. Computed
+    once per mask tensor, not once per layer."""
+    key = (id(mask), mask.data_ptr(), tuple(mask.shape), mask._version)
+    if _last.get("key") == key:
+        return _last["plan"]
+    plan = (False, None, None)
+    if mask.dtype == torch.bool and mask.shape[1] == 1:
+        batch, _, length_q, keys = mask.shape
+        lengths = mask[:, 0, -1].sum(dim=-1)  # the last row sees all its keys
+        i = torch.arange(length_q).view(1, -1, 1)
+        j = torch.arange(keys).view(1, 1, -1)
+        n = lengths.view(-1, 1, 1)
+        causal = (j <= i + (n - rows)) & (j < n)
+        if torch.equal(mask[:, 0], causal):
+            plan = (True, lengths.tolist(), None)
+        elif bool(mask.all()):
+            plan = (False, None, None)
+        else:
+            plan = (False, None, _additive(mask))
+    else:
+        plan = (False, None, _additive(mask))
+    _last["key"], _last["plan"] = key, plan
+    return plan
 
 
 def _additive(mask, dtype=torch.float32):
@@ -38,17 +72,16 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     if dropout and module.training:
         raise errors.UnsupportedError("UNSUPPORTED", "flashcpu has no attention dropout")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    additive = None
+    additive, lengths = None, None
     if attention_mask is not None:
         mask = attention_mask[:, :, :, : key.shape[-2]]
-        additive = _additive(mask)
-        causal = False  # the mask carries the causal part
+        causal, lengths, additive = _plan_mask(mask, query.shape[-2])
     window = (-1, -1)
     if sliding_window is not None and causal:
         window = (int(sliding_window) - 1, 0)
     out = _api.attention(query, key, value, causal=bool(causal), window=window,
                          softcap=float(softcap or 0.0), scale=scaling,
-                         additive_mask=additive, layout="bhsd")
+                         kv_lengths=lengths, additive_mask=additive, layout="bhsd")
     return out.transpose(1, 2).contiguous(), None
 
 

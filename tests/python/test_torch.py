@@ -53,8 +53,16 @@ def test_custom_op_and_its_fake():
 def test_transformers_backend():
     transformers = pytest.importorskip("transformers")
     import flashcpu.transformers as backend
+    from transformers import AttentionInterface
     name = backend.register()
     assert "flash" not in name
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return backend.attention_forward(*args, **kwargs)
+
+    AttentionInterface.register(name, counted)
     config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512,
                                       num_hidden_layers=2, num_attention_heads=8,
                                       num_key_value_heads=2, max_position_embeddings=256)
@@ -62,11 +70,12 @@ def test_transformers_backend():
     model = transformers.LlamaForCausalLM(config).eval()
     ids = torch.randint(0, 128, (1, 24))
     with torch.no_grad():
-        model.config._attn_implementation = "sdpa"
+        model.set_attn_implementation("sdpa")
         expected = model.generate(ids, max_new_tokens=8, do_sample=False)
         reference_logits = model(ids).logits
-        model.config._attn_implementation = name
+        model.set_attn_implementation(name)
         tokens = model.generate(ids, max_new_tokens=8, do_sample=False)
         logits = model(ids).logits
+    assert calls, "the model never called flashcpu's attention"
     assert torch.equal(tokens, expected)
     assert (logits - reference_logits).abs().max().item() < 1e-4
