@@ -72,6 +72,8 @@ def main():
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--first", choices=["sdpa", "flashcpu"], default="sdpa",
+                        help="which backend runs first (run both orders to see order bias)")
     parser.add_argument("--json")
     args = parser.parse_args()
 
@@ -96,7 +98,10 @@ def main():
     torch.manual_seed(1)
     prompt = torch.randint(0, args.vocab, (1, args.prompt_tokens))
     results, tokens, logits = {}, {}, {}
-    for name, registered in (("sdpa", "sdpa_timed"), (ours, ours + "_timed")):
+    order = [("sdpa", "sdpa_timed"), (ours, ours + "_timed")]
+    if args.first == "flashcpu":
+        order.reverse()
+    for name, registered in order:
         if hasattr(model, "set_attn_implementation"):
             model.set_attn_implementation(registered)
         else:
