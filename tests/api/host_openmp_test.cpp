@@ -67,7 +67,7 @@ flashcpu_context *Context(const flashcpu_host_openmp *host) {
 
 // A prefill-shaped and a decode-shaped case (split-KV: two launches).
 void Configure(AttentionCase &c, bool decode) {
-  c.batch(2).q_len(decode ? 1 : 70).kv_len(decode ? 3000 : 200).heads(8, 2).head_dim(64)
+  c.batch(2).q_len(decode ? 1 : 40).kv_len(decode ? 700 : 130).heads(8, 2).head_dim(64)
       .causal().dtypes(BF16, BF16, BF16).seed(decode ? 11 : 12);
 }
 
