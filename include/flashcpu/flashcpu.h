@@ -1,10 +1,12 @@
 /*
  * flashcpu: exact attention (FlashAttention) on multicore CPUs.
  *
- *   O = softmax(Q K^T * scale  [softcap]  [+ additive mask]  [masks]) V
+ *   O = softmax(Q K^T * scale  [softcap]  [+ ALiBi + additive mask]  [masks]
+ *               [sink]) V
  *
  * One call, flashcpu_attention(), computes attention for a batch of
- * sequences with any mix of the options below. The library never forms the
+ * sequences with any mix of the options below; flashcpu_attention_paged()
+ * does the same for an engine's ragged batch over a paged KV cache. The library never forms the
  * L x S score matrix: it tiles Q and K/V and uses an online softmax, with
  * float32 accumulation whatever the storage dtype.
  *
@@ -424,10 +426,29 @@ typedef struct flashcpu_attention_params {
   const flashcpu_tree_mask *tree_mask;         /* NULL: none */
   const flashcpu_additive_mask *additive_mask; /* NULL: none */
   const int64_t *kv_lengths; /* NULL, or B lengths, each in [0, S] */
+
+  /* ---- (Added in 0.2.0; a struct of 0.1.0's size leaves them unset.) */
+  /* Attention sinks (gpt-oss): one learned logit per query head, [Hq], in
+   * sinks_dtype (f32, f16 or bf16). The sink joins every row's softmax as
+   * one more key whose score is sinks[h] (not scaled, capped or masked)
+   * and whose value is zero: out = sum_j exp(s_j) v_j / (exp(sink) +
+   * sum_j exp(s_j)). lse includes it, so a row that sees no key gets
+   * output 0 and lse = sinks[h]. When merging partial results with
+   * flashcpu_merge_states, give the sinks to exactly one of them. NULL:
+   * none. */
+  const void *sinks;
+  flashcpu_dtype sinks_dtype;
+  /* ALiBi (FlashAttention's alibi_slopes): float32 slopes, [Hq] with
+   * alibi_batch_stride 0, or [B, Hq] with alibi_batch_stride >= Hq (floats
+   * between batches). Row i at position p = i + (S_b - L) gets the bias
+   * -slope[h] * |p - j| on its score for key j, added after the softcap,
+   * with the additive mask. NULL: none. */
+  const float *alibi_slopes;
+  int64_t alibi_batch_stride;
 } flashcpu_attention_params;
 
 /* Fills *params with the defaults: scale 0, no flags, window (-1, -1),
- * no softcap, no masks, no kv lengths. */
+ * no softcap, no masks, no kv lengths, no sinks, no ALiBi. */
 FLASHCPU_API void
 flashcpu_attention_params_init(flashcpu_attention_params *params);
 
@@ -442,6 +463,158 @@ flashcpu_attention(flashcpu_context *ctx, const flashcpu_tensor *q,
                    const flashcpu_tensor *k, const flashcpu_tensor *v,
                    const flashcpu_tensor *out, float *lse,
                    const flashcpu_attention_params *params);
+
+/* ------------------------------------------ paged KV caches, ragged batches */
+
+/* An engine's step in one call per layer. The KV cache is a pool of pages
+ * of page_size tokens; each request owns a row of a block table listing its
+ * pages; one step packs requests of any kind (decode rows, speculative-
+ * verify rows under a tree mask, chunks of prefill against a cached prefix)
+ * into one ragged batch of query rows. Per step:
+ *
+ *   flashcpu_kv_append(ctx, k_new, v_new, slot_mapping, &cache);  per layer
+ *   flashcpu_plan_create(ctx, &batch, q_heads, &cache, &plan);    once
+ *   flashcpu_attention_paged(ctx, plan, q, &cache, out, lse, p);  per layer
+ *   flashcpu_plan_destroy(plan);
+ *
+ * Every convention of flashcpu_attention holds per request: request r is a
+ * batch of its own with L_r = cu_seqlens_q[r + 1] - cu_seqlens_q[r] query
+ * rows and S_r = seq_lens_kv[r] keys (the cached prefix and this step's
+ * new tokens, appended first), masks aligned bottom-right to them. For the
+ * same problem, the paged path writes the same bytes as flashcpu_attention
+ * on contiguous K/V with the same kernel, whatever the page size. */
+
+/* One layer's paged K and V. Token j of a request whose block table row is
+ * `pages` lies in page pages[j / page_size], slot j % page_size; element d
+ * of kv head h of that token is at
+ *   k + page * k_strides[0] + slot * k_strides[1] + h * k_strides[2] + d
+ * (in elements of k_dtype; likewise v). Strides are non-negative; head_dim
+ * is contiguous. This covers NHD pages [num_pages, page_size, Hkv, D]
+ * (flashcpu_paged_kv_nhd), HND pages [num_pages, Hkv, page_size, D]
+ * (flashcpu_paged_kv_hnd), and K and V in one buffer (v = k + the K/V
+ * stride). */
+typedef struct flashcpu_paged_kv {
+  void *k, *v; /* flashcpu_attention_paged reads; flashcpu_kv_append writes */
+  flashcpu_dtype k_dtype, v_dtype; /* f32, f16, bf16 */
+  int64_t num_pages, page_size;    /* pages in the pool; tokens per page */
+  int64_t kv_heads, head_dim, v_head_dim;
+  int64_t k_strides[3]; /* [page, slot, kv head], in elements */
+  int64_t v_strides[3];
+  /* Reserved for quantized caches (scales per token or block): must be
+   * NULL in this version. */
+  const void *k_scales, *v_scales;
+} flashcpu_paged_kv;
+
+/* K and V pages [num_pages, page_size, kv_heads, head_dim] (NHD), two
+ * buffers of one dtype. */
+FLASHCPU_API flashcpu_paged_kv flashcpu_paged_kv_nhd(
+    void *k, void *v, flashcpu_dtype dtype, int64_t num_pages,
+    int64_t page_size, int64_t kv_heads, int64_t head_dim);
+/* K and V pages [num_pages, kv_heads, page_size, head_dim] (HND). */
+FLASHCPU_API flashcpu_paged_kv flashcpu_paged_kv_hnd(
+    void *k, void *v, flashcpu_dtype dtype, int64_t num_pages,
+    int64_t page_size, int64_t kv_heads, int64_t head_dim);
+
+/* The lengths of one step, the same for every layer. */
+typedef struct flashcpu_batch {
+  /* sizeof(flashcpu_batch) as the caller compiled it; set by
+   * flashcpu_batch_init. */
+  size_t struct_size;
+  int64_t num_requests; /* R >= 1 */
+  /* int32 [R + 1]: request r's query rows are packed rows
+   * cu_seqlens_q[r] .. cu_seqlens_q[r + 1] - 1 of q and out; cu_seqlens_q[0]
+   * is 0, the values do not decrease, and T = cu_seqlens_q[R] is the
+   * number of packed rows. A request may have no rows. */
+  const int32_t *cu_seqlens_q;
+  /* int32 [R]: keys of request r, S_r >= 0 (usually its cached prefix
+   * plus its L_r new tokens; rows that see no key get 0 and lse -inf). */
+  const int32_t *seq_lens_kv;
+  /* int32 [R][block_table_stride] (the FlashAttention / vLLM convention):
+   * key j of request r is in page block_table[r * block_table_stride +
+   * j / page_size]. Only the ceil(S_r / page_size) entries a request uses
+   * are read, each must be in [0, num_pages), and a row must have room for
+   * them (block_table_stride >= ceil(S_r / page_size)). */
+  const int32_t *block_table;
+  int64_t block_table_stride;
+  /* Optional int32 [R + 1], FlashInfer's paged-KV indptr: request r's
+   * pages are block_table[block_offsets[r] .. block_offsets[r + 1] - 1]
+   * (FlashInfer's indices), and block_table_stride is not used. The values
+   * do not decrease, and each request's range holds its pages. NULL: rows
+   * of block_table_stride. */
+  const int32_t *block_offsets;
+  /* Optional tree masks of speculative-verify requests. Request r with
+   * tree_num_keys[r] = n > 0 is masked as flashcpu_tree_mask says for
+   * num_keys = n (n <= S_r): key j >= S_r - n is visible to its row i
+   * only if bit (j - (S_r - n)) is set, bit t of packed row q being bit
+   * t % 64 of tree_bits[q * tree_row_stride + t / 64]. n = 0: no tree.
+   * tree_row_stride >= ceil(largest n / 64) words. NULL: no trees. */
+  const uint64_t *tree_bits;
+  int64_t tree_row_stride;
+  const int32_t *tree_num_keys;
+} flashcpu_batch;
+
+/* Fills *batch with zeros and its struct_size. */
+FLASHCPU_API void flashcpu_batch_init(flashcpu_batch *batch);
+
+typedef struct flashcpu_plan flashcpu_plan;
+
+/* Plans a step on ctx for q_heads query heads over caches shaped like kv
+ * (its num_pages, page_size, kv_heads, head_dim, v_head_dim; its data and
+ * dtypes are not read): checks the lengths, every block-table entry the
+ * requests use and the tree masks once, copies them (the batch's arrays may
+ * change once this returns), and decides each request's kernel family
+ * (split-KV decode for up to splitkv_max_rows rows, else prefill) and its
+ * tiles, and reserves the context's memory for them, so that
+ * flashcpu_attention_paged allocates nothing. On error *plan is NULL and
+ * nothing was allocated; the message names the argument and the index. */
+FLASHCPU_API flashcpu_status
+flashcpu_plan_create(flashcpu_context *ctx, const flashcpu_batch *batch,
+                     int64_t q_heads, const flashcpu_paged_kv *kv,
+                     flashcpu_plan **plan);
+
+/* Frees a plan (before or after its context). NULL is ignored. */
+FLASHCPU_API void flashcpu_plan_destroy(flashcpu_plan *plan);
+
+/* Packed query rows T of the plan's batch. */
+FLASHCPU_API int64_t flashcpu_plan_num_tokens(const flashcpu_plan *plan);
+
+/* Writes what the plan runs (requests per kernel family, rows, keys), like
+ * flashcpu_context_describe. Returns the length the full text needs. */
+FLASHCPU_API size_t flashcpu_plan_describe(const flashcpu_plan *plan,
+                                           char *buffer, size_t size);
+
+/* Attention for the plan's step on one layer's paged cache:
+ *   q   [1, T, Hq, D]   packed query rows (a view: any strides, head_dim
+ *                       contiguous), f32/f16/bf16
+ *   kv  the layer's pages, shaped as the plan's (dtypes may differ per
+ *       layer)
+ *   out [1, T, Hq, Dv]  any dtype
+ *   lse float32 [Hq, T] contiguous (FlashAttention's varlen layout), or NULL
+ * params as for flashcpu_attention (NULL: defaults), except that the
+ * lengths and tree masks come from the plan: params->kv_lengths and
+ * params->tree_mask must be NULL. An additive mask's value for request r,
+ * head h, its row i, key j is at r * strides[0] + h * strides[1] +
+ * (cu_seqlens_q[r] + i) * strides[2] + j * strides[3]; ALiBi slopes are
+ * [Hq] or [R, Hq]. ctx must be the plan's context. Returns FLASHCPU_OK, or
+ * an error status with nothing written. */
+FLASHCPU_API flashcpu_status flashcpu_attention_paged(
+    flashcpu_context *ctx, const flashcpu_plan *plan, const flashcpu_tensor *q,
+    const flashcpu_paged_kv *kv, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params);
+
+/* Writes a step's new K and V rows into their pages (vLLM's
+ * reshape_and_cache): k_new [1, T, Hkv, D] and v_new [1, T, Hkv, Dv] views
+ * of any dtype, converted to the cache's dtypes on the way (rounding to
+ * nearest even; NaN stays NaN), and slot_mapping int64 [T]: row t goes to
+ * token slot slot_mapping[t] = page * page_size + offset of the cache;
+ * -1 skips the row. Every slot must be -1 or in [0, num_pages *
+ * page_size), and no slot may appear twice in one call. Checked before
+ * anything is written: on error the cache is untouched. */
+FLASHCPU_API flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
+                                                const flashcpu_tensor *k_new,
+                                                const flashcpu_tensor *v_new,
+                                                const int64_t *slot_mapping,
+                                                const flashcpu_paged_kv *kv);
 
 /* ------------------------------------------------------------------ merge */
 

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -48,31 +49,45 @@ static flashcpu_status check_shapes(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
-static flashcpu_status check_params(flashcpu_context *ctx,
-                                    const flashcpu_attention_params *params) {
-  if (params->struct_size != sizeof(flashcpu_attention_params))
+flashcpu_status fc_copy_params(flashcpu_context *ctx, const char *call,
+                               const flashcpu_attention_params *params,
+                               flashcpu_attention_params *copy) {
+  flashcpu_attention_params_init(copy);
+  if (!params) return FLASHCPU_OK;
+  /* 0.1.0's struct ended before the sinks. */
+  const size_t earlier = offsetof(flashcpu_attention_params, sinks);
+  if (params->struct_size != sizeof(flashcpu_attention_params) &&
+      params->struct_size != earlier)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": params->struct_size is %zu, expected %zu (call "
+                   "%s: params->struct_size is %zu, expected %zu (call "
                    "flashcpu_attention_params_init first)",
-                   params->struct_size, sizeof(flashcpu_attention_params));
+                   call, params->struct_size,
+                   sizeof(flashcpu_attention_params));
+  memcpy(copy, params, params->struct_size);
+  copy->struct_size = sizeof *copy;
+  return FLASHCPU_OK;
+}
+
+flashcpu_status fc_check_common_params(flashcpu_context *ctx, const char *call,
+                                       const flashcpu_attention_params *params) {
   if (params->flags & ~FLASHCPU_FLAG_CAUSAL)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": params->flags has unknown bits 0x%x (known: "
+                   "%s: params->flags has unknown bits 0x%x (known: "
                    "FLASHCPU_FLAG_CAUSAL = 0x1)",
-                   (unsigned)(params->flags & ~FLASHCPU_FLAG_CAUSAL));
+                   call, (unsigned)(params->flags & ~FLASHCPU_FLAG_CAUSAL));
   if (!isfinite(params->scale))
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": params->scale is not finite");
+                   "%s: params->scale is not finite", call);
   if (!isfinite(params->softcap) || params->softcap < 0.0f)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": params->softcap is %g; it must be 0 (off) or a "
+                   "%s: params->softcap is %g; it must be 0 (off) or a "
                    "positive finite value",
-                   (double)params->softcap);
+                   call, (double)params->softcap);
   if (params->window_left < -1 || params->window_right < -1)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": window (%lld, %lld): each side must be -1 "
+                   "%s: window (%lld, %lld): each side must be -1 "
                    "(unbounded) or >= 0",
-                   (long long)params->window_left,
+                   call, (long long)params->window_left,
                    (long long)params->window_right);
   return FLASHCPU_OK;
 }
@@ -150,6 +165,56 @@ static flashcpu_status check_additive(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
+flashcpu_status fc_check_variants(flashcpu_context *ctx, const char *call,
+                                  const flashcpu_attention_params *params,
+                                  fc_problem *problem, int64_t slope_batches,
+                                  fc_byte_span *spans, int *count,
+                                  const char **names) {
+  if (params->sinks) {
+    const flashcpu_dtype dtype = params->sinks_dtype;
+    if (dtype != FLASHCPU_DTYPE_F32 && dtype != FLASHCPU_DTYPE_F16 &&
+        dtype != FLASHCPU_DTYPE_BF16)
+      return fc_fail(ctx, FLASHCPU_ERROR_UNSUPPORTED_DTYPE,
+                     "%s: params->sinks_dtype is %d; it must be f32, f16 or "
+                     "bf16",
+                     call, (int)dtype);
+    problem->sinks = params->sinks;
+    problem->sinks_dtype = dtype;
+    spans->begin = (uintptr_t)params->sinks;
+    spans->end = spans->begin +
+                 (uintptr_t)problem->q_heads * flashcpu_dtype_size(dtype);
+    spans++;
+    *names++ = "the sinks";
+    ++*count;
+  }
+  if (params->alibi_slopes) {
+    const int64_t stride = params->alibi_batch_stride;
+    if (stride != 0 && stride < problem->q_heads)
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     "%s: params->alibi_batch_stride is %lld; it must be 0 "
+                     "(one [Hq] for every batch) or at least Hq = %lld",
+                     call, (long long)stride, (long long)problem->q_heads);
+    const int64_t batches = stride ? slope_batches : 1;
+    for (int64_t b = 0; b < batches; b++)
+      for (int64_t h = 0; h < problem->q_heads; h++)
+        if (!isfinite(params->alibi_slopes[b * stride + h]))
+          return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                         "%s: alibi_slopes[%lld] (batch %lld, head %lld) is "
+                         "not finite",
+                         call, (long long)(b * stride + h), (long long)b,
+                         (long long)h);
+    problem->alibi = params->alibi_slopes;
+    problem->alibi_batch_stride = stride;
+    spans->begin = (uintptr_t)params->alibi_slopes;
+    spans->end = spans->begin +
+                 (uintptr_t)((batches - 1) * stride + problem->q_heads) *
+                     sizeof(float);
+    *names = "the ALiBi slopes";
+    ++*count;
+  }
+  return FLASHCPU_OK;
+}
+
 flashcpu_status fc_check_attention(flashcpu_context *ctx,
                                    const flashcpu_tensor *q,
                                    const flashcpu_tensor *k,
@@ -161,10 +226,12 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
 
-  flashcpu_attention_params defaults;
-  flashcpu_attention_params_init(&defaults);
-  if (!params) params = &defaults;
-  if ((status = check_params(ctx, params)) != FLASHCPU_OK) return status;
+  flashcpu_attention_params copy;
+  if ((status = fc_copy_params(ctx, CALL, params, &copy)) != FLASHCPU_OK)
+    return status;
+  params = &copy;
+  if ((status = fc_check_common_params(ctx, CALL, params)) != FLASHCPU_OK)
+    return status;
 
   fc_byte_span q_span, k_span, v_span, out_span;
   if ((status = fc_check_tensor(ctx, CALL, q, "q", 1, &q_span)) ||
@@ -201,10 +268,16 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
   problem->tree = params->tree_mask;
   problem->additive = params->additive_mask;
   problem->lse = lse;
+  problem->lse_batch_stride = problem->q_heads * problem->q_len;
+  problem->lse_head_stride = problem->q_len;
 
-  fc_byte_span inputs[6] = {q_span, k_span, v_span};
-  const char *input_names[6] = {"q", "k", "v"};
+  fc_byte_span inputs[8] = {q_span, k_span, v_span};
+  const char *input_names[8] = {"q", "k", "v"};
   int input_count = 3;
+  if ((status = fc_check_variants(ctx, CALL, params, problem, problem->batch,
+                                  &inputs[input_count], &input_count,
+                                  &input_names[input_count])))
+    return status;
   if (params->kv_lengths) {
     if ((status = check_kv_lengths(ctx, params->kv_lengths, problem->batch,
                                    problem->kv_capacity)))

@@ -57,3 +57,37 @@ void flashcpu_attention_params_init(flashcpu_attention_params *params) {
   params->window_left = -1;
   params->window_right = -1;
 }
+
+flashcpu_paged_kv flashcpu_paged_kv_nhd(void *k, void *v, flashcpu_dtype dtype,
+                                        int64_t num_pages, int64_t page_size,
+                                        int64_t kv_heads, int64_t head_dim) {
+  flashcpu_paged_kv kv;
+  memset(&kv, 0, sizeof kv);
+  kv.k = k;
+  kv.v = v;
+  kv.k_dtype = kv.v_dtype = dtype;
+  kv.num_pages = num_pages;
+  kv.page_size = page_size;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = kv.v_head_dim = head_dim;
+  kv.k_strides[0] = kv.v_strides[0] = page_size * kv_heads * head_dim;
+  kv.k_strides[1] = kv.v_strides[1] = kv_heads * head_dim;
+  kv.k_strides[2] = kv.v_strides[2] = head_dim;
+  return kv;
+}
+
+flashcpu_paged_kv flashcpu_paged_kv_hnd(void *k, void *v, flashcpu_dtype dtype,
+                                        int64_t num_pages, int64_t page_size,
+                                        int64_t kv_heads, int64_t head_dim) {
+  flashcpu_paged_kv kv = flashcpu_paged_kv_nhd(k, v, dtype, num_pages,
+                                               page_size, kv_heads, head_dim);
+  kv.k_strides[1] = kv.v_strides[1] = head_dim;
+  kv.k_strides[2] = kv.v_strides[2] = page_size * head_dim;
+  return kv;
+}
+
+void flashcpu_batch_init(flashcpu_batch *batch) {
+  if (!batch) return;
+  memset(batch, 0, sizeof *batch);
+  batch->struct_size = sizeof *batch;
+}

@@ -99,6 +99,7 @@ bool fc_output_rows_distinct(const flashcpu_tensor *out) {
 }
 
 void fc_fill_view(const flashcpu_tensor *t, fc_view *view) {
+  memset(view, 0, sizeof *view);
   view->data = (const char *)t->data;
   view->dtype = t->dtype;
   view->element_size = (int64_t)flashcpu_dtype_size(t->dtype);

@@ -1,5 +1,5 @@
 /* A raw score (q.k times scale) finished the way every kernel must: softcap,
- * then the additive mask, into the log2 domain. An additive -inf hides the
+ * then ALiBi and the additive mask, into the log2 domain. An additive -inf hides the
  * key even when the score is NaN. Shared by the scalar paths of every
  * kernel so that they agree on the order of these steps. */
 #ifndef FLASHCPU_COMMON_SCORE_H
@@ -21,12 +21,49 @@ static inline float fc_saturate(float x) {
   return x > FLT_MAX ? FLT_MAX : x < -FLT_MAX ? -FLT_MAX : x;
 }
 
-/* mask_row: the additive mask's row for (batch, head, query row), or NULL. */
+/* What finishing one row's scores needs: its additive mask row (NULL:
+ * none), its ALiBi slope (0: none) and position. */
+typedef struct fc_row_finish {
+  const float *mask_row;
+  float slope;
+  int64_t position;
+} fc_row_finish;
+
+static inline fc_row_finish fc_row_finish_for(const fc_problem *p, int64_t b,
+                                              int64_t head, int64_t row,
+                                              int64_t kv_length) {
+  fc_row_finish f;
+  f.mask_row = NULL;
+  if (p->additive)
+    f.mask_row = p->additive->data +
+                 fc_problem_batch_id(p, b) * p->additive->strides[0] +
+                 head * p->additive->strides[1] +
+                 (fc_problem_q_start(p, b) + row) * p->additive->strides[2];
+  f.slope = p->alibi ? p->alibi[fc_problem_batch_id(p, b) *
+                                    p->alibi_batch_stride +
+                                head]
+                     : 0.0f;
+  f.position = row + kv_length - fc_problem_q_len(p, b);
+  return f;
+}
+
+/* ALiBi's bias -slope * |position - key| (FlashAttention's; the distance
+ * is exact in f32 below 2^24 keys). */
+static inline float fc_alibi_bias(float slope, int64_t position, int64_t key) {
+  const int64_t distance = position > key ? position - key : key - position;
+  return -slope * (float)distance;
+}
+
+/* A raw score finished: softcap, ALiBi and the additive mask, into the log2
+ * domain, saturated. */
 static inline float fc_finish_score(const fc_problem *p, float score,
-                                    const float *mask_row, int64_t key) {
-  float mask = mask_row ? mask_row[key * p->additive->strides[3]] : 0.0f;
+                                    const fc_row_finish *row, int64_t key) {
+  float mask =
+      row->mask_row ? row->mask_row[key * p->additive->strides[3]] : 0.0f;
   if (mask == -INFINITY) return -INFINITY;
   if (p->softcap > 0.0f) score = p->softcap * tanhf(score / p->softcap);
+  if (row->slope != 0.0f)
+    score += fc_alibi_bias(row->slope, row->position, key);
   return fc_saturate((score + mask) * FC_LOG2E_F);
 }
 

@@ -31,6 +31,9 @@ typedef struct fc_kernel_env {
   const fc_kernel_settings *settings;
   char *reason; /* out: why the kernel returned an error */
   size_t reason_size;
+  /* Reserve the scratch, workspace and tile order the call would need,
+   * then return without running (a plan sizes the context's memory). */
+  bool reserve_only;
 } fc_kernel_env;
 
 /* An attention kernel: runs the whole checked problem on env->runtime. */

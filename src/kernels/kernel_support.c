@@ -7,6 +7,7 @@
 
 #include "common/dtype_convert.h"
 #include "common/math_constants.h"
+#include "common/score.h"
 
 flashcpu_status fc_kernel_fail(const fc_kernel_env *env,
                                flashcpu_status status, const char *format,
@@ -37,16 +38,46 @@ flashcpu_status fc_kernel_reserve_scratch(const fc_kernel_env *env,
   return FLASHCPU_OK;
 }
 
+/* Sink logit of a query head as f32. */
+static float sink_logit(const fc_problem *p, int64_t head) {
+  switch (p->sinks_dtype) {
+  case FLASHCPU_DTYPE_F16:
+    return fc_f16_to_f32(((const uint16_t *)p->sinks)[head]);
+  case FLASHCPU_DTYPE_BF16:
+    return fc_bf16_to_f32(((const uint16_t *)p->sinks)[head]);
+  default: return ((const float *)p->sinks)[head];
+  }
+}
+
 void fc_write_output_row(const fc_problem *p, int64_t b, int64_t row,
                          int64_t head, float m, float l, const float *o) {
   char *out = (char *)fc_view_row(&p->out, b, row, head);
   float lse;
-  if (m == -INFINITY) { /* saw no key: 0 and -inf, never 0/0 */
+  if (p->sinks) {
+    /* The sink is one more key, of value 0: it joins m and l only. */
+    const float sink = fc_saturate(sink_logit(p, head) * FC_LOG2E_F);
+    if (m == -INFINITY) { /* saw no key: 0, and the sink's weight */
+      if (isnan(sink)) /* NaN times any o is NaN */
+        fc_store_row(o, NAN, p->v_head_dim, p->out.dtype, out);
+      else
+        memset(out, 0, (size_t)(p->v_head_dim * p->out.element_size));
+      lse = sink * FC_LN2_F;
+    } else {
+      float top = m > sink ? m : sink;
+      if (isnan(m) || isnan(sink)) top = NAN;
+      const float keys = exp2f(m - top);
+      const float total = l * keys + exp2f(sink - top);
+      fc_store_row(o, keys / total, p->v_head_dim, p->out.dtype, out);
+      lse = (top + log2f(total)) * FC_LN2_F;
+    }
+  } else if (m == -INFINITY) { /* saw no key: 0 and -inf, never 0/0 */
     memset(out, 0, (size_t)(p->v_head_dim * p->out.element_size));
     lse = -INFINITY;
   } else {
     fc_store_row(o, 1.0f / l, p->v_head_dim, p->out.dtype, out);
     lse = (m + log2f(l)) * FC_LN2_F;
   }
-  if (p->lse) p->lse[(b * p->q_heads + head) * p->q_len + row] = lse;
+  if (p->lse)
+    p->lse[b * p->lse_batch_stride + head * p->lse_head_stride +
+           fc_problem_q_start(p, b) + row] = lse;
 }

@@ -159,17 +159,21 @@ static int heavier_first(const void *a, const void *b) {
   return x->tile < y->tile ? -1 : (x->tile > y->tile);
 }
 
+int fc_runtime_reserve_tile_order(fc_runtime *runtime, int64_t count) {
+  if (runtime->tile_order_capacity >= count) return 0;
+  weighted_tile *grown =
+      realloc(runtime->tile_order, (size_t)count * sizeof(weighted_tile));
+  if (!grown) return -1;
+  runtime->tile_order = grown;
+  runtime->tile_order_capacity = count;
+  return 0;
+}
+
 /* Fills runtime->tile_order with the tiles heaviest first. */
 static int prepare_order(fc_runtime *runtime, const fc_launch *launch) {
   if (!launch->weight || launch->static_schedule) return 0;
   int64_t count = launch->tile_count;
-  if (runtime->tile_order_capacity < count) {
-    weighted_tile *grown =
-        realloc(runtime->tile_order, (size_t)count * sizeof(weighted_tile));
-    if (!grown) return -1;
-    runtime->tile_order = grown;
-    runtime->tile_order_capacity = count;
-  }
+  if (fc_runtime_reserve_tile_order(runtime, count) != 0) return -1;
   weighted_tile *order = runtime->tile_order;
   for (int64_t i = 0; i < count; i++)
     order[i] = (weighted_tile){launch->weight(launch->args, i), i};

@@ -68,6 +68,10 @@ int fc_runtime_reserve_scratch(fc_runtime *runtime, size_t bytes);
  * contents undefined). Returns 0, or -1 when out of memory (unchanged). */
 int fc_runtime_reserve_call_workspace(fc_runtime *runtime, size_t bytes);
 
+/* Makes room for a weighted launch of count tiles (allocating only when it
+ * grows). Returns 0, or -1 when out of memory. */
+int fc_runtime_reserve_tile_order(fc_runtime *runtime, int64_t count);
+
 /* Runs the launch on all teams and returns when every tile is done.
  * Returns 0, or -1 when out of memory for the tile order (nothing ran). */
 int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch);

@@ -25,14 +25,24 @@ enum {
 };
 
 /* How the keys of a (batch, kv head) are cut: from the shape and constants
- * only, never from the thread count, so the bytes never depend on it. */
+ * only, never from the thread count, so the bytes never depend on it. The
+ * split size follows the longest kv length of the call; each batch has as
+ * many splits as its own length needs. */
 typedef struct fc_splitkv_plan {
   int64_t split_keys; /* keys per split, a multiple of 16 */
-  int64_t splits;     /* per (batch, kv head), >= 1 */
-  int64_t slots;      /* query rows x GQA group heads */
+  int64_t splits;     /* of the longest batch, >= 1 */
+  int64_t slots;      /* query rows x GQA group heads (the largest batch) */
 } fc_splitkv_plan;
 
 fc_splitkv_plan fc_splitkv_make_plan(const fc_problem *p);
+
+/* Splits of a batch with kv_length keys: at least 1 (an empty batch still
+ * writes its rows). */
+static inline int64_t fc_splitkv_splits_of(const fc_splitkv_plan *plan,
+                                           int64_t kv_length) {
+  const int64_t splits = (kv_length + plan->split_keys - 1) / plan->split_keys;
+  return splits < 1 ? 1 : splits;
+}
 
 /* Split-KV scores of a chunk's 4 slots for a 16-key block from bf16 q and
  * K by dot products: scores[16 * s + j] = factor * (q_s . k_j). q_s is the

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common/problem.h"
+
 enum { FC_SWEEP_LINE = 64 };
 
 /* Rows (outer, inner) at base + outer * outer_step + inner * inner_step,
@@ -27,11 +29,22 @@ typedef struct fc_prefetch_sweep {
   int64_t outers, inners;
   int64_t outer_step, inner_step, row_bytes;
   bool into_l1; /* fc_sweep_next's hint: L1 instead of L2 (see there) */
+  bool heads_inner;
+  /* Paged rows: key k of head h is row (b, key0 + k, head0 + h) of the
+   * view, looked up per row; NULL: at the steps above. */
+  const fc_view *pages;
+  int64_t b, key0, head0;
 } fc_prefetch_sweep;
 
 static inline void fc_sweep_start_row(fc_prefetch_sweep *s) {
-  const char *row =
-      s->base + s->outer * s->outer_step + s->inner * s->inner_step;
+  const char *row;
+  if (s->pages) {
+    const int64_t key = s->heads_inner ? s->outer : s->inner;
+    const int64_t head = s->heads_inner ? s->inner : s->outer;
+    row = fc_view_row(s->pages, s->b, s->key0 + key, s->head0 + head);
+  } else {
+    row = s->base + s->outer * s->outer_step + s->inner * s->inner_step;
+  }
   s->line = (const char *)((uintptr_t)row & ~(uintptr_t)(FC_SWEEP_LINE - 1));
   s->row_end = row + s->row_bytes;
 }
@@ -46,6 +59,8 @@ static inline void fc_sweep_init(fc_prefetch_sweep *s, const char *first_row,
   s->base = first_row;
   s->outer = s->inner = 0;
   s->into_l1 = false;
+  s->pages = NULL;
+  s->b = s->key0 = s->head0 = 0;
   if (heads > 1 && head_step == row_bytes) {
     row_bytes *= heads;
     heads = 1;
@@ -53,6 +68,7 @@ static inline void fc_sweep_init(fc_prefetch_sweep *s, const char *first_row,
   const bool heads_inner =
       heads == 1 || (head_step < 0 ? -head_step : head_step) <
                         (key_step < 0 ? -key_step : key_step);
+  s->heads_inner = heads_inner;
   s->outers = heads_inner ? keys : heads;
   s->inners = heads_inner ? heads : keys;
   s->outer_step = heads_inner ? key_step : head_step;
@@ -63,6 +79,21 @@ static inline void fc_sweep_init(fc_prefetch_sweep *s, const char *first_row,
     s->line = s->row_end = NULL;
     return;
   }
+  fc_sweep_start_row(s);
+}
+
+/* Makes a sweep set up by fc_sweep_init (first_row being row (b, key0,
+ * head0) of view) look its rows up through the view's pages; nothing for
+ * an unpaged view or an empty sweep. Heads merged into one row stay merged
+ * (adjacent heads share a token's slot in every page layout). */
+static inline void fc_sweep_use_pages(fc_prefetch_sweep *s,
+                                      const fc_view *view, int64_t b,
+                                      int64_t key0, int64_t head0) {
+  if (!view->pages || s->outers == 0) return;
+  s->pages = view;
+  s->b = b;
+  s->key0 = key0;
+  s->head0 = head0;
   fc_sweep_start_row(s);
 }
 

@@ -22,7 +22,7 @@ void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
   s->p = p;
   s->prefetch_l1 = settings->decode_prefetch_l1;
   s->plan = fc_splitkv_make_plan(p);
-  s->scores_final = p->softcap == 0.0f && !p->additive;
+  s->scores_final = fc_problem_scores_final(p);
   s->q_factor = s->scores_final ? p->scale * FC_LOG2E_F : p->scale;
   const int rows_differ = p->q_len > 1 && (p->causal || p->window_left >= 0 ||
                                            p->window_right >= 0);
@@ -31,17 +31,40 @@ void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
   s->head_groups = p->kv_heads;
 }
 
+/* The batch whose range of a per-batch prefix array holds index. */
+static int64_t batch_of(const int64_t *starts, int64_t batch, int64_t index) {
+  int64_t low = 0, high = batch - 1;
+  while (low < high) {
+    const int64_t middle = (low + high + 1) / 2;
+    if (starts[middle] <= index)
+      low = middle;
+    else
+      high = middle - 1;
+  }
+  return low;
+}
+
+static int64_t splits_of_batch(const fc_splitkv_shared *s, int64_t b) {
+  return fc_splitkv_splits_of(&s->plan, fc_problem_kv_length(s->p, b));
+}
+
 fc_splitkv_tile fc_splitkv_locate(const fc_splitkv_shared *s, int64_t tile) {
   const fc_problem *p = s->p;
   fc_splitkv_tile t;
-  t.split = tile % s->plan.splits;
-  t.group = tile / s->plan.splits;
-  t.b = t.group / s->head_groups;
-  t.h0 = t.group % s->head_groups * s->heads_per_tile;
+  t.b = batch_of(s->tile_starts, p->batch, tile);
+  const int64_t local = tile - s->tile_starts[t.b];
+  const int64_t splits = splits_of_batch(s, t.b);
+  t.split = local % splits;
+  t.group = t.b * s->head_groups + local / splits;
+  t.h0 = local / splits * s->heads_per_tile;
   t.kv_length = fc_problem_kv_length(p, t.b);
+  t.slots = fc_splitkv_slots_of(s, t.b);
+  const int64_t q_len = fc_problem_q_len(p, t.b);
+  t.begin = t.end = 0;
+  if (q_len == 0) return t;
   /* Keys of this split that some row of the tile sees. */
-  const fc_key_range first = fc_row_key_range(p, t.kv_length, 0);
-  const fc_key_range last = fc_row_key_range(p, t.kv_length, p->q_len - 1);
+  const fc_key_range first = fc_row_key_range(p, t.b, t.kv_length, 0);
+  const fc_key_range last = fc_row_key_range(p, t.b, t.kv_length, q_len - 1);
   t.begin = t.split * s->plan.split_keys;
   t.end = t.begin + s->plan.split_keys;
   if (t.end > t.kv_length) t.end = t.kv_length;
@@ -50,29 +73,28 @@ fc_splitkv_tile fc_splitkv_locate(const fc_splitkv_shared *s, int64_t tile) {
   return t;
 }
 
-float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t bk,
-                         int64_t split, int64_t slot) {
-  return s->partials + ((bk * s->plan.splits + split) * s->plan.slots + slot) *
-                           fc_state_floats(s->p->v_head_dim);
+float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t b,
+                         int64_t kv_head, int64_t split, int64_t slot) {
+  const int64_t record =
+      s->record_starts[b] +
+      (kv_head * splits_of_batch(s, b) + split) * fc_splitkv_slots_of(s, b) +
+      slot;
+  return s->partials + record * fc_state_floats(s->p->v_head_dim);
 }
 
 void fc_splitkv_finish(const fc_splitkv_shared *s, float *scores, int64_t b,
                        int64_t kv_head, int64_t slot, int64_t j0, int64_t n,
                        int64_t kv_length) {
   const fc_problem *p = s->p;
-  if (slot >= s->plan.slots) { /* padding slot: sees nothing */
+  if (slot >= fc_splitkv_slots_of(s, b)) { /* padding slot: sees nothing */
     for (int64_t j = 0; j < n; j++) scores[j] = -INFINITY;
     return;
   }
   const int64_t row = slot / p->group;
   const int64_t head = kv_head * p->group + slot % p->group;
-  const fc_key_range range = fc_row_key_range(p, kv_length, row);
-  const int64_t tree_begin = fc_tree_begin(p, kv_length);
-  const float *mask_row =
-      p->additive ? p->additive->data + b * p->additive->strides[0] +
-                        head * p->additive->strides[1] +
-                        row * p->additive->strides[2]
-                  : NULL;
+  const fc_key_range range = fc_row_key_range(p, b, kv_length, row);
+  const int64_t tree_begin = fc_tree_begin(p, b, kv_length);
+  const fc_row_finish finish = fc_row_finish_for(p, b, head, row, kv_length);
   for (int64_t j = 0; j < n; j++) {
     const int64_t key = j0 + j;
     if (key < range.begin || key >= range.end) {
@@ -80,7 +102,7 @@ void fc_splitkv_finish(const fc_splitkv_shared *s, float *scores, int64_t b,
       continue;
     }
     if (!s->scores_final)
-      scores[j] = fc_finish_score(p, scores[j], mask_row, key);
+      scores[j] = fc_finish_score(p, scores[j], &finish, key);
     if (key >= tree_begin && !fc_tree_allows(p, b, row, key, tree_begin))
       scores[j] = -INFINITY;
   }
@@ -101,6 +123,8 @@ void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
   fc_sweep_init(v_sweep, any ? fc_view_row(&p->v, b, key, h0) : NULL, n,
                 s->heads_per_tile, p->v.strides[1] * v_size,
                 p->v.strides[2] * v_size, p->v_head_dim * v_size);
+  fc_sweep_use_pages(k_sweep, &p->k, b, key, h0);
+  fc_sweep_use_pages(v_sweep, &p->v, b, key, h0);
   k_sweep->into_l1 = v_sweep->into_l1 = s->prefetch_l1 != 0;
 }
 
@@ -140,17 +164,23 @@ void fc_splitkv_write_state(float *record, float m, float l, const float *o,
     out[d] = o[d0 + fc_splitkv_paired_index(d - d0, pair)];
 }
 
-/* Merges slot's splits of (batch, kv head) bk with the fixed tree and
+/* Merges slot's splits of (batch b, kv head) with the fixed tree and
  * writes its output row. */
-static void merge_slot(const fc_splitkv_shared *s, int64_t bk, int64_t slot) {
+static void merge_slot(const fc_splitkv_shared *s, int64_t b, int64_t kv_head,
+                       int64_t slot) {
   const fc_problem *p = s->p;
-  const int64_t b = bk / p->kv_heads, kv_head = bk % p->kv_heads;
-  float *first = fc_splitkv_record(s, bk, 0, slot);
-  fc_merge_state_tree(first, s->plan.slots * fc_state_floats(p->v_head_dim),
-                      s->plan.splits, p->v_head_dim);
+  float *first = fc_splitkv_record(s, b, kv_head, 0, slot);
+  fc_merge_state_tree(first,
+                      fc_splitkv_slots_of(s, b) * fc_state_floats(p->v_head_dim),
+                      splits_of_batch(s, b), p->v_head_dim);
   fc_write_output_row(p, b, slot / p->group,
                       kv_head * p->group + slot % p->group, first[FC_STATE_M],
                       first[FC_STATE_L], first + FC_STATE_O);
+}
+
+/* Records a (batch, head group) gets: splits x heads x slots. */
+static int64_t records_of_group(const fc_splitkv_shared *s, int64_t b) {
+  return splits_of_batch(s, b) * s->heads_per_tile * fc_splitkv_slots_of(s, b);
 }
 
 void fc_splitkv_tile_written(const fc_splitkv_shared *s,
@@ -160,24 +190,42 @@ void fc_splitkv_tile_written(const fc_splitkv_shared *s,
    * visible to the thread that completes the group. */
   const int before = atomic_fetch_add_explicit(
       &s->records_done[t->group], written, memory_order_acq_rel);
-  if (before + written != s->records_per_group) return;
+  if (before + written != records_of_group(s, t->b)) return;
   for (int64_t h = 0; h < s->heads_per_tile; h++)
-    for (int64_t slot = 0; slot < s->plan.slots; slot++)
-      merge_slot(s, t->b * s->p->kv_heads + t->h0 + h, slot);
+    for (int64_t slot = 0; slot < t->slots; slot++)
+      merge_slot(s, t->b, t->h0 + h, slot);
 }
 
 /* Tile = (batch, kv head, slot): one fixed tree over the splits. */
 static void merge_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const fc_splitkv_shared *s = opaque;
   if (team->rank != 0) return;
-  merge_slot(s, tile / s->plan.slots, tile % s->plan.slots);
+  const int64_t b = batch_of(s->merge_starts, s->p->batch, tile);
+  const int64_t local = tile - s->merge_starts[b];
+  const int64_t slots = fc_splitkv_slots_of(s, b);
+  merge_slot(s, b, local / slots, local % slots);
 }
+
+/* Bytes from offset up to the next 64-byte line. */
+static size_t line_up(size_t offset) { return (offset + 63) & ~(size_t)63; }
 
 flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
                                fc_tile_kernel tile, void *args,
                                fc_scratch_bytes_fn scratch) {
   fc_runtime *runtime = env->runtime;
   const fc_problem *p = s->p;
+  int64_t total_splits = 0, total_records = 0, total_merges = 0;
+  int64_t most_splits = 1, most_group_records = 0;
+  for (int64_t b = 0; b < p->batch; b++) {
+    const int64_t splits = splits_of_batch(s, b);
+    const int64_t slots = fc_splitkv_slots_of(s, b);
+    total_splits += splits;
+    total_records += p->kv_heads * splits * slots;
+    total_merges += p->kv_heads * slots;
+    if (splits > most_splits) most_splits = splits;
+    if (splits * slots * p->kv_heads > most_group_records)
+      most_group_records = splits * slots * p->kv_heads;
+  }
   /* Heads per tile: as many as keep TILES_PER_TEAM tiles for every team
    * (the largest divisor of kv_heads that does). How many a tile takes
    * never changes the math of a (kv head, split) state. */
@@ -185,49 +233,56 @@ flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
   s->heads_per_tile = 1;
   for (int64_t g = p->kv_heads; g >= 1; g--) {
     if (p->kv_heads % g) continue;
-    if (p->batch * s->plan.splits * (p->kv_heads / g) >= wanted || g == 1) {
+    if (total_splits * (p->kv_heads / g) >= wanted || g == 1) {
       s->heads_per_tile = g;
       break;
     }
   }
   s->head_groups = p->kv_heads / s->heads_per_tile;
 
-  const int64_t tiles = p->batch * s->head_groups * s->plan.splits;
-  const size_t partial_bytes =
-      (size_t)(p->batch * p->kv_heads * s->plan.splits) *
-      (size_t)s->plan.slots * (size_t)fc_state_floats(p->v_head_dim) *
-      sizeof(float);
+  const int64_t tiles = total_splits * s->head_groups;
   const int64_t groups = p->batch * s->head_groups;
-  const int64_t records_per_group =
-      s->plan.splits * s->heads_per_tile * s->plan.slots;
-  const int merge_in_launch = s->plan.splits <= MERGE_IN_LAUNCH_MAX_SPLITS &&
-                              records_per_group <= INT32_MAX;
-  const size_t counters_offset = (partial_bytes + 63) & ~(size_t)63;
+  const int merge_in_launch = most_splits <= MERGE_IN_LAUNCH_MAX_SPLITS &&
+                              most_group_records <= INT32_MAX;
+  /* The workspace: records, then per-batch starts, then the counters. */
+  const size_t record_bytes = (size_t)total_records *
+                              (size_t)fc_state_floats(p->v_head_dim) *
+                              sizeof(float);
+  const size_t starts_offset = line_up(record_bytes);
+  const size_t starts_bytes = 3 * (size_t)(p->batch + 1) * sizeof(int64_t);
+  const size_t counters_offset = line_up(starts_offset + starts_bytes);
   const size_t workspace =
-      merge_in_launch
-          ? counters_offset + (size_t)groups * sizeof(fc_atomic_int)
-          : partial_bytes;
+      counters_offset +
+      (merge_in_launch ? (size_t)groups * sizeof(fc_atomic_int) : 0);
   if (fc_runtime_reserve_call_workspace(runtime, workspace) != 0)
     return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
                           "out of memory allocating %zu bytes for split-KV "
                           "partial states",
                           workspace);
-  s->partials = runtime->call_workspace;
+  char *base = runtime->call_workspace;
+  s->partials = (float *)base;
+  s->tile_starts = (int64_t *)(base + starts_offset);
+  s->record_starts = s->tile_starts + p->batch + 1;
+  s->merge_starts = s->record_starts + p->batch + 1;
+  s->tile_starts[0] = s->record_starts[0] = s->merge_starts[0] = 0;
+  for (int64_t b = 0; b < p->batch; b++) {
+    const int64_t splits = splits_of_batch(s, b);
+    const int64_t slots = fc_splitkv_slots_of(s, b);
+    s->tile_starts[b + 1] = s->tile_starts[b] + splits * s->head_groups;
+    s->record_starts[b + 1] = s->record_starts[b] + p->kv_heads * splits * slots;
+    s->merge_starts[b + 1] = s->merge_starts[b] + p->kv_heads * slots;
+  }
   s->records_done = NULL;
   if (merge_in_launch) {
-    s->records_done =
-        (fc_atomic_int *)((char *)runtime->call_workspace + counters_offset);
-    s->records_per_group = (int)records_per_group;
+    s->records_done = (fc_atomic_int *)(base + counters_offset);
     /* The launch publishes these to its threads. */
     for (int64_t g = 0; g < groups; g++) atomic_init(&s->records_done[g], 0);
   }
-  flashcpu_status status =
-      fc_kernel_reserve_scratch(env, scratch, args);
-  if (status != FLASHCPU_OK) return status;
+  flashcpu_status status = fc_kernel_reserve_scratch(env, scratch, args);
+  if (status != FLASHCPU_OK || env->reserve_only) return status;
 
   fc_launch splits = {tile, args, tiles, false, NULL};
-  fc_launch merge = {merge_tile, s, p->batch * p->kv_heads * s->plan.slots,
-                     false, NULL};
+  fc_launch merge = {merge_tile, s, total_merges, false, NULL};
   if (fc_runtime_launch(runtime, &splits) != 0 ||
       (!merge_in_launch && fc_runtime_launch(runtime, &merge) != 0))
     return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,

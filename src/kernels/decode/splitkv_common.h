@@ -32,11 +32,13 @@ typedef struct fc_splitkv_shared {
   int needs_finish;
   /* The block sweeps prefetch into L1 (the decode_prefetch setting). */
   int prefetch_l1;
-  float *partials; /* [batch][kv head][split][slot] state records */
-  /* Merge in the split launch: records written per (batch, head group)
-   * and the group's total; NULL where a merge launch follows instead. */
+  float *partials; /* [batch][kv head][split of b][slot of b] records */
+  /* Per batch (and one past the last), in the call workspace: its first
+   * split tile, first state record and first merge tile. */
+  int64_t *tile_starts, *record_starts, *merge_starts;
+  /* Merge in the split launch: records written per (batch, head group),
+   * NULL where a merge launch follows instead. */
   fc_atomic_int *records_done;
-  int records_per_group;
 } fc_splitkv_shared;
 
 /* The plan, score factor and finishing work of p, the prefetch hint of
@@ -64,18 +66,25 @@ typedef struct fc_splitkv_args {
 } fc_splitkv_args;
 
 /* Where a tile lies: batch, first kv head, split, (batch, head group)
- * index, and the keys [begin, end) of the split some row of the tile sees
- * (begin >= end: none). */
+ * index, the keys [begin, end) of the split some row of the tile sees
+ * (begin >= end: none), and the batch's slots (its rows x group). */
 typedef struct fc_splitkv_tile {
   int64_t b, h0, split, group;
   int64_t begin, end, kv_length;
+  int64_t slots;
 } fc_splitkv_tile;
 
 fc_splitkv_tile fc_splitkv_locate(const fc_splitkv_shared *s, int64_t tile);
 
-/* The state record of (batch x kv_heads + kv head) bk, split, slot. */
-float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t bk,
-                         int64_t split, int64_t slot);
+/* Slots (query rows x group heads) of batch b. */
+static inline int64_t fc_splitkv_slots_of(const fc_splitkv_shared *s,
+                                          int64_t b) {
+  return fc_problem_q_len(s->p, b) * s->p->group;
+}
+
+/* The state record of (batch b, kv head, split, slot). */
+float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t b,
+                         int64_t kv_head, int64_t split, int64_t slot);
 
 /* Finishes scores s[0..n) of slot for keys j0.. of (b, kv_head): -inf for
  * keys the slot's row does not see (key range, tree) and for padding
@@ -121,7 +130,8 @@ void fc_splitkv_tile_written(const fc_splitkv_shared *s,
  * states and the kernel's team scratch (scratch(args, team size) is called
  * after s->heads_per_tile is set), runs `tile` over every (batch, head
  * group, split) with args, then the merge launch where one is needed.
- * OUT_OF_MEMORY (reason in env) before any output is written. */
+ * OUT_OF_MEMORY (reason in env) before any output is written. With
+ * env->reserve_only it reserves and returns. */
 flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
                                fc_tile_kernel tile, void *args,
                                fc_scratch_bytes_fn scratch);

@@ -12,25 +12,50 @@ fc_prefill_plan fc_prefill_plan_for(const fc_problem *p,
   int64_t rows = target_slots / p->group;
   if (rows < 1) rows = 1;
   if (rows > p->q_len) rows = p->q_len;
+  if (rows < 1) rows = 1; /* a ragged batch whose requests have no rows */
   plan.rows_per_tile = rows;
   plan.tiles_per_head = (p->q_len + rows - 1) / rows;
   plan.tile_count = p->batch * p->kv_heads * plan.tiles_per_head;
+  plan.tile_starts = NULL;
   plan.slots_per_tile = rows * p->group;
-  plan.scores_final = p->softcap == 0.0f && p->additive == NULL;
+  plan.scores_final = fc_problem_scores_final(p);
   plan.q_factor = plan.scores_final ? p->scale * FC_LOG2E_F : p->scale;
   return plan;
 }
 
+/* Tiles of ragged batch b, per kv head. */
+static int64_t tiles_per_head_of(const fc_problem *p,
+                                 const fc_prefill_plan *plan, int64_t b) {
+  return (fc_problem_q_len(p, b) + plan->rows_per_tile - 1) /
+         plan->rows_per_tile;
+}
+
 fc_prefill_tile fc_prefill_locate(const fc_problem *p,
                                   const fc_prefill_plan *plan, int64_t tile) {
-  const int64_t per_batch = p->kv_heads * plan->tiles_per_head;
   fc_prefill_tile at;
-  at.b = tile / per_batch;
-  at.kv_head = (tile % per_batch) / plan->tiles_per_head;
-  at.row_begin = (tile % plan->tiles_per_head) * plan->rows_per_tile;
-  at.row_end = at.row_begin + plan->rows_per_tile < p->q_len
+  int64_t per_head = plan->tiles_per_head, local = tile;
+  if (plan->tile_starts) { /* ragged: the last batch starting at or before */
+    int64_t low = 0, high = p->batch - 1;
+    while (low < high) {
+      const int64_t middle = (low + high + 1) / 2;
+      if (plan->tile_starts[middle] <= tile)
+        low = middle;
+      else
+        high = middle - 1;
+    }
+    at.b = low;
+    local = tile - plan->tile_starts[low];
+    per_head = tiles_per_head_of(p, plan, low);
+  } else {
+    at.b = tile / (p->kv_heads * per_head);
+    local = tile % (p->kv_heads * per_head);
+  }
+  const int64_t q_len = fc_problem_q_len(p, at.b);
+  at.kv_head = local / per_head;
+  at.row_begin = (local % per_head) * plan->rows_per_tile;
+  at.row_end = at.row_begin + plan->rows_per_tile < q_len
                    ? at.row_begin + plan->rows_per_tile
-                   : p->q_len;
+                   : q_len;
   return at;
 }
 
@@ -53,19 +78,37 @@ static int64_t tile_weight(const void *opaque, int64_t tile) {
   const fc_problem *p = launch->p;
   const fc_prefill_tile at = fc_prefill_locate(p, launch->plan, tile);
   int64_t kv_length = fc_problem_kv_length(p, at.b);
-  fc_key_range first = fc_row_key_range(p, kv_length, at.row_begin);
-  fc_key_range last = fc_row_key_range(p, kv_length, at.row_end - 1);
+  fc_key_range first = fc_row_key_range(p, at.b, kv_length, at.row_begin);
+  fc_key_range last = fc_row_key_range(p, at.b, kv_length, at.row_end - 1);
   return (last.end - first.begin) * (at.row_end - at.row_begin);
 }
 
 flashcpu_status fc_prefill_launch(const fc_kernel_env *env,
-                                  const fc_problem *p,
-                                  const fc_prefill_plan *plan,
+                                  const fc_problem *p, fc_prefill_plan *plan,
                                   fc_tile_kernel kernel, void *args) {
+  if (p->q_lens) { /* ragged: each batch's first tile, in the workspace */
+    if (fc_runtime_reserve_call_workspace(
+            env->runtime, (size_t)(p->batch + 1) * sizeof(int64_t)) != 0)
+      return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                            "out of memory planning %lld batches",
+                            (long long)p->batch);
+    int64_t *starts = env->runtime->call_workspace;
+    starts[0] = 0;
+    for (int64_t b = 0; b < p->batch; b++)
+      starts[b + 1] = starts[b] + p->kv_heads * tiles_per_head_of(p, plan, b);
+    plan->tile_starts = starts;
+    plan->tile_count = starts[p->batch];
+  }
+  if (env->reserve_only)
+    return fc_runtime_reserve_tile_order(env->runtime, plan->tile_count) == 0
+               ? FLASHCPU_OK
+               : fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                                "out of memory ordering %lld tiles",
+                                (long long)plan->tile_count);
   prefill_launch_args launch_args = {p, plan, kernel, args};
   /* Masks that limit rows unevenly make tiles uneven: heaviest first. */
   bool uneven = p->causal || p->window_left >= 0 || p->window_right >= 0 ||
-                p->kv_lengths;
+                p->kv_lengths || p->q_lens;
   fc_launch launch = {run_tile, &launch_args, plan->tile_count, false,
                       uneven ? tile_weight : NULL};
   if (fc_runtime_launch(env->runtime, &launch) != 0)
@@ -149,7 +192,8 @@ flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
   a.plan = fc_prefill_plan_for(p, FC_PREFILL_TILE_SLOTS);
   a.shape = *shape;
   a.blocks_per_tile = (a.plan.slots_per_tile + shape->slots - 1) / shape->slots;
-  a.stage_v = p->v.dtype != FLASHCPU_DTYPE_F32;
+  /* f32 V is read in place unless pages break its rows' fixed stride. */
+  a.stage_v = p->v.dtype != FLASHCPU_DTYPE_F32 || p->v.pages != NULL;
   flashcpu_status status =
       fc_kernel_reserve_scratch(env, scratch_for_team, &a);
   if (status != FLASHCPU_OK) return status;

@@ -28,6 +28,9 @@
 
 typedef struct fc_prefill_plan {
   int64_t rows_per_tile, tiles_per_head, tile_count;
+  /* Ragged batches: batch b's tiles start at tile_starts[b] (set by the
+   * launch, in the call workspace); NULL: tiles_per_head for every batch. */
+  const int64_t *tile_starts;
   int64_t slots_per_tile; /* rows_per_tile x group */
   float q_factor;         /* applied to Q on load */
   bool scores_final;      /* no softcap or additive mask: Q carries log2(e) */
@@ -44,12 +47,13 @@ typedef struct fc_prefill_tile {
 fc_prefill_tile fc_prefill_locate(const fc_problem *p,
                                   const fc_prefill_plan *plan, int64_t tile);
 
-/* Runs kernel(args, tile, team) over the plan's tiles; heaviest first when
- * masks make tiles uneven. OUT_OF_MEMORY (reason in env) if the order
- * cannot be built. */
+/* Runs kernel(args, tile, team) over the plan's tiles (for a ragged batch
+ * it first sets the plan's tile_starts); heaviest first when masks make
+ * tiles uneven. OUT_OF_MEMORY (reason in env) if the order cannot be
+ * built. With env->reserve_only it reserves what the launch needs and
+ * runs nothing. */
 flashcpu_status fc_prefill_launch(const fc_kernel_env *env,
-                                  const fc_problem *p,
-                                  const fc_prefill_plan *plan,
+                                  const fc_problem *p, fc_prefill_plan *plan,
                                   fc_tile_kernel kernel, void *args);
 
 /* ---- register-blocked kernels: slots in vector lanes -------------------- */

@@ -156,7 +156,7 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const int64_t row_begin = at.row_begin, row_end = at.row_end;
   const int64_t row_count = row_end - row_begin;
   const int64_t kv_length = fc_problem_kv_length(p, b);
-  const int64_t tree_begin = fc_tree_begin(p, kv_length);
+  const int64_t tree_begin = fc_tree_begin(p, b, kv_length);
   const int64_t D = p->head_dim, Dv = p->v_head_dim;
   const int64_t slot_count = p->group * rows;
   fc_row_to_f32_fn convert_q = args->row_to_f32[p->q.dtype];
@@ -172,13 +172,13 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
     memset(w.o + mine * Dv, 0, (size_t)Dv * sizeof(float));
   }
 
-  fc_key_range first = fc_row_key_range(p, kv_length, row_begin);
-  fc_key_range last = fc_row_key_range(p, kv_length, row_end - 1);
+  fc_key_range first = fc_row_key_range(p, b, kv_length, row_begin);
+  fc_key_range last = fc_row_key_range(p, b, kv_length, row_end - 1);
   int64_t key_begin = first.begin - first.begin % REF_KV_BLOCK;
   for (int64_t j0 = key_begin; j0 < last.end; j0 += REF_KV_BLOCK) {
     int64_t j1 = j0 + REF_KV_BLOCK < kv_length ? j0 + REF_KV_BLOCK : kv_length;
     fc_tile_kind kind =
-        fc_classify_tile(p, kv_length, row_begin, row_end, j0, j1);
+        fc_classify_tile(p, b, kv_length, row_begin, row_end, j0, j1);
     if (kind == FC_TILE_EMPTY) continue;
     fc_barrier_wait(team->barrier); /* everyone is done with the last block */
     load_block_shared(args, &p->k, b, kv_head, j0, j1, D, team, w.k);
@@ -192,20 +192,17 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
       int64_t head = kv_head * p->group + g, row = row_begin + r;
       int64_t a = j0, e = j1;
       if (kind == FC_TILE_PARTIAL) {
-        fc_key_range range = fc_row_key_range(p, kv_length, row);
+        fc_key_range range = fc_row_key_range(p, b, kv_length, row);
         if (range.begin > a) a = range.begin;
         if (range.end < e) e = range.end;
         if (a >= e) continue;
       }
       const float *q_row = w.q + mine * D;
-      const float *mask_row =
-          p->additive ? p->additive->data + b * p->additive->strides[0] +
-                            head * p->additive->strides[1] +
-                            row * p->additive->strides[2]
-                      : NULL;
+      const fc_row_finish finish =
+          fc_row_finish_for(p, b, head, row, kv_length);
       for (int64_t j = a; j < e; j++) {
         float score = fc_saturate(dot(q_row, w.k + (j - j0) * D, D));
-        if (!plan->scores_final) score = fc_finish_score(p, score, mask_row, j);
+        if (!plan->scores_final) score = fc_finish_score(p, score, &finish, j);
         if (kind == FC_TILE_PARTIAL && j >= tree_begin &&
             !fc_tree_allows(p, b, row, j, tree_begin))
           score = -INFINITY;

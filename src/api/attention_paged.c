@@ -1,0 +1,210 @@
+/* flashcpu_attention_paged: check one layer's call against its plan, then
+ * run each kernel family's requests as one problem over the pages. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/check.h"
+#include "api/context_internal.h"
+#include "api/errors.h"
+#include "api/paged_check.h"
+#include "api/plan_internal.h"
+
+#define CALL "flashcpu_attention_paged"
+
+/* q or out: [1, T, Hq, dim] of the plan. */
+static flashcpu_status check_rows(flashcpu_context *ctx,
+                                  const flashcpu_plan *plan,
+                                  const flashcpu_tensor *t, const char *name,
+                                  int64_t dim, fc_byte_span *span) {
+  flashcpu_status status = fc_check_tensor(ctx, CALL, t, name, 0, span);
+  if (status != FLASHCPU_OK) return status;
+  const int64_t expected[4] = {1, plan->tokens, plan->q_heads, dim};
+  static const char *const what[4] = {
+      "batch (packed rows are [1, T, Hq, D])", "seq (the plan's T)",
+      "heads (the plan's q_heads)", "head_dim"};
+  for (int d = 0; d < 4; d++)
+    if (t->dims[d] != expected[d])
+      return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
+                     CALL ": %s->dims[%d] is %lld; the plan needs %lld, its %s",
+                     name, d, (long long)t->dims[d], (long long)expected[d],
+                     what[d]);
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_cache(flashcpu_context *ctx,
+                                   const flashcpu_plan *plan,
+                                   const flashcpu_paged_kv *kv,
+                                   fc_byte_span *k_span, fc_byte_span *v_span) {
+  flashcpu_status status =
+      fc_check_paged_kv(ctx, CALL, kv, true, k_span, v_span);
+  if (status != FLASHCPU_OK) return status;
+  const struct {
+    int64_t got, planned;
+    const char *name;
+  } geometry[] = {{kv->num_pages, plan->num_pages, "num_pages"},
+                  {kv->page_size, plan->page_size, "page_size"},
+                  {kv->kv_heads, plan->kv_heads, "kv_heads"},
+                  {kv->head_dim, plan->head_dim, "head_dim"},
+                  {kv->v_head_dim, plan->v_head_dim, "v_head_dim"}};
+  for (size_t i = 0; i < sizeof geometry / sizeof geometry[0]; i++)
+    if (geometry[i].got != geometry[i].planned)
+      return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
+                     CALL ": kv->%s is %lld but the plan was made for %lld",
+                     geometry[i].name, (long long)geometry[i].got,
+                     (long long)geometry[i].planned);
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_additive(flashcpu_context *ctx,
+                                      const flashcpu_plan *plan,
+                                      const flashcpu_additive_mask *mask,
+                                      fc_byte_span *span) {
+  if (!mask->data)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
+                   CALL ": params->additive_mask->data is NULL");
+  for (int d = 0; d < 4; d++)
+    if (mask->strides[d] < 0)
+      return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                     CALL ": additive_mask->strides[%d] is %lld; strides must "
+                     "be non-negative (0 broadcasts)",
+                     d, (long long)mask->strides[d]);
+  const int64_t dims[4] = {plan->requests, plan->q_heads, plan->tokens,
+                           plan->max_keys};
+  if (!fc_span_of(mask->data, dims, mask->strides, 4, 4, span))
+    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                   CALL ": the additive mask's strides reach past the int64 "
+                   "range");
+  return FLASHCPU_OK;
+}
+
+/* The checks of flashcpu_attention's options that hold here too. */
+static flashcpu_status check_options(flashcpu_context *ctx,
+                                     const flashcpu_attention_params *params) {
+  if (params->kv_lengths)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": params->kv_lengths must be NULL: the plan holds "
+                   "the lengths (batch->seq_lens_kv)");
+  if (params->tree_mask)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": params->tree_mask must be NULL: the plan holds "
+                   "the tree masks (batch->tree_bits)");
+  return fc_check_common_params(ctx, CALL, params);
+}
+
+flashcpu_status flashcpu_attention_paged(
+    flashcpu_context *ctx, const flashcpu_plan *plan, const flashcpu_tensor *q,
+    const flashcpu_paged_kv *kv, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params) {
+  flashcpu_status status;
+  if (!ctx)
+    return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
+  if (!plan)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, CALL ": plan is NULL");
+  if (plan->ctx != ctx)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": the plan was made on another context (plans "
+                   "size and use their context's memory)");
+  flashcpu_attention_params copy;
+  if ((status = fc_copy_params(ctx, CALL, params, &copy)) != FLASHCPU_OK)
+    return status;
+  params = &copy;
+  if ((status = check_options(ctx, params)) != FLASHCPU_OK) return status;
+
+  fc_byte_span q_span, out_span, k_span, v_span;
+  if ((status = check_rows(ctx, plan, q, "q", plan->head_dim, &q_span)) ||
+      (status = check_cache(ctx, plan, kv, &k_span, &v_span)) ||
+      (status = check_rows(ctx, plan, out, "out", plan->v_head_dim,
+                           &out_span)))
+    return status;
+  if (!fc_output_rows_distinct(out))
+    return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                   CALL ": out's strides make different rows share memory");
+
+  /* Options every part shares, on a template problem. */
+  fc_problem shared;
+  memset(&shared, 0, sizeof shared);
+  shared.q_heads = plan->q_heads;
+  fc_byte_span inputs[7] = {q_span, k_span, v_span};
+  const char *names[7] = {"q", "kv->k", "kv->v"};
+  int count = 3;
+  if ((status = fc_check_variants(ctx, CALL, params, &shared, plan->requests,
+                                  &inputs[count], &count, &names[count])))
+    return status;
+  if (params->additive_mask) {
+    if ((status = check_additive(ctx, plan, params->additive_mask,
+                                 &inputs[count])))
+      return status;
+    names[count++] = "the additive mask";
+  }
+  fc_byte_span lse_span = {0, 0};
+  if (lse) {
+    lse_span.begin = (uintptr_t)lse;
+    lse_span.end = lse_span.begin + (uintptr_t)plan->q_heads *
+                                        (uintptr_t)plan->tokens * sizeof(float);
+  }
+  for (int i = 0; i < count; i++) {
+    if (fc_spans_overlap(out_span, inputs[i]))
+      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                     CALL ": out overlaps %s in memory", names[i]);
+    if (fc_spans_overlap(lse_span, inputs[i]))
+      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                     CALL ": lse overlaps %s in memory", names[i]);
+  }
+  if (fc_spans_overlap(lse_span, out_span))
+    return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                   CALL ": lse overlaps out in memory");
+
+  /* One problem per part, kernels chosen before any runs, so that an error
+   * leaves the output untouched. */
+  fc_problem problems[FC_PLAN_PARTS];
+  const fc_attention_kernel *kernels[FC_PLAN_PARTS] = {NULL, NULL};
+  for (int i = 0; i < FC_PLAN_PARTS; i++) {
+    const fc_plan_part *part = &plan->parts[i];
+    if (part->count == 0) continue;
+    fc_problem *p = &problems[i];
+    fc_plan_part_problem(plan, part, p);
+    fc_fill_view(q, &p->q);
+    fc_fill_view(out, &p->out);
+    p->q.row_starts = p->out.row_starts = part->q_starts;
+    fc_fill_paged_view(kv, 0, plan->pages, part->page_rows, &p->k);
+    fc_fill_paged_view(kv, 1, plan->pages, part->page_rows, &p->v);
+    p->lse = lse;
+    p->scale = params->scale != 0.0f
+                   ? params->scale
+                   : (float)(1.0 / sqrt((double)plan->head_dim));
+    p->softcap = params->softcap;
+    p->causal = (params->flags & FLASHCPU_FLAG_CAUSAL) != 0;
+    p->window_left = params->window_left;
+    p->window_right = params->window_right;
+    p->additive = params->additive_mask;
+    p->alibi = shared.alibi;
+    p->alibi_batch_stride = shared.alibi_batch_stride;
+    p->sinks = shared.sinks;
+    p->sinks_dtype = shared.sinks_dtype;
+    char reason[384];
+    kernels[i] = fc_kernel_table_choose(&ctx->table, p, reason, sizeof reason);
+    if (ctx->verbose)
+      fprintf(stderr,
+              "[flashcpu] attention_paged %s: %lld requests, %lld rows at "
+              "most, %lld keys at most: %s (%s)\n",
+              fc_kernel_family_name(part->family), (long long)part->count,
+              (long long)part->max_rows, (long long)part->max_keys,
+              kernels[i] ? kernels[i]->name : "no kernel", reason);
+    if (!kernels[i])
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s",
+                     reason);
+  }
+  for (int i = 0; i < FC_PLAN_PARTS; i++) {
+    if (!kernels[i]) continue;
+    char kernel_reason[256];
+    fc_kernel_env env =
+        fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
+    status = kernels[i]->run(&env, &problems[i]);
+    if (status != FLASHCPU_OK)
+      return fc_fail(ctx, status, CALL ": %s: %s", kernels[i]->name,
+                     kernel_reason[0] ? kernel_reason : "failed");
+  }
+  fc_clear_error(ctx);
+  return FLASHCPU_OK;
+}

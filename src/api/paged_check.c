@@ -1,0 +1,85 @@
+#include "api/paged_check.h"
+
+#include <string.h>
+
+#include "api/errors.h"
+
+static const char *const page_dims[3] = {"page", "slot", "kv head"};
+
+static flashcpu_status check_side(flashcpu_context *ctx, const char *call,
+                                  const flashcpu_paged_kv *kv, const char *name,
+                                  const void *data, flashcpu_dtype dtype,
+                                  const int64_t *strides, int64_t dim,
+                                  fc_byte_span *span) {
+  if (!data)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv->%s is NULL",
+                   call, name);
+  const size_t element_size = flashcpu_dtype_size(dtype);
+  if (element_size == 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_UNSUPPORTED_DTYPE,
+                   "%s: kv->%s_dtype is %d; expected FLASHCPU_DTYPE_F32 (0), "
+                   "F16 (1) or BF16 (2)",
+                   call, name, (int)dtype);
+  for (int d = 0; d < 3; d++)
+    if (strides[d] < 0)
+      return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                     "%s: kv->%s_strides[%d] (%s) is %lld; strides must be "
+                     "non-negative",
+                     call, name, d, page_dims[d], (long long)strides[d]);
+  const int64_t dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads, dim};
+  const int64_t all_strides[4] = {strides[0], strides[1], strides[2], 1};
+  if (!fc_span_of(data, dims, all_strides, 4, (int64_t)element_size, span))
+    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                   "%s: kv->%s's pages reach past the int64 / address range",
+                   call, name);
+  return FLASHCPU_OK;
+}
+
+flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
+                                  const flashcpu_paged_kv *kv, bool with_data,
+                                  fc_byte_span *k_span, fc_byte_span *v_span) {
+  if (!kv)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv is NULL", call);
+  const struct {
+    int64_t value;
+    const char *name;
+  } geometry[] = {{kv->num_pages, "num_pages"},
+                  {kv->page_size, "page_size"},
+                  {kv->kv_heads, "kv_heads"},
+                  {kv->head_dim, "head_dim"},
+                  {kv->v_head_dim, "v_head_dim"}};
+  for (size_t i = 0; i < sizeof geometry / sizeof geometry[0]; i++)
+    if (geometry[i].value < 1)
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     "%s: kv->%s is %lld; it must be >= 1", call,
+                     geometry[i].name, (long long)geometry[i].value);
+  if (kv->k_scales || kv->v_scales)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   "%s: kv->k_scales and kv->v_scales are reserved for "
+                   "quantized caches and must be NULL in this version",
+                   call);
+  if (!with_data) return FLASHCPU_OK;
+  flashcpu_status status =
+      check_side(ctx, call, kv, "k", kv->k, kv->k_dtype, kv->k_strides,
+                 kv->head_dim, k_span);
+  if (status != FLASHCPU_OK) return status;
+  return check_side(ctx, call, kv, "v", kv->v, kv->v_dtype, kv->v_strides,
+                    kv->v_head_dim, v_span);
+}
+
+void fc_fill_paged_view(const flashcpu_paged_kv *kv, int which,
+                        const int32_t *pages, const int64_t *page_rows,
+                        fc_view *view) {
+  const int64_t *strides = which ? kv->v_strides : kv->k_strides;
+  memset(view, 0, sizeof *view);
+  view->data = (const char *)(which ? kv->v : kv->k);
+  view->dtype = which ? kv->v_dtype : kv->k_dtype;
+  view->element_size = (int64_t)flashcpu_dtype_size(view->dtype);
+  view->strides[0] = strides[0];
+  view->strides[1] = strides[1];
+  view->strides[2] = strides[2];
+  view->strides[3] = 1;
+  view->pages = pages;
+  view->page_rows = page_rows;
+  view->page_size = kv->page_size;
+}

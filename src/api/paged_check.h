@@ -1,0 +1,25 @@
+/* Checks of the paged API's arguments that more than one call makes: the
+ * paged cache view, and its internal form. */
+#ifndef FLASHCPU_API_PAGED_CHECK_H
+#define FLASHCPU_API_PAGED_CHECK_H
+
+#include <stdbool.h>
+
+#include "api/view_check.h"
+#include "common/problem.h"
+#include "flashcpu/flashcpu.h"
+
+/* A paged cache view: non-NULL, its geometry >= 1, no scales. With
+ * with_data also its pointers, dtypes and strides, and the bytes its K and
+ * V pages span (for overlap checks). */
+flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
+                                  const flashcpu_paged_kv *kv, bool with_data,
+                                  fc_byte_span *k_span, fc_byte_span *v_span);
+
+/* The internal view of K (which 0) or V (which 1) of a checked cache, its
+ * rows found through pages and page_rows. */
+void fc_fill_paged_view(const flashcpu_paged_kv *kv, int which,
+                        const int32_t *pages, const int64_t *page_rows,
+                        fc_view *view);
+
+#endif

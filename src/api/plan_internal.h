@@ -1,0 +1,45 @@
+/* The plan behind the opaque flashcpu_plan handle: one step's lengths,
+ * block table and tree masks, validated and copied, with its requests
+ * split by kernel family. */
+#ifndef FLASHCPU_API_PLAN_INTERNAL_H
+#define FLASHCPU_API_PLAN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/problem.h"
+#include "flashcpu/flashcpu.h"
+#include "kernels/registry.h"
+
+/* The requests one kernel family runs, as the batches of one problem. */
+typedef struct fc_plan_part {
+  fc_kernel_family family;
+  int64_t count;              /* requests */
+  int64_t max_rows, max_keys; /* the problem's q_len and kv capacity */
+  int64_t rows, keys;         /* totals, for describe */
+  bool has_trees;
+  /* Per request of the part: rows, first packed row, keys, start of its
+   * pages in the plan's copy, tree keys (0: none), index in the batch. */
+  int64_t *q_lens, *q_starts, *kv_lengths, *page_rows, *tree_keys,
+      *batch_ids;
+} fc_plan_part;
+
+enum { FC_PLAN_PARTS = 2 };
+
+struct flashcpu_plan {
+  const flashcpu_context *ctx;
+  int64_t requests, tokens, q_heads;
+  int64_t kv_heads, head_dim, v_head_dim, page_size, num_pages;
+  int64_t max_keys;           /* longest request, for mask extents */
+  int32_t *pages;             /* the pages each request uses, in order */
+  uint64_t *tree_bits;        /* [tokens][tree_row_stride] or NULL */
+  flashcpu_tree_mask tree;    /* over tree_bits, packed rows */
+  fc_plan_part parts[FC_PLAN_PARTS];
+};
+
+/* The problem a part of the plan runs, with its views' data unset: what
+ * the reservation and the run both start from. */
+void fc_plan_part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
+                          fc_problem *p);
+
+#endif
