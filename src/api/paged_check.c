@@ -82,4 +82,8 @@ void fc_fill_paged_view(const flashcpu_paged_kv *kv, int which,
   view->pages = pages;
   view->page_rows = page_rows;
   view->page_size = kv->page_size;
+  view->page_shift = -1;
+  if ((kv->page_size & (kv->page_size - 1)) == 0)
+    for (int shift = 0; shift < 63; shift++)
+      if ((INT64_C(1) << shift) == kv->page_size) view->page_shift = shift;
 }

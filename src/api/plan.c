@@ -261,31 +261,42 @@ void fc_plan_part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
   p->k.pages = p->v.pages = plan->pages;
   p->k.page_rows = p->v.page_rows = part->page_rows;
   p->k.page_size = p->v.page_size = plan->page_size;
+  p->k.page_shift = p->v.page_shift = -1;
   p->k.element_size = p->v.element_size = 4;
 }
 
 /* Sizes the context's scratch, workspace and tile order for the plan's
- * parts, so that running it allocates nothing. */
+ * parts, so that running it allocates nothing: for every kernel a part can
+ * get, which depends on the layer's dtypes (bf16 takes dot-product rows). */
 static flashcpu_status reserve(flashcpu_context *ctx,
                                const flashcpu_plan *plan) {
+  static const flashcpu_dtype dtypes[] = {FLASHCPU_DTYPE_F32,
+                                          FLASHCPU_DTYPE_BF16};
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
     const fc_plan_part *part = &plan->parts[i];
     if (part->count == 0) continue;
-    fc_problem p;
-    fc_plan_part_problem(plan, part, &p);
-    char reason[384], kernel_reason[256];
-    const fc_attention_kernel *kernel =
-        fc_kernel_table_choose(&ctx->table, &p, reason, sizeof reason);
-    if (!kernel)
+    const fc_attention_kernel *reserved[2] = {NULL, NULL};
+    char reason[384] = "";
+    for (int d = 0; d < 2; d++) {
+      fc_problem p;
+      fc_plan_part_problem(plan, part, &p);
+      p.q.dtype = p.k.dtype = p.v.dtype = p.out.dtype = dtypes[d];
+      const fc_attention_kernel *kernel =
+          fc_kernel_table_choose(&ctx->table, &p, reason, sizeof reason);
+      if (!kernel || kernel == reserved[0]) continue;
+      char kernel_reason[256];
+      fc_kernel_env env =
+          fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
+      env.reserve_only = true;
+      flashcpu_status status = kernel->run(&env, &p);
+      if (status != FLASHCPU_OK)
+        return fc_fail(ctx, status, CALL ": %s: %s", kernel->name,
+                       kernel_reason[0] ? kernel_reason : "failed");
+      reserved[d] = kernel;
+    }
+    if (!reserved[0] && !reserved[1])
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s",
                      reason);
-    fc_kernel_env env =
-        fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
-    env.reserve_only = true;
-    flashcpu_status status = kernel->run(&env, &p);
-    if (status != FLASHCPU_OK)
-      return fc_fail(ctx, status, CALL ": %s: %s", kernel->name,
-                     kernel_reason[0] ? kernel_reason : "failed");
   }
   return FLASHCPU_OK;
 }

@@ -15,8 +15,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/problem.h"
-
 enum { FC_SWEEP_LINE = 64 };
 
 /* Rows (outer, inner) at base + outer * outer_step + inner * inner_step,
@@ -30,18 +28,18 @@ typedef struct fc_prefetch_sweep {
   int64_t outer_step, inner_step, row_bytes;
   bool into_l1; /* fc_sweep_next's hint: L1 instead of L2 (see there) */
   bool heads_inner;
-  /* Paged rows: key k of head h is row (b, key0 + k, head0 + h) of the
-   * view, looked up per row; NULL: at the steps above. */
-  const fc_view *pages;
-  int64_t b, key0, head0;
+  /* Rows listed per key (a paged cache): key k of head h is at
+   * key_rows[k] + offset + h * head_step; NULL: at the steps above. */
+  const char *const *key_rows;
+  int64_t offset, head_step;
 } fc_prefetch_sweep;
 
 static inline void fc_sweep_start_row(fc_prefetch_sweep *s) {
   const char *row;
-  if (s->pages) {
+  if (s->key_rows) {
     const int64_t key = s->heads_inner ? s->outer : s->inner;
     const int64_t head = s->heads_inner ? s->inner : s->outer;
-    row = fc_view_row(s->pages, s->b, s->key0 + key, s->head0 + head);
+    row = s->key_rows[key] + s->offset + head * s->head_step;
   } else {
     row = s->base + s->outer * s->outer_step + s->inner * s->inner_step;
   }
@@ -59,8 +57,9 @@ static inline void fc_sweep_init(fc_prefetch_sweep *s, const char *first_row,
   s->base = first_row;
   s->outer = s->inner = 0;
   s->into_l1 = false;
-  s->pages = NULL;
-  s->b = s->key0 = s->head0 = 0;
+  s->key_rows = NULL;
+  s->offset = 0;
+  s->head_step = head_step;
   if (heads > 1 && head_step == row_bytes) {
     row_bytes *= heads;
     heads = 1;
@@ -82,18 +81,17 @@ static inline void fc_sweep_init(fc_prefetch_sweep *s, const char *first_row,
   fc_sweep_start_row(s);
 }
 
-/* Makes a sweep set up by fc_sweep_init (first_row being row (b, key0,
- * head0) of view) look its rows up through the view's pages; nothing for
- * an unpaged view or an empty sweep. Heads merged into one row stay merged
- * (adjacent heads share a token's slot in every page layout). */
-static inline void fc_sweep_use_pages(fc_prefetch_sweep *s,
-                                      const fc_view *view, int64_t b,
-                                      int64_t key0, int64_t head0) {
-  if (!view->pages || s->outers == 0) return;
-  s->pages = view;
-  s->b = b;
-  s->key0 = key0;
-  s->head0 = head0;
+/* Makes a sweep set up by fc_sweep_init find its keys' rows at
+ * key_rows[k] + offset (its first head) instead of at a fixed key step, as
+ * the rows of a paged cache lie; nothing for an empty sweep. Heads merged
+ * into one row stay merged (adjacent heads share a token's slot in every
+ * page layout). */
+static inline void fc_sweep_use_rows(fc_prefetch_sweep *s,
+                                     const char *const *key_rows,
+                                     int64_t offset) {
+  if (s->outers == 0) return;
+  s->key_rows = key_rows;
+  s->offset = offset;
   fc_sweep_start_row(s);
 }
 

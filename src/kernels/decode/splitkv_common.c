@@ -108,23 +108,53 @@ void fc_splitkv_finish(const fc_splitkv_shared *s, float *scores, int64_t b,
   }
 }
 
-void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
-                             int64_t h0, int64_t key, int64_t end,
+/* Rows of keys [key, key + n) of (b, head 0), stepping by the seq stride
+ * and looking rows up again at each page boundary. */
+static void head0_rows(const fc_view *view, int64_t b, int64_t key, int64_t n,
+                       const char **rows) {
+  if (n <= 0) return;
+  const char *row = fc_view_row(view, b, key, 0);
+  const int64_t step = view->strides[1] * view->element_size;
+  int64_t run_end = fc_view_run_end(view, key);
+  for (int64_t j = 0; j < n; j++, row += step) {
+    if (key + j == run_end) {
+      row = fc_view_row(view, b, key + j, 0);
+      run_end = fc_view_run_end(view, key + j);
+    }
+    rows[j] = row;
+  }
+}
+
+void fc_splitkv_block_rows_fill(const fc_splitkv_shared *s, int64_t b,
+                                int64_t key, int64_t end,
+                                fc_splitkv_block_rows *rows) {
+  const int64_t n =
+      end - key < FC_SPLITKV_KEY_BLOCK ? end - key : FC_SPLITKV_KEY_BLOCK;
+  rows->key = key;
+  rows->count = n > 0 ? n : 0;
+  head0_rows(&s->p->k, b, key, n, rows->k);
+  head0_rows(&s->p->v, b, key, n, rows->v);
+}
+
+void fc_splitkv_block_sweeps(const fc_splitkv_shared *s,
+                             const fc_splitkv_block_rows *rows, int64_t h0,
                              fc_prefetch_sweep *k_sweep,
                              fc_prefetch_sweep *v_sweep) {
   const fc_problem *p = s->p;
-  const int64_t n =
-      end - key < FC_SPLITKV_KEY_BLOCK ? end - key : FC_SPLITKV_KEY_BLOCK;
-  const int any = key < end;
+  const int64_t n = rows->count;
   const int64_t k_size = p->k.element_size, v_size = p->v.element_size;
-  fc_sweep_init(k_sweep, any ? fc_view_row(&p->k, b, key, h0) : NULL, n,
-                s->heads_per_tile, p->k.strides[1] * k_size,
-                p->k.strides[2] * k_size, p->head_dim * k_size);
-  fc_sweep_init(v_sweep, any ? fc_view_row(&p->v, b, key, h0) : NULL, n,
-                s->heads_per_tile, p->v.strides[1] * v_size,
-                p->v.strides[2] * v_size, p->v_head_dim * v_size);
-  fc_sweep_use_pages(k_sweep, &p->k, b, key, h0);
-  fc_sweep_use_pages(v_sweep, &p->v, b, key, h0);
+  const int64_t k_head = p->k.strides[2] * k_size,
+                v_head = p->v.strides[2] * v_size;
+  fc_sweep_init(k_sweep, n ? rows->k[0] + h0 * k_head : NULL, n,
+                s->heads_per_tile, p->k.strides[1] * k_size, k_head,
+                p->head_dim * k_size);
+  fc_sweep_init(v_sweep, n ? rows->v[0] + h0 * v_head : NULL, n,
+                s->heads_per_tile, p->v.strides[1] * v_size, v_head,
+                p->v_head_dim * v_size);
+  /* Pages break the fixed key step: the sweeps take the listed rows, at
+   * the tile's first head. */
+  if (p->k.pages) fc_sweep_use_rows(k_sweep, rows->k, h0 * k_head);
+  if (p->v.pages) fc_sweep_use_rows(v_sweep, rows->v, h0 * v_head);
   k_sweep->into_l1 = v_sweep->into_l1 = s->prefetch_l1 != 0;
 }
 

@@ -93,11 +93,24 @@ void fc_splitkv_finish(const fc_splitkv_shared *s, float *scores, int64_t b,
                        int64_t kv_head, int64_t slot, int64_t j0, int64_t n,
                        int64_t kv_length);
 
-/* Sweeps over the K and V rows of the tile's heads (from h0) for the block
- * of keys at key: at most FC_SPLITKV_KEY_BLOCK keys, none at or past end
- * (empty when key >= end). */
-void fc_splitkv_block_sweeps(const fc_splitkv_shared *s, int64_t b,
-                             int64_t h0, int64_t key, int64_t end,
+/* Where the K and V rows of head 0 of a block of keys lie: one page
+ * lookup per key of a paged cache, shared by every head of the tile and by
+ * the sweeps that prefetch the block. */
+typedef struct fc_splitkv_block_rows {
+  int64_t key, count; /* keys [key, key + count) */
+  const char *k[FC_SPLITKV_KEY_BLOCK], *v[FC_SPLITKV_KEY_BLOCK];
+} fc_splitkv_block_rows;
+
+/* The rows of keys [key, min(key + FC_SPLITKV_KEY_BLOCK, end)) of batch b
+ * (count 0 when key >= end). */
+void fc_splitkv_block_rows_fill(const fc_splitkv_shared *s, int64_t b,
+                                int64_t key, int64_t end,
+                                fc_splitkv_block_rows *rows);
+
+/* Sweeps over the K and V rows of the tile's heads (from h0) of a block
+ * (empty when it has no keys). */
+void fc_splitkv_block_sweeps(const fc_splitkv_shared *s,
+                             const fc_splitkv_block_rows *rows, int64_t h0,
                              struct fc_prefetch_sweep *k_sweep,
                              struct fc_prefetch_sweep *v_sweep);
 
