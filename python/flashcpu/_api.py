@@ -2,15 +2,73 @@
 
 import ctypes
 
-from . import _arrays, _context, errors
+from . import _arrays, _context, _library, errors
 from ._library import AdditiveMask, AttentionParams, FLAG_CAUSAL, KernelInfo, Tensor
 
 _lib = None  # set by __init__
+_defaults = None  # AttentionParams at the library's defaults
 
 
 def _unsupported(name):
     raise errors.UnsupportedError(
         "UNSUPPORTED", f"{name} needs a later version of the flashcpu library")
+
+
+def new_params():
+    """AttentionParams at the library's defaults, with the library's
+    struct_size when its struct is no larger than this module's (a 0.2.0
+    library: no sinks, no ALiBi)."""
+    global _defaults
+    if _defaults is None:
+        scratch = ctypes.create_string_buffer(4096)
+        _lib.flashcpu_attention_params_init(scratch)
+        size = min(_library.params_size, ctypes.sizeof(AttentionParams))
+        defaults = AttentionParams()
+        ctypes.memmove(ctypes.byref(defaults), scratch, size)
+        defaults.struct_size = size
+        _defaults = defaults
+    return AttentionParams.from_buffer_copy(_defaults)
+
+
+def set_options(params, keep, *, heads, batches, causal, window, softcap, scale,
+                sinks, alibi_slopes):
+    """Sets what flashcpu_attention and flashcpu_attention_paged share:
+    batches is B (or R, the requests) for [B, Hq] ALiBi slopes. Arrays the
+    call reads go to keep."""
+    params.scale = 0.0 if scale is None else float(scale)
+    params.flags = FLAG_CAUSAL if causal else 0
+    try:
+        params.window_left, params.window_right = (int(w) for w in window)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT", f"window {window!r}: expected (left, right)") from None
+    params.softcap = float(softcap or 0.0)
+    if (sinks is not None or alibi_slopes is not None) and \
+            params.struct_size < ctypes.sizeof(AttentionParams):
+        _unsupported("sinks" if sinks is not None else "alibi_slopes")
+    if sinks is not None:
+        address, code, array = _arrays.small_vector(
+            sinks, "sinks", lambda shape: None if shape == (heads,) else
+            f"shape {list(shape)}; expected [Hq] = [{heads}]",
+            (_arrays.F32, _arrays.F16, _arrays.BF16))
+        params.sinks, params.sinks_dtype = address, code
+        keep.append(array)
+    if alibi_slopes is not None:
+        def check(shape):
+            if shape in ((heads,), (1, heads), (batches, heads)):
+                return None
+            return (f"shape {list(shape)}; expected [Hq] = [{heads}] or "
+                    f"[B, Hq] = [{batches}, {heads}]")
+        address, _, array = _arrays.small_vector(alibi_slopes, "alibi_slopes", check)
+        stride = 0
+        if len(array.shape) == 2 and array.shape[0] > 1:
+            stride = _arrays.row_stride(array)
+            if stride < heads:  # rows that share memory (a broadcast view): a copy
+                address, _, array = _arrays.small_vector(_arrays.contiguous(array),
+                                                         "alibi_slopes", check)
+                stride = heads
+        params.alibi_slopes, params.alibi_batch_stride = address, stride
+        keep.append(array)
 
 
 def _additive(mask, batch, heads, rows, keys):
@@ -76,17 +134,17 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     softcap > 0: cap * tanh(score / cap); scale: default 1/sqrt(D);
     kv_lengths: B lengths, each batch reads its first kv_lengths[b] keys;
     additive_mask: float32 broadcastable to [B, Hq, L, S] (-inf hides a key);
-    tree_mask: boolean [B or 1, L, num_keys] over the newest num_keys keys.
+    tree_mask: boolean [B or 1, L, num_keys] over the newest num_keys keys;
+    sinks: attention sinks (gpt-oss), one logit per query head [Hq], float32,
+    float16 or bfloat16: one more key in every row's softmax, of that score
+    and a zero value; alibi_slopes: float32 [Hq] or [B, Hq], the bias
+    -slope * |p - j| for the row at position p and key j.
     out: an array or tensor to write (same layout), returned; else a new one
     of q's kind and dtype. return_lse: also return the log-sum-exp, float32
-    [B, Hq, L], natural log. sinks and alibi_slopes need a later library.
+    [B, Hq, L], natural log (the sink included).
 
     The GIL is released during the computation. On error a flashcpu.Error
     subclass is raised and out is left untouched."""
-    if sinks is not None:
-        _unsupported("sinks")
-    if alibi_slopes is not None:
-        _unsupported("alibi_slopes")
     if layout not in ("bshd", "bhsd"):
         raise errors.InvalidArgumentError("INVALID_ARGUMENT",
                                           f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
@@ -97,18 +155,16 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     if out is None:
         shape = (batch, rows, heads, dv) if layout == "bshd" else (batch, heads, rows, dv)
         out = _arrays.empty_like_kind(q, shape, qv.dtype)
+    _arrays.check_writable(out, "out")
     ov = _arrays.view(out, layout, "out")
     lse = None
     if return_lse:
         lse = _arrays.empty_like_kind(_arrays.raw(q), (batch, heads, rows), _arrays.F32)
 
-    params = AttentionParams()
-    _lib.flashcpu_attention_params_init(ctypes.byref(params))
-    params.scale = 0.0 if scale is None else float(scale)
-    params.flags = FLAG_CAUSAL if causal else 0
-    params.window_left, params.window_right = (int(w) for w in window)
-    params.softcap = float(softcap or 0.0)
+    params = new_params()
     keep = []
+    set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
+                softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
     if kv_lengths is not None:
         lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
         if count != batch:
@@ -156,6 +212,7 @@ def merge_states(states, lses, *, out=None, return_lse=False, layout="bshd",
     if out is None:
         shape = (batch, rows, heads, dv) if layout == "bshd" else (batch, heads, rows, dv)
         out = _arrays.empty_like_kind(states[0], shape, first.dtype)
+    _arrays.check_writable(out, "out")
     ov = _arrays.view(out, layout, "out")
     lse = _arrays.empty_like_kind(_arrays.raw(states[0]), (batch, heads, rows),
                                   _arrays.F32) if return_lse else None

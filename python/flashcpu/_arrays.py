@@ -72,10 +72,27 @@ def geometry(x):
                   f"tensors must be on the CPU, not {x.device}")
         return tuple(x.shape), tuple(x.stride()), x.data_ptr()
     size = x.itemsize
+    if x.size == 0:  # numpy gives empty arrays strides 0: any will do
+        strides, step = [], 1
+        for extent in reversed(x.shape):
+            strides.insert(0, step)
+            step *= max(extent, 1)
+        return x.shape, tuple(strides), x.ctypes.data
     if any(s % size for s in x.strides):
         _fail(errors.BadLayoutError, "BAD_LAYOUT",
               "array strides are not a multiple of the element size")
     return x.shape, tuple(s // size for s in x.strides), x.ctypes.data
+
+
+_EMPTY = ctypes.c_double()  # a non-NULL address for arrays of no elements
+
+
+def _address(shape, address):
+    """address, or a harmless non-NULL one for an empty array (torch gives
+    empty tensors address 0, which the library takes for a missing one)."""
+    if address == 0 and any(extent == 0 for extent in shape):
+        return ctypes.addressof(_EMPTY)
+    return address
 
 
 def view(x, layout, what):
@@ -90,10 +107,30 @@ def view(x, layout, what):
               f"{what}'s last dim (head_dim) must be contiguous (stride "
               f"{strides[3]}); make it so once, e.g. with .contiguous()")
     order = (0, 1, 2, 3) if layout == "bshd" else (0, 2, 1, 3)
-    t = Tensor(address, dtype_of(x))
+    t = Tensor(_address(shape, address), dtype_of(x))
     for i, axis in enumerate(order):
         t.dims[i] = shape[axis]
         t.strides[i] = strides[axis]
+    t.strides[3] = 1
+    return t
+
+
+def rows_view(x, what):
+    """A flashcpu_tensor [1, T, H, D] over packed rows x [T, H, D], the last
+    dim contiguous."""
+    shape, strides, address = geometry(x)
+    if len(shape) != 3:
+        _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",
+              f"{what} has {len(shape)} dims; expected 3 (packed rows [T, H, D])")
+    if shape[2] > 1 and strides[2] != 1:
+        _fail(errors.BadLayoutError, "BAD_LAYOUT",
+              f"{what}'s last dim (head_dim) must be contiguous (stride "
+              f"{strides[2]}); make it so once, e.g. with .contiguous()")
+    t = Tensor(_address(shape, address), dtype_of(x))
+    t.dims[0], t.strides[0] = 1, 0
+    for i in range(3):
+        t.dims[i + 1] = shape[i]
+        t.strides[i + 1] = strides[i]
     t.strides[3] = 1
     return t
 
@@ -134,3 +171,125 @@ def int64_array(values, what):
         _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
               f"{what} must be a sequence of integers")
     return (ctypes.c_int64 * len(items))(*items), len(items)
+
+
+def _numpy_of(values, what):
+    """values (a numpy array, a torch CPU tensor, a flashcpu.bf16 or a
+    sequence) as a numpy array, without a copy where it can."""
+    if isinstance(values, bf16):
+        return values.array
+    module = type(values).__module__
+    if module.startswith("torch"):
+        if values.device.type != "cpu":
+            _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+                  f"{what} must be on the CPU, not {values.device}")
+        return values.detach().numpy()
+    import numpy
+    try:
+        return numpy.asarray(values)
+    except (TypeError, ValueError):
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{what} must be an array, a tensor or a sequence of numbers")
+
+
+def index_array(values, what, bits=32, ndim=1):
+    """A C-contiguous numpy int32 (or int64) array of an integer array,
+    tensor or sequence: in place when it is one already, else a copy (the
+    index arrays of a step are small). Values must fit."""
+    import numpy
+    array = _numpy_of(values, what)
+    if array.size == 0 and array.dtype.kind not in "iu":
+        array = array.astype(numpy.int64)
+    if array.dtype.kind not in "iu":
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{what} must hold integers, not {array.dtype}")
+    if array.ndim != ndim:
+        _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",
+              f"{what} has {array.ndim} dims; expected {ndim}")
+    target = numpy.int32 if bits == 32 else numpy.int64
+    if array.dtype != target and array.size:
+        info = numpy.iinfo(target)
+        low, high = int(array.min()), int(array.max())
+        if low < info.min or high > info.max:
+            _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+                  f"{what} holds {low if low < info.min else high}, outside int{bits}")
+    return numpy.ascontiguousarray(array, dtype=target)
+
+
+def small_vector(values, what, check_shape, dtypes=(F32,)):
+    """(address, dtype code, the array kept) of a small array (sinks, ALiBi
+    slopes) whose last dim is contiguous: in place when it is one already,
+    in one of dtypes, else a float32 copy. check_shape(shape) returns an
+    error text or None."""
+    import numpy
+    if kind_of_or_none(values) == "torch":
+        import torch
+        table = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16}
+        x = values.detach()
+        if x.device.type != "cpu":
+            _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+                  f"{what} must be on the CPU, not {x.device}")
+        if table.get(x.dtype) not in dtypes:
+            if x.dtype.is_complex:
+                _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
+                      f"{what} must hold real numbers, not {x.dtype}")
+            x = x.to(torch.float32)
+        problem = check_shape(tuple(x.shape))
+        if problem:
+            _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH", f"{what}: {problem}")
+        if x.dim() and x.shape[-1] > 1 and x.stride(-1) != 1:
+            x = x.contiguous()
+        return x.data_ptr() or ctypes.addressof(_EMPTY), table[x.dtype], x
+    if isinstance(values, bf16):
+        array, code = values.array, BF16
+    else:
+        array = _numpy_of(values, what)
+        code = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(array.dtype.name)
+    if code not in dtypes:
+        if code == BF16 and isinstance(values, bf16):
+            array = (array.astype(numpy.uint32) << 16).view(numpy.float32)
+        elif code is None and array.dtype.kind not in "fiub":
+            _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
+                  f"{what} must hold real numbers, not {array.dtype}")
+        array, code = array.astype(numpy.float32), F32
+    problem = check_shape(tuple(array.shape))
+    if problem:
+        _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH", f"{what}: {problem}")
+    if any(s < 0 or s % array.itemsize for s in array.strides) or (
+            array.ndim and array.shape[-1] > 1 and array.strides[-1] != array.itemsize):
+        array = numpy.ascontiguousarray(array)
+    return array.ctypes.data, code, array
+
+
+def kind_of_or_none(x):
+    """'torch', 'numpy', or None for anything else (a list)."""
+    module = type(x).__module__
+    if module.startswith("torch"):
+        return "torch"
+    if isinstance(x, bf16) or module.startswith("numpy"):
+        return "numpy"
+    return None
+
+
+def row_stride(x):
+    """The stride in elements of dim 0 of a 2-dim array or tensor."""
+    if kind_of_or_none(x) == "torch":
+        return x.stride(0)
+    return x.strides[0] // x.itemsize
+
+
+def contiguous(x):
+    """A C-contiguous copy of x (or x) of the same kind."""
+    if kind_of_or_none(x) == "torch":
+        return x.contiguous()
+    import numpy
+    return numpy.ascontiguousarray(x)
+
+
+def check_writable(x, what):
+    """Refuses a read-only numpy array (a broadcast view, a constant) as a
+    destination."""
+    x = raw(x)
+    if kind_of(x) == "numpy" and not x.flags.writeable:
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{what} is a read-only array")

@@ -152,7 +152,8 @@ def default_context():
             _local.checked_torch = True
             if torch_openmp_runtime()[1] is None:
                 return ctx
-            ctx.close()
+            # Not closed here: a flashcpu.Plan made on it may still hold it
+            # (it closes when the last reference goes).
         ctx = Context()
         _local.context = ctx
     return ctx

@@ -46,7 +46,28 @@ class AttentionParams(ctypes.Structure):
                 ("window_right", ctypes.c_int64), ("softcap", ctypes.c_float),
                 ("tree_mask", ctypes.POINTER(TreeMask)),
                 ("additive_mask", ctypes.POINTER(AdditiveMask)),
-                ("kv_lengths", ctypes.POINTER(ctypes.c_int64))]
+                ("kv_lengths", ctypes.POINTER(ctypes.c_int64)),
+                # Added in the library's 0.3.0 (attention sinks, ALiBi).
+                ("sinks", ctypes.c_void_p), ("sinks_dtype", ctypes.c_int),
+                ("alibi_slopes", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64)]
+
+
+class PagedKV(ctypes.Structure):
+    _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+                ("k_dtype", ctypes.c_int), ("v_dtype", ctypes.c_int),
+                ("num_pages", ctypes.c_int64), ("page_size", ctypes.c_int64),
+                ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("v_head_dim", ctypes.c_int64),
+                ("k_strides", ctypes.c_int64 * 3), ("v_strides", ctypes.c_int64 * 3),
+                ("k_scales", ctypes.c_void_p), ("v_scales", ctypes.c_void_p)]
+
+
+class Batch(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("num_requests", ctypes.c_int64),
+                ("cu_seqlens_q", ctypes.c_void_p), ("seq_lens_kv", ctypes.c_void_p),
+                ("block_table", ctypes.c_void_p), ("block_table_stride", ctypes.c_int64),
+                ("block_offsets", ctypes.c_void_p), ("tree_bits", ctypes.c_void_p),
+                ("tree_row_stride", ctypes.c_int64), ("tree_num_keys", ctypes.c_void_p)]
 
 
 class KernelInfo(ctypes.Structure):
@@ -90,7 +111,9 @@ def _declare(lib):
     lib.flashcpu_isa_name.restype = ctypes.c_char_p
     lib.flashcpu_cpu_features.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.flashcpu_cpu_features.restype = ctypes.c_size_t
-    lib.flashcpu_context_options_init.argtypes = [ctypes.POINTER(ContextOptions)]
+    # The init functions write their library's struct_size (_struct_size).
+    lib.flashcpu_context_options_init.argtypes = [ctypes.c_void_p]
+    lib.flashcpu_attention_params_init.argtypes = [ctypes.c_void_p]
     lib.flashcpu_context_create.argtypes = [ctypes.POINTER(ContextOptions),
                                             ctypes.POINTER(c_ctx)]
     lib.flashcpu_context_destroy.argtypes = [c_ctx]
@@ -101,13 +124,47 @@ def _declare(lib):
     lib.flashcpu_last_error.argtypes = [c_ctx]
     lib.flashcpu_last_error.restype = ctypes.c_char_p
     lib.flashcpu_kernel_info_get.argtypes = [ctypes.c_int, ctypes.POINTER(KernelInfo)]
-    lib.flashcpu_attention_params_init.argtypes = [ctypes.POINTER(AttentionParams)]
     tensor = ctypes.POINTER(Tensor)
     lib.flashcpu_attention.argtypes = [c_ctx, tensor, tensor, tensor, tensor,
                                        ctypes.c_void_p, ctypes.POINTER(AttentionParams)]
     lib.flashcpu_merge_states.argtypes = [c_ctx, ctypes.c_int64, tensor,
                                           ctypes.POINTER(ctypes.c_void_p), tensor,
                                           ctypes.c_void_p]
+    try:  # paged KV caches and ragged batches (the library's 0.3.0)
+        lib.flashcpu_batch_init
+    except AttributeError:
+        return
+    paged = ctypes.POINTER(PagedKV)
+    lib.flashcpu_batch_init.argtypes = [ctypes.c_void_p]
+    lib.flashcpu_plan_create.argtypes = [c_ctx, ctypes.POINTER(Batch), ctypes.c_int64,
+                                         paged, ctypes.POINTER(ctypes.c_void_p)]
+    lib.flashcpu_plan_destroy.argtypes = [ctypes.c_void_p]
+    lib.flashcpu_plan_destroy.restype = None
+    lib.flashcpu_plan_num_tokens.argtypes = [ctypes.c_void_p]
+    lib.flashcpu_plan_num_tokens.restype = ctypes.c_int64
+    lib.flashcpu_plan_describe.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.flashcpu_plan_describe.restype = ctypes.c_size_t
+    lib.flashcpu_attention_paged.argtypes = [c_ctx, ctypes.c_void_p, tensor, paged, tensor,
+                                             ctypes.c_void_p,
+                                             ctypes.POINTER(AttentionParams)]
+    lib.flashcpu_kv_append.argtypes = [c_ctx, tensor, tensor, ctypes.c_void_p, paged]
+
+
+# What the loaded library has, set by load(): the size of its
+# flashcpu_attention_params (smaller than AttentionParams for a 0.2.0
+# library: no sinks, no ALiBi) and whether it has the paged functions (with
+# a flashcpu_batch of this module's size).
+params_size = 0
+has_paged = False
+
+
+def _struct_size(init):
+    """The struct_size an init function writes (into a scratch buffer larger
+    than any of these structs, so that a later library's larger struct
+    cannot overflow it)."""
+    scratch = ctypes.create_string_buffer(4096)
+    init(scratch)
+    return ctypes.c_size_t.from_buffer(scratch).value
 
 
 def load():
@@ -120,13 +177,16 @@ def load():
             tried.append(f"{path} ({error})")
             continue
         _declare(lib)
-        options = ContextOptions()
-        lib.flashcpu_context_options_init(ctypes.byref(options))
-        if options.struct_size != ctypes.sizeof(ContextOptions):
-            tried.append(f"{path} (flashcpu_context_options is {options.struct_size} "
+        size = _struct_size(lib.flashcpu_context_options_init)
+        if size != ctypes.sizeof(ContextOptions):
+            tried.append(f"{path} (flashcpu_context_options is {size} "
                          f"bytes there, {ctypes.sizeof(ContextOptions)} here: another "
                          "version)")
             continue
+        global params_size, has_paged
+        params_size = _struct_size(lib.flashcpu_attention_params_init)
+        has_paged = (hasattr(lib, "flashcpu_batch_init") and
+                     _struct_size(lib.flashcpu_batch_init) == ctypes.sizeof(Batch))
         return lib, path
     raise ImportError("flashcpu: cannot load libflashcpu; set FLASHCPU_LIBRARY to its "
                       "path, or install it (cmake --install). Tried: " +

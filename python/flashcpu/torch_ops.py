@@ -1,27 +1,80 @@
-"""torch.ops.flashcpu.attention: flashcpu.attention as a torch custom op,
-with a fake (meta) implementation so that torch.compile and torch.export
-trace models that call it. Imported by `import flashcpu.torch_ops` (needs
-torch 2.4 or later)."""
+"""torch.ops.flashcpu.attention, attention_paged and kv_append: flashcpu's
+functions as torch custom ops, with fake (meta) implementations so that
+torch.compile and torch.export trace models that call them. Imported by
+`import flashcpu.torch_ops` (needs torch 2.4 or later)."""
 
 from typing import Optional
 
 import torch
 
-from . import _api
+from . import _api, _paged, errors
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError("flashcpu.torch_ops needs torch 2.4 or later (torch.library.custom_op); "
+                      f"this is torch {torch.__version__}")
 
 
 @torch.library.custom_op("flashcpu::attention", mutates_args=())
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
               window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-              scale: Optional[float] = None, layout: str = "bshd") -> torch.Tensor:
+              scale: Optional[float] = None, layout: str = "bshd",
+              sinks: Optional[torch.Tensor] = None,
+              alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     """flashcpu.attention on CPU tensors; see its documentation."""
     return _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
-                          softcap=softcap, scale=scale, layout=layout)
+                          softcap=softcap, scale=scale, layout=layout, sinks=sinks,
+                          alibi_slopes=alibi_slopes)
 
 
 @attention.register_fake
 def _attention_fake(q, k, v, causal=False, window_left=-1, window_right=-1, softcap=0.0,
-                    scale=None, layout="bshd"):
+                    scale=None, layout="bshd", sinks=None, alibi_slopes=None):
     shape = list(q.shape)
     shape[3] = v.shape[3]
     return q.new_empty(shape)
+
+
+@torch.library.custom_op("flashcpu::attention_paged", mutates_args=())
+def attention_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    cu_seqlens_q: torch.Tensor, seq_lens_kv: torch.Tensor,
+                    block_table: torch.Tensor, layout: str = "nhd", causal: bool = False,
+                    window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                    scale: Optional[float] = None, sinks: Optional[torch.Tensor] = None,
+                    alibi_slopes: Optional[torch.Tensor] = None,
+                    block_offsets: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """flashcpu.attention_paged on CPU tensors: q [T, Hq, D] packed rows,
+    the caches as flashcpu.PagedKV takes them, the step's index tensors as
+    flashcpu.Plan takes them. Returns out [T, Hq, Dv] of q's dtype. The
+    plan is made on the first layer of a step and reused while the index
+    tensors hold the same values (this thread's default context)."""
+    if q.dim() != 3:
+        raise errors.ShapeMismatchError(
+            "SHAPE_MISMATCH", f"q has {q.dim()} dims; expected 3 (packed rows [T, Hq, D])")
+    kv = _paged.PagedKV(k_cache, v_cache, layout)
+    plan = _paged.cached_plan(cu_seqlens_q, seq_lens_kv, block_table, q.shape[1], kv,
+                              block_offsets)
+    return _paged.attention_paged(q, kv, plan, causal=causal,
+                                  window=(window_left, window_right), softcap=softcap,
+                                  scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
+
+
+@attention_paged.register_fake
+def _attention_paged_fake(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table,
+                          layout="nhd", causal=False, window_left=-1, window_right=-1,
+                          softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
+                          block_offsets=None):
+    return q.new_empty((q.shape[0], q.shape[1], v_cache.shape[3]))
+
+
+@torch.library.custom_op("flashcpu::kv_append", mutates_args=("k_cache", "v_cache"))
+def kv_append(k_new: torch.Tensor, v_new: torch.Tensor, slot_mapping: torch.Tensor,
+              k_cache: torch.Tensor, v_cache: torch.Tensor, layout: str = "nhd") -> None:
+    """flashcpu.kv_append on CPU tensors: writes k_new [T, Hkv, D] and v_new
+    [T, Hkv, Dv] into the caches' slots (slot_mapping int64 [T], -1
+    skips), in place."""
+    _paged.kv_append(k_new, v_new, slot_mapping, _paged.PagedKV(k_cache, v_cache, layout))
+
+
+@kv_append.register_fake
+def _kv_append_fake(k_new, v_new, slot_mapping, k_cache, v_cache, layout="nhd"):
+    return None

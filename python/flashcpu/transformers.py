@@ -12,8 +12,7 @@ causal over each sequence's first n keys (no padding, right padding)
 becomes causal + kv_lengths; any other mask (left padding, custom masks,
 float masks) becomes flashcpu's additive mask.
 sliding_window and softcap (Gemma 2) map to flashcpu's window and softcap;
-attention sinks (s_aux, gpt-oss) need a later flashcpu library and raise
-flashcpu.UnsupportedError."""
+attention sinks (s_aux, gpt-oss) to flashcpu's sinks."""
 
 import torch
 
@@ -66,9 +65,6 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
                       **kwargs):
     """transformers' attention function signature; returns (out [B, L, H, D],
     None)."""
-    if s_aux is not None:
-        raise errors.UnsupportedError(
-            "UNSUPPORTED", "attention sinks (s_aux) need a later flashcpu library")
     if dropout and module.training:
         raise errors.UnsupportedError("UNSUPPORTED", "flashcpu has no attention dropout")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -81,7 +77,8 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
         window = (int(sliding_window) - 1, 0)
     out = _api.attention(query, key, value, causal=bool(causal), window=window,
                          softcap=float(softcap or 0.0), scale=scaling,
-                         kv_lengths=lengths, additive_mask=additive, layout="bhsd")
+                         kv_lengths=lengths, additive_mask=additive, sinks=s_aux,
+                         layout="bhsd")
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -141,9 +141,92 @@ def test_errors_carry_status_and_message_and_leave_out_untouched():
         flashcpu.attention(np.asfortranarray(q), k, v)
     with pytest.raises(flashcpu.InvalidArgumentError):
         flashcpu.attention(q, k, v, layout="sbhd")
-    with pytest.raises(flashcpu.UnsupportedError):
-        q2, k2, v2 = inputs(rng)
-        flashcpu.attention(q2, k2, v2, sinks=np.zeros(4, dtype=np.float32))
+    q2, k2, v2 = inputs(rng)
+    out2 = np.full(q2.shape, 7.0, dtype=np.float32)
+    with pytest.raises(flashcpu.ShapeMismatchError):
+        flashcpu.attention(q2, k2, v2, sinks=np.zeros(3, dtype=np.float32), out=out2)
+    with pytest.raises(flashcpu.ShapeMismatchError):
+        flashcpu.attention(q2, k2, v2, alibi_slopes=np.zeros((3, 4), dtype=np.float32))
+    with pytest.raises(flashcpu.InvalidArgumentError) as caught:
+        flashcpu.attention(q2, k2, v2, alibi_slopes=[0.5, np.nan, 0.5, 0.5], out=out2)
+    assert "alibi_slopes[1]" in caught.value.message and "not finite" in caught.value.message
+    assert (out2 == 7.0).all()
+
+
+def sink_values(rng, heads, dtype):
+    """(what flashcpu.attention takes, the values it means) for sinks."""
+    values = (rng.standard_normal(heads) * 2).astype(np.float32)
+    if dtype == "f16":
+        given = values.astype(np.float16)
+        return given, given.astype(np.float64)
+    if dtype == "bf16":
+        bits = reference.f32_to_bf16(values)
+        return flashcpu.bf16(bits), reference.bf16_to_f32(bits).astype(np.float64)
+    return values, values.astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("options", [{"causal": True}, {}, {"window": (4, 1), "softcap": 3.0},
+                                     {"kv_lengths": [37, 0], "causal": True}],
+                         ids=["causal", "plain", "window,softcap", "empty_row"])
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_sinks(dtype, options, rows):
+    rng = np.random.default_rng(20 + rows)
+    q, k, v = inputs(rng, rows=rows, keys=max(37, rows))
+    given, values = sink_values(rng, 4, dtype)
+    out, lse = flashcpu.attention(q, k, v, sinks=given, return_lse=True, **options)
+    check(out, lse, *reference.attention(q, k, v, sinks=values, **options))
+    if "kv_lengths" in options:  # a row that sees no key: 0 and lse = the sink
+        assert (out[1] == 0).all()
+        np.testing.assert_allclose(lse[1], np.repeat(values[:, None], rows, axis=1), rtol=1e-6)
+
+
+def test_sinks_in_one_part_of_a_merge():
+    rng = np.random.default_rng(21)
+    q, k, v = inputs(rng, rows=3, keys=40)
+    sinks = rng.standard_normal(4).astype(np.float32)
+    first, first_lse = flashcpu.attention(q, k[:, :15], v[:, :15], sinks=sinks,
+                                          return_lse=True)
+    second, second_lse = flashcpu.attention(q, k[:, 15:], v[:, 15:], return_lse=True)
+    merged, lse = flashcpu.merge_states([first, second], [first_lse, second_lse],
+                                        return_lse=True)
+    check(merged, lse, *reference.attention(q, k, v, sinks=sinks))
+
+
+@pytest.mark.parametrize("shape", ["heads", "batch_heads", "strided_rows", "broadcast_rows",
+                                   "list", "float64"])
+@pytest.mark.parametrize("options", [{"causal": True}, {"softcap": 4.0, "window": (6, 2)},
+                                     {"kv_lengths": [30, 9], "causal": True}],
+                         ids=["causal", "softcap,window", "kv_lengths"])
+def test_alibi(shape, options):
+    rng = np.random.default_rng(22)
+    q, k, v = inputs(rng, rows=6, keys=37)
+    slopes = (2.0 ** -np.arange(1, 9, 2)).astype(np.float32)  # [Hq]
+    per_batch = np.stack([slopes, slopes[::-1] * 0.5])
+    given, expected = {
+        "heads": (slopes, slopes),
+        "batch_heads": (per_batch, per_batch),
+        "strided_rows": (np.concatenate([per_batch, per_batch], axis=1)[:, :4], per_batch),
+        "broadcast_rows": (np.broadcast_to(slopes, (2, 4)), slopes),
+        "list": (slopes.tolist(), slopes),
+        "float64": (per_batch.astype(np.float64), per_batch),
+    }[shape]
+    mask = rng.standard_normal((1, 1, 6, 37)).astype(np.float32)
+    out, lse = flashcpu.attention(q, k, v, alibi_slopes=given, additive_mask=mask,
+                                  return_lse=True, **options)
+    check(out, lse, *reference.attention(q, k, v, alibi=expected, additive=mask, **options),
+          atol=5e-5)
+
+
+def test_sinks_and_alibi_together_in_bhsd():
+    rng = np.random.default_rng(23)
+    q, k, v = inputs(rng, rows=9, keys=20)
+    sinks = rng.standard_normal(4).astype(np.float32)
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], dtype=np.float32)
+    out = flashcpu.attention(*(np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for x in (q, k, v)),
+                             causal=True, sinks=sinks, alibi_slopes=slopes, layout="bhsd")
+    expected, _ = reference.attention(q, k, v, causal=True, sinks=sinks, alibi=slopes)
+    np.testing.assert_allclose(out.transpose(0, 2, 1, 3), expected, atol=2e-5, rtol=1e-4)
 
 
 def test_merge_states_of_two_key_ranges_is_attention_over_all():

@@ -10,6 +10,10 @@ torch = pytest.importorskip("torch")
 import flashcpu  # noqa: E402
 import reference  # noqa: E402
 
+needs_custom_op = pytest.mark.skipif(
+    not hasattr(torch.library, "custom_op"),
+    reason=f"flashcpu.torch_ops needs torch 2.4 or later, not {torch.__version__}")
+
 
 def test_torch_tensors_in_and_out():
     torch.manual_seed(0)
@@ -42,12 +46,139 @@ def test_default_context_runs_on_torchs_openmp_runtime():
     np.testing.assert_allclose(out.numpy(), expected, atol=2e-5, rtol=1e-4)
 
 
+@needs_custom_op
 def test_custom_op_and_its_fake():
     import flashcpu.torch_ops  # noqa: F401
     q, k, v = torch.randn(1, 4, 4, 32), torch.randn(1, 9, 2, 32), torch.randn(1, 9, 2, 32)
     out = torch.ops.flashcpu.attention(q, k, v, True)
     np.testing.assert_allclose(out.numpy(), flashcpu.attention(q, k, v, causal=True).numpy())
     torch.library.opcheck(torch.ops.flashcpu.attention.default, (q, k, v, True))
+
+
+def test_sinks_and_alibi_from_tensors():
+    torch.manual_seed(2)
+    q, k, v = torch.randn(2, 6, 8, 32), torch.randn(2, 30, 2, 32), torch.randn(2, 30, 2, 32)
+    sinks = torch.randn(8).to(torch.bfloat16)
+    slopes = torch.rand(2, 8)
+    out, lse = flashcpu.attention(q, k, v, causal=True, sinks=sinks, alibi_slopes=slopes,
+                                  return_lse=True)
+    expected, expected_lse = reference.attention(
+        q.numpy(), k.numpy(), v.numpy(), causal=True, sinks=sinks.float().numpy(),
+        alibi=slopes.numpy())
+    np.testing.assert_allclose(out.numpy(), expected, atol=5e-5, rtol=1e-4)
+    np.testing.assert_allclose(lse.numpy(), expected_lse, atol=5e-4)
+
+
+def paged_case(dtype=torch.float32, layout="nhd", page_size=16, requests=None, seed=3):
+    """Torch tensors of a ragged step over a page pool in random order:
+    (q, k_cache, v_cache, cu, seq, table)."""
+    generator = torch.Generator().manual_seed(seed)
+    requests = requests or [(1, 33), (0, 5), (20, 50), (3, 3), (2, 0)]
+    used = [-(-s // page_size) for _, s in requests]
+    num_pages = sum(used) + 2
+    order = torch.randperm(num_pages, generator=generator).to(torch.int32)
+    table = torch.full((len(requests), max(used) + 1), -1, dtype=torch.int32)
+    at = 0
+    for r, count in enumerate(used):
+        table[r, :count] = order[at:at + count]
+        at += count
+    cu = torch.tensor([0] + list(np.cumsum([r for r, _ in requests])), dtype=torch.int32)
+    seq = torch.tensor([s for _, s in requests], dtype=torch.int32)
+    shape = (num_pages, page_size, 2) if layout == "nhd" else (num_pages, 2, page_size)
+    k_cache = torch.randn(shape + (64,), generator=generator).to(dtype)
+    v_cache = torch.randn(shape + (64,), generator=generator).to(dtype)
+    q = torch.randn(int(cu[-1]), 8, 64, generator=generator).to(dtype)
+    return q, k_cache, v_cache, cu, seq, table
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_paged_with_torch_tensors(dtype, layout):
+    q, k_cache, v_cache, cu, seq, table = paged_case(dtype, layout)
+    kv = flashcpu.PagedKV(k_cache, v_cache, layout=layout)
+    sinks = torch.randn(8).to(dtype)
+    with flashcpu.Plan(cu, seq, table, num_heads=8, kv=kv) as plan:
+        out, lse = flashcpu.attention_paged(q, kv, plan, causal=True, sinks=sinks,
+                                            return_lse=True)
+        given = torch.full_like(out, 7.0)
+        assert flashcpu.attention_paged(q, kv, plan, causal=True, sinks=sinks,
+                                        out=given) is given
+    assert isinstance(out, torch.Tensor) and out.dtype == dtype
+    assert out.shape == (q.shape[0], 8, 64) and lse.shape == (8, q.shape[0])
+    expected, expected_lse = reference.paged_attention(
+        q.float().numpy(), k_cache.float().numpy(), v_cache.float().numpy(), cu.numpy(),
+        seq.numpy(), table.numpy(), layout=layout, causal=True, sinks=sinks.float().numpy())
+    atol = 2e-5 if dtype == torch.float32 else 2e-2
+    np.testing.assert_allclose(out.float().numpy(), expected, atol=atol, rtol=1e-3)
+    finite = np.isfinite(expected_lse)
+    np.testing.assert_allclose(lse.numpy()[finite], expected_lse[finite], atol=1e-3)
+    assert torch.equal(given, out)
+
+
+def test_kv_append_with_torch_tensors_then_attention():
+    q, k_cache, v_cache, cu, seq, table = paged_case(torch.bfloat16, page_size=4,
+                                                     requests=[(5, 5), (9, 9)])
+    k_cache.zero_()
+    v_cache.zero_()
+    kv = flashcpu.PagedKV(k_cache, v_cache)
+    k_new, v_new = torch.randn(14, 2, 64), torch.randn(14, 2, 64)  # float32 into bf16
+    slots = torch.tensor([int(table[r, j // 4]) * 4 + j % 4
+                          for r, n in ((0, 5), (1, 9)) for j in range(n)], dtype=torch.int64)
+    flashcpu.kv_append(k_new, v_new, slots, kv)
+    with flashcpu.Plan(cu, seq, table, num_heads=8, kv=kv) as plan:
+        out = flashcpu.attention_paged(q, kv, plan, causal=True)
+    for r, rows in enumerate((slice(0, 5), slice(5, 14))):
+        expected = flashcpu.attention(q[None, rows], k_new[None, rows].to(torch.bfloat16),
+                                      v_new[None, rows].to(torch.bfloat16), causal=True)
+        assert torch.equal(out[rows], expected[0])
+
+
+@needs_custom_op
+def test_paged_custom_ops_and_their_fakes():
+    import flashcpu.torch_ops  # noqa: F401
+    q, k_cache, v_cache, cu, seq, table = paged_case()
+    out = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, cu, seq, table, "nhd", True)
+    kv = flashcpu.PagedKV(k_cache, v_cache)
+    with flashcpu.Plan(cu, seq, table, num_heads=8, kv=kv) as plan:
+        assert torch.equal(out, flashcpu.attention_paged(q, kv, plan, causal=True))
+    again = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, cu, seq, table, "nhd",
+                                               True)  # the cached plan
+    assert torch.equal(out, again)
+    seq2 = seq.clone()
+    seq2[0] -= 1  # new values: a new plan
+    other = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, cu, seq2, table, "nhd",
+                                               True)
+    assert not torch.equal(other[:1], out[:1])
+    torch.library.opcheck(torch.ops.flashcpu.attention_paged.default,
+                          (q, k_cache, v_cache, cu, seq, table), {"causal": True})
+    k_new, v_new = torch.randn(3, 2, 64), torch.randn(3, 2, 64)
+    slots = torch.tensor([int(table[0, 0]) * 16 + 5, -1, int(table[2, 1]) * 16],
+                         dtype=torch.int64)
+    torch.ops.flashcpu.kv_append(k_new, v_new, slots, k_cache, v_cache)
+    assert torch.equal(k_cache[int(table[0, 0]), 5], k_new[0])
+    assert torch.equal(v_cache[int(table[2, 1]), 0], v_new[2])
+    torch.library.opcheck(torch.ops.flashcpu.kv_append.default,
+                          (k_new, v_new, slots, k_cache, v_cache))
+    q4, k4, v4 = torch.randn(1, 3, 8, 32), torch.randn(1, 9, 2, 32), torch.randn(1, 9, 2, 32)
+    sinks = torch.randn(8)
+    out4 = torch.ops.flashcpu.attention(q4, k4, v4, True, sinks=sinks)
+    assert torch.equal(out4, flashcpu.attention(q4, k4, v4, causal=True, sinks=sinks))
+
+
+def test_transformers_sinks_argument():
+    import flashcpu.transformers as backend
+
+    class Module:
+        is_causal = True
+        training = False
+
+    torch.manual_seed(4)
+    q, k, v = torch.randn(1, 8, 5, 32), torch.randn(1, 2, 12, 32), torch.randn(1, 2, 12, 32)
+    s_aux = torch.randn(8)
+    out, _ = backend.attention_forward(Module(), q, k, v, None, scaling=0.2, s_aux=s_aux)
+    expected, _ = reference.attention(*(x.transpose(1, 2).numpy() for x in (q, k, v)),
+                                      causal=True, scale=0.2, sinks=s_aux.numpy())
+    np.testing.assert_allclose(out.numpy(), expected, atol=2e-5, rtol=1e-4)
 
 
 def test_transformers_backend():
@@ -79,3 +210,27 @@ def test_transformers_backend():
     assert calls, "the model never called flashcpu's attention"
     assert torch.equal(tokens, expected)
     assert (logits - reference_logits).abs().max().item() < 1e-4
+
+
+def test_transformers_gpt_oss_with_sinks():
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "GptOssConfig"):
+        pytest.skip("this transformers has no gpt-oss")
+    import flashcpu.transformers as backend
+    name = backend.register()
+    config = transformers.GptOssConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+        num_experts_per_tok=2, sliding_window=8, max_position_embeddings=256,
+        layer_types=["sliding_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = transformers.GptOssForCausalLM(config).eval()
+    for layer in model.model.layers:  # learned sinks, not the initial zeros
+        layer.self_attn.sinks.data.normal_()
+    ids = torch.randint(0, 128, (1, 20))
+    with torch.no_grad():
+        model.set_attn_implementation("eager")
+        expected = model(ids).logits
+        model.set_attn_implementation(name)
+        logits = model(ids).logits
+    assert (logits - expected).abs().max().item() < 1e-4
