@@ -1,8 +1,10 @@
-// The timed loop. One flashcpu_attention call per iteration; decode and
-// verify calls rotate over the workload's layer-sized KV caches, one layer
-// per iteration, so each call reads its K and V from memory as a real decode
-// step does. Timing is wall clock (UseRealTime): the calling thread's CPU
-// time says nothing about an OpenMP call.
+// The timed loop. One call per iteration (flashcpu_attention; paged cases
+// flashcpu_attention_paged with a plan made once per context and workload;
+// the serving step on contiguous K/V its two flashcpu_attention calls);
+// decode, verify and serve calls rotate over the workload's layer-sized KV
+// caches, one layer per iteration, so each call reads its K and V from
+// memory as a real decode step does. Timing is wall clock (UseRealTime):
+// the calling thread's CPU time says nothing about an OpenMP call.
 #include "attention_benchmark.h"
 
 #include <benchmark/benchmark.h>
@@ -24,7 +26,7 @@ class WorkloadCache {
 public:
   const toolkit_workload *Get(const toolkit_workload_spec &spec,
                               const std::string &name, std::string *error) {
-    if (valid_ && SameSpec(spec, workload_.spec)) return &workload_;
+    if (valid_ && SameSpec(spec, spec_)) return &workload_;
     Release();
     char message[256] = "";
     if (toolkit_workload_build(&spec, &workload_, message, sizeof message)) {
@@ -32,10 +34,31 @@ public:
       return nullptr;
     }
     valid_ = true;
+    spec_ = spec;
     if (workload_.rotation_under_cache) WarnUnderCache(name);
     return &workload_;
   }
+  // The workload's plan on ctx (nullptr for contiguous K/V), made once: an
+  // engine makes one per step and uses it for every layer.
+  bool Plan(flashcpu_context *ctx, const flashcpu_plan **plan,
+            std::string *error) {
+    auto found = plans_.find(ctx);
+    if (found == plans_.end()) {
+      flashcpu_plan *made = nullptr;
+      flashcpu_status status = toolkit_workload_plan(ctx, &workload_, &made);
+      if (status != FLASHCPU_OK) {
+        *error = std::string("flashcpu_plan_create: ") +
+                 flashcpu_status_name(status) + ": " + flashcpu_last_error(ctx);
+        return false;
+      }
+      found = plans_.emplace(ctx, made).first;
+    }
+    *plan = found->second;
+    return true;
+  }
   void Release() {
+    for (auto &entry : plans_) flashcpu_plan_destroy(entry.second);
+    plans_.clear();
     if (valid_) toolkit_workload_free(&workload_);
     valid_ = false;
   }
@@ -51,7 +74,8 @@ private:
            a.window_right == b.window_right && a.softcap == b.softcap &&
            a.tree_mask == b.tree_mask &&
            a.mixed_kv_lengths == b.mixed_kv_lengths && a.layers == b.layers &&
-           a.seed == b.seed;
+           a.seed == b.seed && a.page_size == b.page_size &&
+           a.prefix_rows == b.prefix_rows;
   }
   // The rotated set should exceed the last-level cache 4x; the
   // memory cap (a quarter of RAM) may not allow it.
@@ -71,7 +95,9 @@ private:
                  static_cast<int>(TOOLKIT_CACHE_MULTIPLE), llc);
   }
   bool valid_ = false;
+  toolkit_workload_spec spec_{}; // as asked for (the build may adjust it)
   toolkit_workload workload_{};
+  std::map<flashcpu_context *, flashcpu_plan *> plans_;
 };
 
 WorkloadCache workload_cache;
@@ -102,14 +128,6 @@ flashcpu_context *ContextFor(int threads, const std::string &kernel,
   return ctx;
 }
 
-flashcpu_status CallLayer(flashcpu_context *ctx,
-                          const toolkit_workload *workload, int layer) {
-  flashcpu_tensor q, k, v, out;
-  toolkit_workload_tensors(workload, layer, &q, &k, &v, &out);
-  return flashcpu_attention(ctx, &q, &k, &v, &out, nullptr,
-                            &workload->params);
-}
-
 void RunCase(benchmark::State &state, const BenchCase &bench_case,
              const toolkit_ceilings &ceilings) {
   std::string error;
@@ -118,14 +136,16 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
   const std::string name = BenchCaseName(bench_case);
   const toolkit_workload *workload =
       ctx ? workload_cache.Get(spec, name, &error) : nullptr;
-  if (!workload) {
+  const flashcpu_plan *plan = nullptr;
+  if (!workload || !workload_cache.Plan(ctx, &plan, &error)) {
     state.SkipWithError(error.c_str());
     return;
   }
   // google-benchmark calls this several times per case while it sizes the
   // iteration count; one warm-up call per case is enough.
   if (warmed_case != name) {
-    if (CallLayer(ctx, workload, next_layer++) != FLASHCPU_OK) {
+    if (toolkit_workload_call(ctx, workload, plan, next_layer++) !=
+        FLASHCPU_OK) {
       state.SkipWithError(flashcpu_last_error(ctx));
       return;
     }
@@ -135,7 +155,8 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
   // are plain numbers (google-benchmark prints its rate counters as "/s").
   const double start = toolkit_now_seconds();
   for (auto _ : state) {
-    if (CallLayer(ctx, workload, next_layer++) != FLASHCPU_OK) {
+    if (toolkit_workload_call(ctx, workload, plan, next_layer++) !=
+        FLASHCPU_OK) {
       state.SkipWithError(flashcpu_last_error(ctx));
       break;
     }
@@ -156,7 +177,7 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
       static_cast<int64_t>(workload->bytes_per_call * calls));
   // Items are query rows (tokens) of one layer.
   state.SetItemsProcessed(static_cast<int64_t>(
-      calls * static_cast<double>(spec.batch * spec.q_rows)));
+      calls * static_cast<double>(workload->num_tokens)));
   state.SetLabel(std::string("layers:") +
                  std::to_string(workload->layer_count));
 }

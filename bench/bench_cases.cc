@@ -2,7 +2,10 @@
 // decode KV 1K to 128K at batch 1 and batch 8 (mixed lengths), speculative
 // verify of 4 and 16 draft rows, prefill L = S = 512 to 16K causal and not,
 // chunked prefill of 512 rows onto 8K; threads 1, the powers of two between
-// and all. The default set (no --benchmark_filter) stays runnable in a few
+// and all. Paged K/V: llama3-8b bf16 decode at kv 4K, 16K and 32K in pages
+// of 1 and 16 tokens (threads 1 and all), next to the same contiguous
+// cases, and the serving step: 32 decode requests (kv 1K to 32K) and a
+// chunk of 512 rows onto 4096 cached keys, paged (16) and contiguous. The default set (no --benchmark_filter) stays runnable in a few
 // minutes on two cores with the portable kernels.
 #include "bench_cases.h"
 
@@ -19,6 +22,25 @@ const int64_t kVerifyRows[] = {4, 16};
 const int64_t kVerifyKv = 8192;
 const int64_t kPrefillLength[] = {512, 2048, 4096, 16384};
 const int64_t kChunkRows = 512, kChunkKv = 8192;
+
+// Paged decode: llama3-8b bf16, batch 1, at these kv lengths and page sizes.
+const char *const kPagedPreset = "llama3-8b";
+const std::set<int64_t> kPagedDecodeKv = {4096, 16384, 32768};
+const int64_t kPageSizes[] = {1, 16};
+// In the default set: page 16 at kv 16K, all threads (next to the
+// contiguous kv 16K case of the default set).
+const int64_t kDefaultPagedKv = 16384, kDefaultPageSize = 16;
+
+// The serving step (llama3-8b bf16), paged and contiguous.
+struct ServeShape {
+  int64_t chunk_rows, prefix, longest_kv, decode_requests;
+  bool in_default_set; // paged, all threads only
+};
+const ServeShape kServeShapes[] = {
+    {512, 4096, 32768, 32, false},
+    {128, 1024, 4096, 8, true}, // small: the default set's
+};
+const int64_t kServePageSize = 16;
 
 const std::set<std::string> kDefaultDecodePresets = {"llama3-8b", "qwen2.5-7b",
                                                      "gemma2-9b"};
@@ -84,17 +106,61 @@ const char *MaskName(BenchMask mask) {
   }
 }
 
+// At threads 1 and all only; in the default set at all threads.
+void AddEnds(std::vector<BenchCase> &cases, BenchCase bench_case,
+             const std::vector<int> &thread_counts) {
+  const bool in_default = bench_case.in_default_set;
+  for (size_t t = 0; t < thread_counts.size(); t++) {
+    if (t != 0 && t + 1 != thread_counts.size()) continue;
+    bench_case.threads = thread_counts[t];
+    bench_case.in_default_set = in_default && t + 1 == thread_counts.size();
+    cases.push_back(bench_case);
+  }
+}
+
 void AddDecodeCases(std::vector<BenchCase> &cases,
                     const toolkit_preset *preset,
                     const std::vector<int> &thread_counts) {
   for (flashcpu_dtype dtype : kAllDtypes)
     for (int64_t kv : kDecodeKv)
-      for (int64_t batch : kDecodeBatch)
-        AddThreaded(cases,
-                    {TOOLKIT_PHASE_DECODE, preset, dtype, 1, kv, batch,
-                     BenchMask::kCausal, 0,
-                     DecodeInDefault(preset, dtype, kv, batch), ""},
-                    thread_counts);
+      for (int64_t batch : kDecodeBatch) {
+        BenchCase contiguous = {TOOLKIT_PHASE_DECODE, preset, dtype, 1, kv,
+                                batch, BenchMask::kCausal, 0,
+                                DecodeInDefault(preset, dtype, kv, batch), ""};
+        AddThreaded(cases, contiguous, thread_counts);
+        // The same case on paged K/V, right after the contiguous one.
+        if (!Named(preset, kPagedPreset) || dtype != FLASHCPU_DTYPE_BF16 ||
+            batch != 1 || !kPagedDecodeKv.count(kv))
+          continue;
+        for (int64_t page_size : kPageSizes) {
+          BenchCase paged = contiguous;
+          paged.page_size = page_size;
+          paged.in_default_set =
+              kv == kDefaultPagedKv && page_size == kDefaultPageSize;
+          AddEnds(cases, paged, thread_counts);
+        }
+      }
+}
+
+// The serving step, paged then contiguous, at every thread count.
+void AddServeCases(std::vector<BenchCase> &cases,
+                   const std::vector<int> &thread_counts) {
+  const toolkit_preset *preset = toolkit_preset_find(kPagedPreset);
+  for (const ServeShape &shape : kServeShapes)
+    for (int64_t page_size : {kServePageSize, int64_t{0}}) {
+      BenchCase serve = {TOOLKIT_PHASE_SERVE, preset, FLASHCPU_DTYPE_BF16,
+                         shape.chunk_rows, shape.longest_kv,
+                         shape.decode_requests, BenchMask::kCausal, 0,
+                         false, ""};
+      serve.page_size = page_size;
+      serve.prefix = shape.prefix;
+      const bool in_default = shape.in_default_set && page_size > 0;
+      for (int threads : thread_counts) {
+        serve.threads = threads;
+        serve.in_default_set = in_default && threads == thread_counts.back();
+        cases.push_back(serve);
+      }
+    }
 }
 
 void AddVerifyCases(std::vector<BenchCase> &cases,
@@ -177,9 +243,15 @@ std::string BenchCaseName(const BenchCase &bench_case) {
          toolkit_phase_name(bench_case.phase) + "/" +
          bench_case.preset->name + "/" + flashcpu_dtype_name(bench_case.dtype) +
          "/L:" + std::to_string(bench_case.rows) +
+         (bench_case.phase == TOOLKIT_PHASE_SERVE
+              ? "/prefix:" + std::to_string(bench_case.prefix)
+              : std::string()) +
          "/S:" + std::to_string(bench_case.kv) +
          "/B:" + std::to_string(bench_case.batch) +
          "/mask:" + MaskName(bench_case.mask) +
+         (bench_case.page_size > 0
+              ? "/page:" + std::to_string(bench_case.page_size)
+              : std::string()) +
          "/threads:" + std::to_string(bench_case.threads);
 }
 
@@ -188,7 +260,11 @@ toolkit_workload_spec BenchCaseSpec(const BenchCase &bench_case) {
       bench_case.preset, bench_case.phase, bench_case.rows, bench_case.kv,
       bench_case.dtype);
   spec.batch = bench_case.batch;
-  spec.mixed_kv_lengths = bench_case.batch > 1;
+  spec.mixed_kv_lengths =
+      bench_case.batch > 1 && bench_case.phase != TOOLKIT_PHASE_SERVE;
+  spec.page_size = bench_case.page_size;
+  if (bench_case.phase == TOOLKIT_PHASE_SERVE)
+    spec.prefix_rows = bench_case.prefix;
   if (bench_case.mask == BenchMask::kNone) {
     spec.causal = false;
     spec.window_left = spec.window_right = -1;
@@ -214,6 +290,7 @@ std::vector<BenchCase> AllBenchCases(const std::vector<int> &thread_counts) {
     if (presets[p].causal) AddVerifyCases(cases, &presets[p], thread_counts);
   for (int p = 0; p < preset_count; p++)
     AddPrefillCases(cases, &presets[p], thread_counts);
+  AddServeCases(cases, thread_counts);
   AddKernelCases(cases, thread_counts);
   return cases;
 }

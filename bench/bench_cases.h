@@ -1,8 +1,14 @@
 // The benchmark cases: model presets x phase x dtype x shape x batch x mask
 // x threads, named
 //   <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
-// with the kernel chosen per call, and one case set per kernel of the
-// registry that this CPU runs (flashcpu_kernel_info_get), forced by name:
+// with the kernel chosen per call; paged K/V (flashcpu_attention_paged)
+// add /page:<tokens> before threads, and the serving step (an engine's
+// ragged step of decode requests and a prefill chunk) names the chunk's
+// cached prefix:
+//   serve/<preset>/<dtype>/L:<chunk rows>/prefix:<keys>/S:<longest kv>/
+//       B:<decode requests>/mask:causal[/page:<tokens>]/threads:<n>
+// One case set per kernel of the registry that this CPU runs
+// (flashcpu_kernel_info_get), forced by name:
 //   kernel:<name>/<phase>/<preset>/...
 // (NOTES.md lists them and the filters that pick them).
 #ifndef FLASHCPU_BENCH_BENCH_CASES_H
@@ -29,11 +35,14 @@ struct BenchCase {
   flashcpu_dtype dtype;
   int64_t rows;
   int64_t kv;    // S: the longest kv length of the batch
-  int64_t batch; // > 1: mixed kv lengths, kv / 8 to kv
+  int64_t batch; // > 1: mixed kv lengths, kv / 8 to kv (serve: decode
+                 // requests, kv 1K to kv)
   BenchMask mask;
   int threads;
   bool in_default_set; // runs when no --benchmark_filter is given
   std::string kernel;  // forced kernel; empty: the context chooses
+  int64_t page_size = 0; // 0: contiguous K/V; else pages of this many tokens
+  int64_t prefix = 0;    // serve: keys cached before the chunk
 };
 
 std::string BenchCaseName(const BenchCase &bench_case);

@@ -15,10 +15,12 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
 
 typedef struct run_options {
   const toolkit_preset *preset;
-  bool run_decode, run_prefill, run_verify;
-  int64_t rows;  /* 0: decode 1, verify 8, prefill = kv */
-  int64_t kv;    /* 0: decode and verify 8192, prefill 2048 */
-  int64_t batch;
+  bool run_decode, run_prefill, run_verify, run_serve;
+  int64_t rows;  /* 0: decode 1, verify 8, prefill = kv, serve 512 */
+  int64_t kv;    /* 0: decode and verify 8192, prefill 2048, serve 32768 */
+  int64_t batch; /* 0: 1, serve 32 (decode requests) */
+  int64_t page_size; /* -1: contiguous K/V, serve pages of 16 tokens */
+  int64_t prefix;    /* serve: keys cached before the chunk */
   flashcpu_dtype q_dtype, kv_dtype, out_dtype;
   int threads;   /* 0: the library's default */
   flashcpu_isa max_isa;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common/workload.h"
 
 void cli_print_run_help(FILE *stream) {
   fprintf(stream,
@@ -18,13 +19,26 @@ void cli_print_run_help(FILE *stream) {
 "and one causal prefill at 2048.\n"
 "\n"
 "  --preset NAME        model shape (see below; default llama3-8b)\n"
-"  --phase P            decode | prefill | verify | both (decode and\n"
-"                       prefill) | all (default both); verify is a\n"
+"  --phase P            decode | prefill | verify | serve | both (decode\n"
+"                       and prefill) | all (default both); verify is a\n"
 "                       speculative decoding step: L draft rows under a\n"
-"                       binary tree mask over the newest L keys\n"
-"  --rows L             query rows (decode 1, verify 8, prefill = kv)\n"
-"  --kv S               keys/values (decode, verify 8192; prefill 2048)\n"
-"  --batch B            sequences (default 1)\n"
+"                       binary tree mask over the newest L keys; serve is\n"
+"                       an engine's step on paged K/V: B decode requests\n"
+"                       (kv 1K to S, evenly) and a prefill chunk of L rows\n"
+"                       onto --prefix cached keys, one\n"
+"                       flashcpu_attention_paged call, then the same step\n"
+"                       on contiguous K/V (two flashcpu_attention calls:\n"
+"                       the decode requests as one batch, then the chunk)\n"
+"  --rows L             query rows (decode 1, verify 8, prefill = kv,\n"
+"                       serve 512: the chunk's)\n"
+"  --kv S               keys/values (decode, verify 8192; prefill 2048;\n"
+"                       serve 32768: the longest decode request)\n"
+"  --batch B            sequences (default 1; serve: decode requests, 32)\n"
+"  --prefix P           serve: keys cached before the chunk (default 4096)\n"
+"  --page-size N        K/V in pages of N tokens in a random order, called\n"
+"                       through a plan and flashcpu_attention_paged, then\n"
+"                       the same on contiguous K/V for comparison; 0 =\n"
+"                       contiguous only (default 0; serve 16)\n"
 "  --dtype T            f32 | f16 | bf16 for q, k, v and out (default bf16)\n"
 "  --kv-dtype T         dtype of k and v (default --dtype)\n"
 "  --out-dtype T        dtype of the output (default --dtype)\n"
@@ -72,7 +86,7 @@ static bool is_valued_flag(const char *flag) {
       "--preset", "--phase",   "--rows",    "--kv",      "--batch",
       "--dtype",  "--kv-dtype", "--out-dtype", "--threads", "--isa",
       "--window", "--softcap", "--reps",    "--check-rows", "--layers",
-      "--team-level", "--max-team"};
+      "--team-level", "--max-team", "--page-size", "--prefix"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(flag, flags[i]) == 0) return true;
   return false;
@@ -156,7 +170,8 @@ static void set_defaults(run_options *options) {
   memset(options, 0, sizeof *options);
   options->preset = toolkit_preset_find("llama3-8b");
   options->run_decode = options->run_prefill = true;
-  options->batch = 1;
+  options->page_size = -1;
+  options->prefix = TOOLKIT_SERVE_PREFIX_ROWS;
   options->q_dtype = options->kv_dtype = options->out_dtype =
       FLASHCPU_DTYPE_BF16;
   options->max_isa = FLASHCPU_ISA_AUTO;
@@ -188,9 +203,11 @@ static int apply_valued(run_options *options, const char *flag,
     options->run_decode = both || strcmp(value, "decode") == 0;
     options->run_prefill = both || strcmp(value, "prefill") == 0;
     options->run_verify = all || strcmp(value, "verify") == 0;
-    if (!options->run_decode && !options->run_prefill && !options->run_verify)
-      return usage_error("%s must be decode, prefill, verify, both or all, "
-                         "not '%s'", flag, value);
+    options->run_serve = all || strcmp(value, "serve") == 0;
+    if (!options->run_decode && !options->run_prefill && !options->run_verify &&
+        !options->run_serve)
+      return usage_error("%s must be decode, prefill, verify, serve, both or "
+                         "all, not '%s'", flag, value);
   } else if (strcmp(flag, "--rows") == 0) {
     return integer_option(flag, value, 1, INT64_C(1) << 24, &options->rows);
   } else if (strcmp(flag, "--kv") == 0) {
@@ -248,6 +265,11 @@ static int apply_valued(run_options *options, const char *flag,
     return int_option(flag, value, 0, 1000000, &options->check_rows);
   } else if (strcmp(flag, "--layers") == 0) {
     return int_option(flag, value, 0, 100000, &options->layers);
+  } else if (strcmp(flag, "--page-size") == 0) {
+    return integer_option(flag, value, 0, INT64_C(1) << 20,
+                          &options->page_size);
+  } else if (strcmp(flag, "--prefix") == 0) {
+    return integer_option(flag, value, 0, INT64_C(1) << 26, &options->prefix);
   }
   return -1;
 }

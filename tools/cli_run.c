@@ -16,7 +16,10 @@ enum {
   AUTO_MAX_REPS = 1000,
   DEFAULT_DECODE_KV = 8192,
   DEFAULT_PREFILL_KV = 2048,
-  DEFAULT_VERIFY_ROWS = 8
+  DEFAULT_VERIFY_ROWS = 8,
+  DEFAULT_SERVE_KV = 32768,
+  DEFAULT_SERVE_ROWS = 512,
+  DEFAULT_SERVE_BATCH = 32
 };
 static const double AUTO_SECONDS = 1.0;
 static const double QUICK_CALL_SECONDS = 0.1;
@@ -30,17 +33,25 @@ typedef struct timing {
 
 static toolkit_workload_spec make_spec(const run_options *options,
                                        toolkit_phase phase) {
+  const bool serve = phase == TOOLKIT_PHASE_SERVE;
   int64_t kv = options->kv;
   if (kv == 0)
-    kv = phase == TOOLKIT_PHASE_PREFILL ? DEFAULT_PREFILL_KV : DEFAULT_DECODE_KV;
+    kv = phase == TOOLKIT_PHASE_PREFILL ? DEFAULT_PREFILL_KV
+         : serve                        ? DEFAULT_SERVE_KV
+                                        : DEFAULT_DECODE_KV;
   int64_t rows = options->rows;
   if (rows == 0)
     rows = phase == TOOLKIT_PHASE_DECODE   ? 1
            : phase == TOOLKIT_PHASE_VERIFY ? DEFAULT_VERIFY_ROWS
+           : serve                         ? DEFAULT_SERVE_ROWS
                                            : kv;
   toolkit_workload_spec spec = toolkit_workload_spec_make(
       options->preset, phase, rows, kv, options->q_dtype);
-  spec.batch = options->batch;
+  spec.batch = options->batch > 0 ? options->batch
+               : serve            ? DEFAULT_SERVE_BATCH
+                                  : 1;
+  if (options->page_size >= 0) spec.page_size = options->page_size;
+  spec.prefix_rows = options->prefix;
   spec.kv_dtype = options->kv_dtype;
   spec.out_dtype = options->out_dtype;
   if (options->causal >= 0) spec.causal = options->causal == 1;
@@ -57,17 +68,31 @@ static void print_case(const toolkit_workload *workload) {
   const toolkit_workload_spec *spec = &workload->spec;
   const toolkit_preset *preset = spec->preset;
   char layers_size[32];
-  toolkit_format_bytes((uint64_t)workload->layer_count * 2 * workload->kv_bytes,
+  toolkit_format_bytes((uint64_t)workload->layer_count * 2 *
+                           (workload->kv_bytes + workload->chunk_kv_bytes),
                        layers_size, sizeof layers_size);
-  printf("\n%s %s: batch %lld, rows %lld, kv %lld, heads %lld/%lld, "
-         "head_dim %lld, q/kv/out %s/%s/%s",
-         toolkit_phase_name(spec->phase), preset->name,
-         (long long)spec->batch, (long long)spec->q_rows,
-         (long long)spec->kv_rows, (long long)preset->q_heads,
-         (long long)preset->kv_heads, (long long)preset->head_dim,
-         flashcpu_dtype_name(spec->q_dtype),
-         flashcpu_dtype_name(spec->kv_dtype),
-         flashcpu_dtype_name(spec->out_dtype));
+  if (spec->phase == TOOLKIT_PHASE_SERVE)
+    printf("\nserve %s: %lld decode requests (kv %lld to %lld) and a prefill "
+           "chunk of %lld rows onto %lld cached keys, heads %lld/%lld, "
+           "head_dim %lld, q/kv/out %s/%s/%s",
+           preset->name, (long long)spec->batch,
+           (long long)workload->seq_lens_kv[0],
+           (long long)workload->seq_lens_kv[spec->batch - 1],
+           (long long)spec->q_rows, (long long)spec->prefix_rows,
+           (long long)preset->q_heads, (long long)preset->kv_heads,
+           (long long)preset->head_dim, flashcpu_dtype_name(spec->q_dtype),
+           flashcpu_dtype_name(spec->kv_dtype),
+           flashcpu_dtype_name(spec->out_dtype));
+  else
+    printf("\n%s %s: batch %lld, rows %lld, kv %lld, heads %lld/%lld, "
+           "head_dim %lld, q/kv/out %s/%s/%s",
+           toolkit_phase_name(spec->phase), preset->name,
+           (long long)spec->batch, (long long)spec->q_rows,
+           (long long)spec->kv_rows, (long long)preset->q_heads,
+           (long long)preset->kv_heads, (long long)preset->head_dim,
+           flashcpu_dtype_name(spec->q_dtype),
+           flashcpu_dtype_name(spec->kv_dtype),
+           flashcpu_dtype_name(spec->out_dtype));
   printf("%s", spec->causal ? ", causal" : ", not causal");
   if (spec->window_left >= 0 || spec->window_right >= 0)
     printf(", window %lld,%lld", (long long)spec->window_left,
@@ -75,8 +100,12 @@ static void print_case(const toolkit_workload *workload) {
   if (spec->softcap > 0.0f) printf(", softcap %g", (double)spec->softcap);
   if (spec->tree_mask) printf(", tree mask over the newest %lld keys",
                               (long long)spec->q_rows);
-  printf("\n  kv caches  %d rotated, %s in all\n", workload->layer_count,
+  printf("\n  kv caches  %d rotated, %s in all", workload->layer_count,
          layers_size);
+  if (spec->page_size > 0)
+    printf(", pages of %lld tokens (%lld a layer) in a random order",
+           (long long)spec->page_size, (long long)workload->num_pages);
+  printf("\n");
 }
 
 static int compare_doubles(const void *a, const void *b) {
@@ -84,17 +113,10 @@ static int compare_doubles(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-static flashcpu_status call_layer(flashcpu_context *ctx,
-                                  const toolkit_workload *workload,
-                                  int layer) {
-  flashcpu_tensor q, k, v, out;
-  toolkit_workload_tensors(workload, layer, &q, &k, &v, &out);
-  return flashcpu_attention(ctx, &q, &k, &v, &out, NULL, &workload->params);
-}
-
 /* Warm-up, then timed calls, each on the next KV layer. */
 static flashcpu_status time_calls(flashcpu_context *ctx,
                                   const toolkit_workload *workload,
+                                  const flashcpu_plan *plan,
                                   int requested_reps, timing *result) {
   const int capacity = requested_reps > 0 ? requested_reps : AUTO_MAX_REPS;
   double *seconds = malloc((size_t)capacity * sizeof(double));
@@ -103,7 +125,7 @@ static flashcpu_status time_calls(flashcpu_context *ctx,
   int layer = 0, reps = 0;
   for (int i = 0; i < WARMUP_CALLS && status == FLASHCPU_OK; i++) {
     double start = toolkit_now_seconds();
-    status = call_layer(ctx, workload, layer++);
+    status = toolkit_workload_call(ctx, workload, plan, layer++);
     if (toolkit_now_seconds() - start > QUICK_CALL_SECONDS) break;
   }
   double total = 0.0;
@@ -112,7 +134,7 @@ static flashcpu_status time_calls(flashcpu_context *ctx,
       break;
     result->last_layer = layer % workload->layer_count;
     double start = toolkit_now_seconds();
-    status = call_layer(ctx, workload, layer++);
+    status = toolkit_workload_call(ctx, workload, plan, layer++);
     seconds[reps] = toolkit_now_seconds() - start;
     total += seconds[reps++];
   }
@@ -177,31 +199,90 @@ static bool print_check(const toolkit_workload *workload, int layer,
   return check.passed;
 }
 
-static int run_case(flashcpu_context *ctx, const run_options *options,
-                    toolkit_phase phase, const toolkit_ceilings *ceilings) {
-  toolkit_workload_spec spec = make_spec(options, phase);
+/* The plan (made once, as an engine makes one per step for every layer):
+ * its time and what it runs. */
+static flashcpu_status make_plan(flashcpu_context *ctx,
+                                 const toolkit_workload *workload,
+                                 flashcpu_plan **plan) {
+  const double start = toolkit_now_seconds();
+  flashcpu_status status = toolkit_workload_plan(ctx, workload, plan);
+  const double seconds = toolkit_now_seconds() - start;
+  if (status != FLASHCPU_OK || !*plan) return status;
+  char took[32], text[1024];
+  format_time(seconds, took, sizeof took);
+  flashcpu_plan_describe(*plan, text, sizeof text);
+  printf("  plan       %s, made once per step for every layer\n", took);
+  /* Its lines after the first (which repeats the shape): one per kernel
+   * family, indented by two. */
+  const char *line = strchr(text, '\n');
+  while (line && line[1]) {
+    const char *next = strchr(line + 1, '\n');
+    const int length = (int)(next ? next - line - 1 : (long)strlen(line + 1));
+    printf("           %.*s\n", length, line + 1);
+    line = next;
+  }
+  return FLASHCPU_OK;
+}
+
+/* Builds, times and checks one workload; *median gets its median time. */
+static int measure(flashcpu_context *ctx, const run_options *options,
+                   const toolkit_workload_spec *spec,
+                   const toolkit_ceilings *ceilings, bool contiguous_twin,
+                   double *median) {
   toolkit_workload workload;
   char error[256];
-  if (toolkit_workload_build(&spec, &workload, error, sizeof error) != 0) {
+  if (toolkit_workload_build(spec, &workload, error, sizeof error) != 0) {
     fprintf(stderr, "flashcpu run: %s workload: %s\n",
-            toolkit_phase_name(phase), error);
+            toolkit_phase_name(spec->phase), error);
     return CLI_EXIT_FAILURE;
   }
-  print_case(&workload);
+  if (contiguous_twin) {
+    char size[32];
+    toolkit_format_bytes((uint64_t)workload.layer_count *
+                             (uint64_t)workload.layer_bytes,
+                         size, sizeof size);
+    printf("  contiguous the same step on contiguous K/V: %d kv caches "
+           "rotated, %s in all\n",
+           workload.layer_count, size);
+  } else {
+    print_case(&workload);
+  }
   fflush(stdout);
-  timing measured = {0, 0.0, 0.0, 0.0, 0};
-  flashcpu_status status = time_calls(ctx, &workload, options->reps, &measured);
   int exit_code = CLI_EXIT_OK;
+  flashcpu_plan *plan = NULL;
+  flashcpu_status status = make_plan(ctx, &workload, &plan);
+  timing measured = {0, 0.0, 0.0, 0.0, 0};
+  if (status == FLASHCPU_OK)
+    status = time_calls(ctx, &workload, plan, options->reps, &measured);
   if (status != FLASHCPU_OK) {
-    fprintf(stderr, "flashcpu run: flashcpu_attention failed: %s: %s\n",
+    fprintf(stderr, "flashcpu run: %s failed: %s: %s\n",
+            spec->page_size > 0 ? "the paged step" : "flashcpu_attention",
             flashcpu_status_name(status), flashcpu_last_error(ctx));
     exit_code = CLI_EXIT_FAILURE;
   } else {
     print_timing(&workload, &measured, ceilings);
     if (!print_check(&workload, measured.last_layer, options->check_rows))
       exit_code = CLI_EXIT_FAILURE;
+    *median = measured.median;
   }
+  flashcpu_plan_destroy(plan);
   toolkit_workload_free(&workload);
+  return exit_code;
+}
+
+/* A paged case is followed by the same case on contiguous K/V (built once
+ * the paged one is freed, so the two never hold memory together). */
+static int run_case(flashcpu_context *ctx, const run_options *options,
+                    toolkit_phase phase, const toolkit_ceilings *ceilings) {
+  toolkit_workload_spec spec = make_spec(options, phase);
+  double paged = 0.0, contiguous = 0.0;
+  int exit_code = measure(ctx, options, &spec, ceilings, false, &paged);
+  if (exit_code != CLI_EXIT_OK || spec.page_size == 0) return exit_code;
+  spec.page_size = 0;
+  exit_code = measure(ctx, options, &spec, ceilings, true, &contiguous);
+  if (exit_code == CLI_EXIT_OK)
+    printf("  paged      %.3f x the time on contiguous K/V\n",
+           paged / contiguous);
   return exit_code;
 }
 
@@ -244,6 +325,9 @@ int cli_run(const run_options *options) {
     exit_code = CLI_EXIT_FAILURE;
   if (options->run_prefill &&
       run_case(ctx, options, TOOLKIT_PHASE_PREFILL, &ceilings) != CLI_EXIT_OK)
+    exit_code = CLI_EXIT_FAILURE;
+  if (options->run_serve &&
+      run_case(ctx, options, TOOLKIT_PHASE_SERVE, &ceilings) != CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
   flashcpu_context_destroy(ctx);
   return exit_code;

@@ -40,15 +40,27 @@ static uint64_t next_random(uint64_t *state) {
   return *state >> 33;
 }
 
-static double max_abs_visible_v(const flashcpu_tensor *v, int64_t b,
-                                int64_t kv_head, int64_t begin, int64_t end) {
+static double max_abs_visible_v(const flashcpu_tensor *v, int64_t kv_head,
+                                int64_t begin, int64_t end) {
   double largest = 0.0;
   for (int64_t j = begin; j < end; j++)
     for (int64_t d = 0; d < v->dims[3]; d++) {
-      double value = fabs(flashcpu_oracle_load(v, b, j, kv_head, d));
+      double value = fabs(flashcpu_oracle_load(v, 0, j, kv_head, d));
       if (value > largest) largest = value;
     }
   return largest;
+}
+
+/* Serve checks the chunk on every other sample: among 33 requests a
+ * uniform draw would seldom pick it. */
+static int64_t sample_request(const toolkit_workload *workload, int sample,
+                              uint64_t *state) {
+  const int64_t requests = workload->num_requests;
+  if (workload->spec.phase == TOOLKIT_PHASE_SERVE && sample % 2 == 1)
+    return requests - 1;
+  const int64_t choices =
+      workload->spec.phase == TOOLKIT_PHASE_SERVE ? requests - 1 : requests;
+  return (int64_t)(next_random(state) % (uint64_t)choices);
 }
 
 output_check_result output_check_rows(const toolkit_workload *workload,
@@ -56,8 +68,6 @@ output_check_result output_check_rows(const toolkit_workload *workload,
   output_check_result result = {0, 0.0, 0.0, 0.0, true};
   const toolkit_workload_spec *spec = &workload->spec;
   const toolkit_preset *preset = spec->preset;
-  flashcpu_tensor q, k, v, out;
-  toolkit_workload_tensors(workload, layer, &q, &k, &v, &out);
   const int64_t D = preset->head_dim;
   const int64_t group = preset->q_heads / preset->kv_heads;
   double *expected = malloc((size_t)D * sizeof(double));
@@ -67,23 +77,38 @@ output_check_result output_check_rows(const toolkit_workload *workload,
   }
   const double u32 = ldexp(1.0, -24), u_out = unit_roundoff(spec->out_dtype);
   uint64_t state = seed;
+  /* The request viewed last: paged requests are copied out of their pages
+   * for the oracle, once per request in a row. */
+  toolkit_request_view view;
+  int64_t viewed = -1;
   for (int sample = 0; sample < rows; sample++) {
-    const int64_t b = (int64_t)(next_random(&state) % (uint64_t)spec->batch);
+    const int64_t r = sample_request(workload, sample, &state);
     const int64_t h = (int64_t)(next_random(&state) % (uint64_t)preset->q_heads);
-    const int64_t i = (int64_t)(next_random(&state) % (uint64_t)spec->q_rows);
+    const toolkit_workload_spec request =
+        toolkit_workload_request_spec(workload, r);
+    const int64_t i = (int64_t)(next_random(&state) % (uint64_t)request.q_rows);
+    if (r != viewed) {
+      if (viewed >= 0) toolkit_request_view_free(&view);
+      viewed = -1;
+      if (toolkit_workload_request_view(workload, layer, r, &view) != 0) {
+        result.passed = false;
+        break;
+      }
+      viewed = r;
+    }
     int64_t begin, end;
-    toolkit_visible_keys(spec, i, &begin, &end);
+    toolkit_visible_keys(&request, i, &begin, &end);
     double lse;
-    flashcpu_oracle_row(&q, &k, &v, &workload->params, b, h, i, expected,
-                        &lse);
+    flashcpu_oracle_row(&view.q, &view.k, &view.v, &view.params, 0, h, i,
+                        expected, &lse);
     const double visible = (double)(end - begin);
     const double tolerance =
-        max_abs_visible_v(&v, b, h / group, begin, end) *
+        max_abs_visible_v(&view.v, h / group, begin, end) *
         (u_out + 4.0 * u32 *
                      (3.0 * (double)D + 2.0 * spec->softcap +
                       2.0 * sqrt(visible) + 8.0));
     for (int64_t d = 0; d < D; d++) {
-      double got = flashcpu_oracle_load(&out, b, i, h, d);
+      double got = flashcpu_oracle_load(&view.out, 0, i, h, d);
       double error = fabs(got - expected[d]);
       if (isnan(got) != isnan(expected[d])) error = INFINITY;
       else if (isnan(got)) error = 0.0; /* both NaN: agreed */
@@ -99,6 +124,7 @@ output_check_result output_check_rows(const toolkit_workload *workload,
     }
     result.rows_checked++;
   }
+  if (viewed >= 0) toolkit_request_view_free(&view);
   free(expected);
   return result;
 }

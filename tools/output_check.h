@@ -15,9 +15,11 @@ typedef struct output_check_result {
   bool passed;          /* every element within tolerance, no NaN */
 } output_check_result;
 
-/* Checks `rows` random (batch, query head, query row) triples of
+/* Checks `rows` random (request, query head, query row) triples of
  * workload->out, which must hold the result of the call on KV layer
- * `layer`. The sample is fixed by seed. */
+ * `layer` (paged requests: their K/V copied out of the pages for the
+ * oracle). Serve checks its prefill chunk on every other sample. The
+ * sample is fixed by seed. */
 output_check_result output_check_rows(const toolkit_workload *workload,
                                       int layer, int rows, uint64_t seed);
 

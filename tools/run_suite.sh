@@ -22,15 +22,23 @@
 #                  L = S = 4096 causal, f32 and bf16, 1 thread and all
 #   bench-decode   flashcpu_bench on the decode reference cases: llama3-8b
 #                  bf16, kv 1K, 16K and 32K, batch 1, 1 thread and all
+#   bench-paged    flashcpu_bench on paged decode next to contiguous:
+#                  llama3-8b bf16, kv 4K, 16K and 32K, pages of 1 and 16
+#                  tokens, 1 thread and all
+#   bench-serve    flashcpu_bench on the serving step (32 decode requests,
+#                  kv 1K to 32K, and a 512-row chunk onto 4096 cached keys),
+#                  paged and contiguous, every thread count
 #   torch          torch-prefill and torch-decode
 #   torch-prefill  tools/torch_compare.py on the bench-prefill cases
 #   torch-decode   tools/torch_compare.py on the bench-decode cases
+#   torch-serve    tools/torch_compare.py on the serving step, 1 thread and
+#                  all
 #   ab-decode      the bench-decode cases through `flashcpu run`, an older
 #                  build and this bundle alternating, two rounds: the older
 #                  build is the folder tools/build_commit.sh made ($OLD_BUILD,
 #                  default build-old, copied beside the bundle); AB_ARGS
 #                  adds options to both sides (AB_ARGS='--isa avx2')
-# The last seven run only when named: they take minutes. The torch parts run
+# The parts after `all` run only when named: they take minutes. The torch parts run
 # $PYTHON (default python3), which needs PyTorch.
 #
 # Times on a shared machine move between runs: compare what one run of this
@@ -82,13 +90,15 @@ run_bench() { # name filter
 }
 # The reference cases, as filters and as torch_compare.py options.
 threads_all=""
-if named bench-prefill || named bench-decode || named torch ||
+if named bench-prefill || named bench-decode || named bench-paged || named torch ||
     named torch-prefill || named torch-decode; then
   threads_all=$(all_threads)
   [ -n "$threads_all" ] || { echo "no flashcpu_bench cases listed" >&2; exit 1; }
 fi
 prefill_filter="^prefill/llama3-8b/(f32|bf16)/L:4096/S:4096/B:1/mask:causal/threads:(1|$threads_all)/"
 decode_filter="^decode/llama3-8b/bf16/L:1/S:(1024|16384|32768)/B:1/mask:causal/threads:(1|$threads_all)/"
+paged_filter="^decode/llama3-8b/bf16/L:1/S:(4096|16384|32768)/B:1/mask:causal/(page:(1|16)/)?threads:(1|$threads_all)/"
+serve_filter="^serve/llama3-8b/bf16/L:512/"
 torch_compare() { # name options...
   local name=$1
   shift
@@ -132,6 +142,12 @@ fi
 if named bench-decode; then
   run_bench bench-decode "$decode_filter"
 fi
+if named bench-paged; then
+  run_bench bench-paged "$paged_filter"
+fi
+if named bench-serve; then
+  run_bench bench-serve "$serve_filter"
+fi
 if named torch || named torch-prefill; then
   torch_compare torch-prefill --phase prefill --preset llama3-8b \
     --dtype f32,bf16 --lengths 4096 --mask causal
@@ -139,6 +155,9 @@ fi
 if named torch || named torch-decode; then
   torch_compare torch-decode --phase decode --preset llama3-8b \
     --dtype bf16 --lengths 1K,16K,32K --batch 1
+fi
+if named torch-serve; then
+  torch_compare torch-serve --phase serve --preset llama3-8b --dtype bf16
 fi
 if named ab-decode; then
   old=${OLD_BUILD:-build-old}

@@ -10,6 +10,10 @@ ceiling flashcpu_bench measured in the same run (docs/performance.md,
 
 Cases are named as flashcpu_bench names them:
   <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
+paged K/V add /page:<tokens> before threads (--page), and the serving step
+(--phase serve) names its chunk's cached prefix:
+  serve/<preset>/<dtype>/L:<chunk rows>/prefix:<keys>/S:<longest kv>/
+      B:<decode requests>/mask:causal[/page:<tokens>]/threads:<n>
 
 How torch is called:
   - tensors [B, H, seq, D] contiguous (torch's preferred layout);
@@ -22,10 +26,22 @@ How torch is called:
     (torch runs the padded batch; flashcpu reads only each length);
   - decode (L = 1) rotates over several layer-sized KV caches, as
     flashcpu_bench does, so that torch is not timed from the last-level cache;
+  - paged decode (--page N): torch has no paged attention, so it runs the
+    same decode on contiguous K/V, once per shape and thread count, against
+    every page size flashcpu ran;
+  - the serving step (--phase serve): B decode requests with kv lengths
+    spread evenly from 1K to S and one prefill chunk of L rows onto P cached
+    keys. torch runs SDPA once per request on that request's contiguous K/V
+    [1, Hkv, S_r, D] (B + 1 calls a layer; the chunk with an explicit
+    bottom-right causal mask), rotating layers as decode does; flashcpu runs
+    one flashcpu_attention_paged call (page:N) or, on contiguous K/V, two
+    flashcpu_attention calls (the decode batch with kv_lengths, the chunk);
   - presets with softcap (gemma2-9b) are not timed in torch: SDPA has none.
 
-Needs Python 3 and, for the torch side, PyTorch (imported only when used);
---skip-torch runs the flashcpu side alone.
+Needs Python 3 and, for the torch side, PyTorch 2.0 or later (imported only
+when used); --skip-torch runs the flashcpu side alone, and --dry-run prints
+the cases, the flashcpu_bench command and what torch would run, running
+neither.
 """
 
 import argparse
@@ -41,7 +57,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRESETS_SOURCE = os.path.join(ROOT, "tools", "common", "presets.c")
 DEFAULT_BENCH = os.path.join(ROOT, "build", "bench", "flashcpu_bench")
-DEFAULT_LENGTHS = {"prefill": [512, 2048, 4096], "decode": [1024, 16384, 32768]}
+DEFAULT_LENGTHS = {"prefill": [512, 2048, 4096], "decode": [1024, 16384, 32768],
+                   "serve": [32768]}
+# The serving step's defaults, as flashcpu_bench registers them
+# (bench/bench_cases.cc): 32 decode requests, kv 1K to S, a 512-row chunk
+# onto 4096 cached keys, pages of 16 tokens and contiguous.
+SERVE_REQUESTS, SERVE_CHUNK, SERVE_PREFIX = 32, 512, 4096
+SERVE_SHORTEST_KV = 1024
+DEFAULT_SERVE_PAGES = [16, 0]
 # Decode rotation, as tools/common/workload.c: at least 32 layers and 4x the
 # last-level cache, within a quarter of RAM.
 MIN_LAYERS, CACHE_MULTIPLE = 32, 4
@@ -72,17 +95,34 @@ def load_presets(path=PRESETS_SOURCE):
 
 # -------------------------------------------------------------------- cases
 def case_name(case, threads):
+    prefix = (f"/prefix:{case['prefix']}" if case["phase"] == "serve"
+              else "")
+    page = f"/page:{case['page']}" if case["page"] else ""
     return (f"{case['phase']}/{case['preset']['name']}/{case['dtype']}"
-            f"/L:{case['rows']}/S:{case['kv']}/B:{case['batch']}"
-            f"/mask:{case['mask']}/threads:{threads}")
+            f"/L:{case['rows']}{prefix}/S:{case['kv']}/B:{case['batch']}"
+            f"/mask:{case['mask']}{page}/threads:{threads}")
 
 
 def mixed_lengths(kv, batch):
     """As workload.c: kv / 8 for the first sequence up to kv for the last."""
+    return spread_lengths(kv // 8, kv, batch)
+
+
+def spread_lengths(shortest, kv, batch):
+    """As workload.c's spread_length: shortest (at least 1, at most kv) for
+    the first sequence, kv for the last, evenly between."""
     if batch == 1:
         return [kv]
-    shortest = max(kv // 8, 1)
+    shortest = min(max(shortest, 1), kv)
     return [shortest + (kv - shortest) * b // (batch - 1) for b in range(batch)]
+
+
+def serve_requests(case):
+    """(rows, keys) of each request of a serving step: the decode requests,
+    then the chunk."""
+    lengths = spread_lengths(SERVE_SHORTEST_KV, case["kv"], case["batch"])
+    return ([(1, length) for length in lengths] +
+            [(case["rows"], case["prefix"] + case["rows"])])
 
 
 def build_cases(args, presets):
@@ -92,23 +132,44 @@ def build_cases(args, presets):
         lengths = args.lengths or DEFAULT_LENGTHS[phase]
         for preset_name in args.preset:
             preset = presets[preset_name]
-            if phase == "decode" and not preset["causal"]:
-                print(f"torch_compare: {preset_name} is an encoder: no decode",
-                      file=sys.stderr)
+            if phase != "prefill" and not preset["causal"]:
+                print(f"torch_compare: {preset_name} is an encoder: no "
+                      f"{phase}", file=sys.stderr)
+                continue
+            if phase == "serve":
+                for dtype in args.dtype:
+                    for length in lengths:
+                        for requests in args.requests:
+                            for page in args.page or DEFAULT_SERVE_PAGES:
+                                cases.append({
+                                    "phase": phase, "preset": preset,
+                                    "dtype": dtype, "mask": "causal",
+                                    "batch": requests, "rows": args.chunk,
+                                    "prefix": args.prefix, "kv": length,
+                                    "page": page})
                 continue
             masks = ["causal"] if phase == "decode" else args.mask
+            pages = (args.page or [0]) if phase == "decode" else [0]
             for dtype in args.dtype:
                 for length in lengths:
                     for mask in masks:
                         if mask == "causal" and not preset["causal"]:
                             continue
                         for batch in (args.batch if phase == "decode" else [1]):
-                            cases.append({
-                                "phase": phase, "preset": preset,
-                                "dtype": dtype, "mask": mask, "batch": batch,
-                                "rows": 1 if phase == "decode" else length,
-                                "kv": length})
+                            for page in pages:
+                                cases.append({
+                                    "phase": phase, "preset": preset,
+                                    "dtype": dtype, "mask": mask,
+                                    "batch": batch,
+                                    "rows": 1 if phase == "decode" else length,
+                                    "kv": length, "page": page})
     return cases
+
+
+def torch_key(case):
+    """What torch runs for a case: the same for every page size."""
+    return (case["phase"], case["preset"]["name"], case["dtype"], case["mask"],
+            case["batch"], case["rows"], case["kv"], case.get("prefix", 0))
 
 
 # ----------------------------------------------------------- flashcpu side
@@ -197,6 +258,12 @@ def import_torch():
                  f"Python that has torch (e.g. a virtual environment's "
                  f"bin/python3), or pass --skip-torch to run only the "
                  f"flashcpu side.")
+    if not hasattr(getattr(torch.nn, "functional", None),
+                   "scaled_dot_product_attention"):
+        sys.exit(f"torch_compare: PyTorch {torch.__version__} has no "
+                 f"torch.nn.functional.scaled_dot_product_attention (PyTorch "
+                 f"2.0 or later has it). Run this script with a newer torch, "
+                 f"or pass --skip-torch to run only the flashcpu side.")
     return torch
 
 
@@ -254,7 +321,10 @@ class TorchRunner:
         self.use_enable_gqa = gqa != "repeat" and self._has_enable_gqa()
         self.gqa_mode = ("enable_gqa" if self.use_enable_gqa else
                          "K/V repeated per query head before timing")
-        self.prepared = None  # (case, (call, note)) of the last case
+        self.prepared = None  # (torch_key, (call, note)) of the last case
+        # (torch_key, threads) -> (samples, note): the page sizes of one
+        # shape share torch's run.
+        self.results = {}
 
     def _has_enable_gqa(self):
         torch = self.torch
@@ -270,18 +340,13 @@ class TorchRunner:
         """Bottom-right causal, window and kv lengths as a boolean mask
         (True = visible), or None with is_causal when top-left is the same.
         """
-        torch, preset = self.torch, case["preset"]
+        torch = self.torch
         rows, kv = case["rows"], case["kv"]
-        causal = case["mask"] == "causal"
-        window = preset["window"] if causal else -1
-        if window >= kv - 1:
-            window = -1  # the window reaches past the first key anyway
-        full_lengths = all(length == kv for length in lengths)
-        if full_lengths and window < 0:
-            if not causal or rows == 1:
-                return None, False  # every row sees every key
-            if rows == kv:
-                return None, True  # top-left and bottom-right coincide
+        kind, causal, window = mask_kind(case, lengths)
+        if kind == "none":
+            return None, False  # every row sees every key
+        if kind == "is_causal":
+            return None, True  # top-left and bottom-right coincide
         key = torch.arange(kv).view(1, 1, 1, kv)
         row = torch.arange(rows).view(1, 1, rows, 1)
         length = torch.tensor(lengths).view(-1, 1, 1, 1)
@@ -294,7 +359,7 @@ class TorchRunner:
         return visible, False
 
     def _layers(self, case, layer_bytes):
-        if case["phase"] != "decode":
+        if case["phase"] not in ("decode", "serve"):
             return 1
         layers = max(MIN_LAYERS, -(-CACHE_MULTIPLE * self.llc // layer_bytes))
         budget = memory_bytes() // 4
@@ -304,17 +369,23 @@ class TorchRunner:
         """Per-sample ms (median, min, max come later) and what was done."""
         if case["preset"]["softcap"] > 0:
             return None, "torch SDPA has no softcap: not timed"
-        if self.prepared is None or self.prepared[0] is not case:
+        key = torch_key(case)
+        if (key, threads) in self.results:
+            return self.results[(key, threads)]
+        if self.prepared is None or self.prepared[0] != key:
             self.prepared = None  # free the last case's tensors first
-            self.prepared = (case, self._prepare(case))
+            self.prepared = (key, self._prepare(case))
         call, note = self.prepared[1]
         self.torch.set_num_threads(threads)
         with self.torch.inference_mode():
             samples = time_samples(call, self.warmup, self.reps, self.min_time)
+        self.results[(key, threads)] = (samples, note)
         return samples, note
 
     def _prepare(self, case):
         """Tensors of a case (shared by its thread counts) and its call."""
+        if case["phase"] == "serve":
+            return self._prepare_serve(case)
         torch, preset = self.torch, case["preset"]
         dtype = self.dtypes[case["dtype"]]
         batch, rows, kv, dim = case["batch"], case["rows"], case["kv"], preset["dim"]
@@ -352,6 +423,97 @@ class TorchRunner:
         elif is_causal:
             note.append("is_causal")
         return call, ", ".join(note)
+
+    def _prepare_serve(self, case):
+        """The serving step as SDPA calls, one per request on its own
+        contiguous K/V, the chunk with a bottom-right causal mask."""
+        torch, preset = self.torch, case["preset"]
+        dtype = self.dtypes[case["dtype"]]
+        dim = preset["dim"]
+        kv_heads = preset["hkv"] if self.use_enable_gqa else preset["hq"]
+        requests = serve_requests(case)
+        masks = [self._mask({"preset": preset, "rows": rows, "kv": keys,
+                             "mask": case["mask"]}, [keys])
+                 for rows, keys in requests]
+        layer_bytes = (2 * kv_heads * dim * DTYPE_BYTES[case["dtype"]] *
+                       sum(keys for _, keys in requests))
+        layer_count = self._layers(case, layer_bytes)
+        generator = torch.Generator().manual_seed(0x5EED)
+
+        def values(*shape):
+            return (torch.rand(*shape, generator=generator) * 2 - 1).to(dtype)
+
+        queries = [values(1, preset["hq"], rows, dim) for rows, _ in requests]
+        layers = [[(values(1, kv_heads, keys, dim), values(1, kv_heads, keys, dim))
+                   for _, keys in requests] for _ in range(layer_count)]
+        extra = {"enable_gqa": True} if (self.use_enable_gqa and
+                                         preset["hq"] != preset["hkv"]) else {}
+        state = {"layer": 0}
+
+        def call():
+            layer = layers[state["layer"] % layer_count]
+            state["layer"] += 1
+            for query, (key, value), (mask, is_causal) in zip(queries, layer,
+                                                              masks):
+                self.F.scaled_dot_product_attention(
+                    query, key, value, attn_mask=mask, is_causal=is_causal,
+                    **extra)
+
+        note = [f"{len(requests)} SDPA calls a layer (one per request)"]
+        if layer_count > 1:
+            note.append(f"{layer_count} KV caches rotated "
+                        f"({layer_count * layer_bytes / 2**30:.2f} GiB)")
+            if layer_count * layer_bytes < CACHE_MULTIPLE * self.llc:
+                note.append("under 4x LLC (memory cap)")
+        if masks[-1][0] is not None:
+            note.append("chunk: bool mask (bottom-right)")
+        return call, ", ".join(note)
+
+
+def mask_kind(case, lengths):
+    """How torch masks a case: "none" (every row sees every key),
+    "is_causal" (top-left causal equals flashcpu's bottom-right: L == S) or
+    "bool" (an explicit mask); with the causal flag and window it uses."""
+    preset, rows, kv = case["preset"], case["rows"], case["kv"]
+    causal = case["mask"] == "causal"
+    window = preset["window"] if causal else -1
+    if window >= kv - 1:
+        window = -1  # the window reaches past the first key anyway
+    if all(length == kv for length in lengths) and window < 0:
+        if not causal or rows == 1:
+            return "none", causal, window
+        if rows == kv:
+            return "is_causal", causal, window
+    return "bool", causal, window
+
+
+def describe_torch(case, gqa):
+    """What TorchRunner runs for a case, in words (--dry-run)."""
+    preset = case["preset"]
+    if preset["softcap"] > 0:
+        return "not timed (torch SDPA has no softcap)"
+    heads = preset["hkv"] if gqa else preset["hq"]
+    dim = preset["dim"]
+    if case["phase"] != "serve":
+        lengths = mixed_lengths(case["kv"], case["batch"])
+        kind = mask_kind(case, lengths)[0]
+        return (f"SDPA q [{case['batch']}, {preset['hq']}, {case['rows']}, "
+                f"{dim}], k/v [{case['batch']}, {heads}, {case['kv']}, {dim}]"
+                f", mask: {kind}")
+    requests = serve_requests(case)
+    decode, chunk = requests[:-1], requests[-1]
+    kinds = {mask_kind({"preset": preset, "rows": rows, "kv": keys,
+                        "mask": case["mask"]}, [keys])[0]
+             for rows, keys in decode}
+    chunk_kind = mask_kind({"preset": preset, "rows": chunk[0],
+                            "kv": chunk[1], "mask": case["mask"]},
+                           [chunk[1]])[0]
+    return (f"{len(requests)} SDPA calls a layer: {len(decode)} decode q "
+            f"[1, {preset['hq']}, 1, {dim}], k/v [1, {heads}, "
+            f"{decode[0][1]}..{decode[-1][1]}, {dim}], mask: "
+            f"{'/'.join(sorted(kinds))}; chunk q [1, {preset['hq']}, "
+            f"{chunk[0]}, {dim}], k/v [1, {heads}, {chunk[1]}, {dim}], mask: "
+            f"{chunk_kind} (bottom-right)")
 
 
 def time_samples(call, warmup, reps, min_time):
@@ -419,20 +581,25 @@ def parse_length(text):
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        epilog="Example: python3 tools/torch_compare.py --phase prefill "
+        epilog="Examples: python3 tools/torch_compare.py --phase prefill "
                "--preset llama3-8b --dtype f32,bf16 --lengths 4096 "
-               "--threads 1,all --bench build/bench/flashcpu_bench",
+               "--threads 1,all --bench build/bench/flashcpu_bench\n"
+               "  python3 tools/torch_compare.py --phase decode --dtype bf16 "
+               "--lengths 4K,16K,32K --page 0,1,16 --threads 1,all\n"
+               "  python3 tools/torch_compare.py --phase serve --dtype bf16 "
+               "--threads bench",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--phase", choices=["prefill", "decode", "all"],
-                        default="all")
+    parser.add_argument("--phase", choices=["prefill", "decode", "serve", "all"],
+                        default="all", help="all: prefill and decode")
     parser.add_argument("--preset", type=lambda t: parse_list(t),
                         default=["llama3-8b"],
                         help="comma-separated presets (tools/common/presets.c)"
                              "; default llama3-8b")
     parser.add_argument("--dtype", type=lambda t: parse_list(t),
-                        default=["f32", "bf16"],
                         help="comma-separated of f32, f16, bf16 (q, k, v and "
-                             "out); default f32,bf16")
+                             "out); default f32,bf16, but bf16 for serve and "
+                             "paged decode (the dtype flashcpu_bench "
+                             "registers them in)")
     parser.add_argument("--threads", type=lambda t: parse_list(t),
                         default=["1", "all"],
                         help="comma-separated thread counts, 'all' for every "
@@ -440,11 +607,28 @@ def parse_args(argv):
                              "flashcpu_bench registers; default 1,all")
     parser.add_argument("--lengths", type=lambda t: parse_list(t, parse_length),
                         help="prefill: L = S; decode: kv (e.g. 1K,16K); "
+                             "serve: the longest decode request's kv; "
                              "default prefill 512,2048,4096, decode "
-                             "1K,16K,32K")
+                             "1K,16K,32K, serve 32K")
     parser.add_argument("--batch", type=lambda t: parse_list(t, int),
                         default=[1], help="decode batch sizes (1 or 8: "
                         "batch 8 mixes kv lengths from kv/8 to kv); default 1")
+    parser.add_argument("--page", type=lambda t: parse_list(t, int),
+                        help="page sizes of paged K/V, 0 for contiguous "
+                             "(flashcpu_bench: decode 1 and 16 at kv 4K, "
+                             "16K, 32K, llama3-8b bf16 batch 1; serve 16); "
+                             "default decode 0, serve 16,0")
+    parser.add_argument("--requests", type=lambda t: parse_list(t, int),
+                        default=[SERVE_REQUESTS],
+                        help=f"serve: decode requests, kv lengths from "
+                             f"{SERVE_SHORTEST_KV} to --lengths; default "
+                             f"{SERVE_REQUESTS}")
+    parser.add_argument("--chunk", type=int, default=SERVE_CHUNK,
+                        help=f"serve: rows of the prefill chunk; default "
+                             f"{SERVE_CHUNK}")
+    parser.add_argument("--prefix", type=int, default=SERVE_PREFIX,
+                        help=f"serve: keys cached before the chunk; default "
+                             f"{SERVE_PREFIX}")
     parser.add_argument("--mask", type=lambda t: parse_list(t),
                         default=["causal"], help="prefill masks: causal, "
                         "none; default causal")
@@ -465,7 +649,14 @@ def parse_args(argv):
     parser.add_argument("--out-json", help="also write the results here")
     parser.add_argument("--skip-torch", action="store_true",
                         help="run only the flashcpu side (no torch needed)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the cases, the flashcpu_bench command "
+                             "and what torch would run; run neither (no "
+                             "torch needed)")
     args = parser.parse_args(argv)
+    if args.dtype is None:
+        paged = args.phase == "serve" or any(args.page or [])
+        args.dtype = ["bf16"] if paged else ["f32", "bf16"]
     if args.reps < 1 or args.warmup < 1:
         parser.error("--reps and --warmup must be at least 1")
     for dtype in args.dtype:
@@ -477,6 +668,11 @@ def parse_args(argv):
     for batch in args.batch:
         if batch not in (1, 8):
             parser.error("flashcpu_bench registers decode batch 1 and 8")
+    for page in args.page or []:
+        if page < 0:
+            parser.error("--page sizes must be 0 (contiguous) or more")
+    if min(args.requests) < 1 or args.chunk < 1 or args.prefix < 0:
+        parser.error("--requests and --chunk must be at least 1, --prefix 0")
     return args
 
 
@@ -496,6 +692,36 @@ def resolve_threads(requested, registered):
     return sorted(counts)
 
 
+def dry_run(args, cases):
+    """The cases and commands of a run, without running them."""
+    have_bench = os.access(args.bench, os.X_OK)
+    if have_bench:
+        threads = resolve_threads(args.threads, bench_threads(args.bench))
+        available = set(re.sub(r"/real_time$", "", line.strip()) for line in
+                        run_bench_listing(args.bench, ".").splitlines())
+    else:
+        print(f"(no flashcpu_bench at {args.bench}: thread counts as given, "
+              f"names not checked)")
+        threads = [int(n) if n.isdigit() else n for n in args.threads]
+        available = None
+    gqa = args.gqa != "repeat"
+    names = []
+    for case in cases:
+        print(f"{case_name(case, '<n>')}\n  torch: "
+              f"{describe_torch(case, gqa)}")
+        for n in threads:
+            name = case_name(case, n)
+            names.append(name)
+            if available is not None and name not in available:
+                print(f"  flashcpu_bench has no case {name}")
+    escaped = "|".join(escape_regex(name) for name in names)
+    print(f"threads: {', '.join(str(n) for n in threads)}\nflashcpu: "
+          f"{args.bench} '--benchmark_filter=^({escaped})(/real_time)?$' "
+          f"--benchmark_format=json --benchmark_repetitions={args.reps} "
+          f"--benchmark_min_time={args.min_time}")
+    return 0
+
+
 def main(argv):
     args = parse_args(argv)
     presets = load_presets()
@@ -503,11 +729,13 @@ def main(argv):
         if name not in presets:
             sys.exit(f"torch_compare: unknown preset {name!r}; known: "
                      + ", ".join(presets))
+    cases = build_cases(args, presets)
+    if args.dry_run:
+        return dry_run(args, cases)
     torch = None if args.skip_torch else import_torch()  # fail before work
     if not os.access(args.bench, os.X_OK):
         sys.exit(f"torch_compare: no flashcpu_bench at {args.bench} "
                  f"(build it, or pass --bench PATH)")
-    cases = build_cases(args, presets)
     threads = resolve_threads(args.threads, bench_threads(args.bench))
     work = [(case, n) for case in cases for n in threads]
     if not work:
@@ -555,12 +783,20 @@ def main(argv):
     print(torch_line)
     print("flashcpu/torch: throughput ratio (torch median time / flashcpu "
           "median time; > 1: flashcpu is faster); % ceil: of the read "
-          "bandwidth (decode) or fp32 FMA peak (prefill) flashcpu_bench "
+          "bandwidth (decode, serve) or fp32 FMA peak (prefill) flashcpu_bench "
           "measured in this run, for the same useful bytes or FLOPs.")
-    if any(case["phase"] == "decode" for case, _ in work):
-        print("decode: both sides rotate over layer-sized KV caches "
-              "(flashcpu: label layers:N; torch: see notes), so neither is "
-              "timed from the last-level cache.")
+    if any(case["phase"] in ("decode", "serve") for case, _ in work):
+        print("decode and serve: both sides rotate over layer-sized KV "
+              "caches (flashcpu: label layers:N; torch: see notes), so "
+              "neither is timed from the last-level cache.")
+    if any(case["page"] for case, _ in work):
+        print("page:N: flashcpu on paged K/V (flashcpu_attention_paged); "
+              "torch has no paged attention and runs contiguous K/V, once "
+              "per shape and thread count.")
+    if any(case["phase"] == "serve" for case, _ in work):
+        print("serve: torch calls SDPA once per request on that request's "
+              "contiguous K/V; flashcpu makes one paged call (page:N) or "
+              "two contiguous calls (the decode batch, then the chunk).")
     print_table(rows, sys.stdout)
     if args.out_json:
         with open(args.out_json, "w", encoding="utf-8") as out:

@@ -20,6 +20,8 @@ const char *toolkit_phase_name(toolkit_phase phase) {
     return "decode";
   case TOOLKIT_PHASE_VERIFY:
     return "verify";
+  case TOOLKIT_PHASE_SERVE:
+    return "serve";
   default:
     return "prefill";
   }
@@ -45,6 +47,10 @@ toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
   spec.tree_mask = phase == TOOLKIT_PHASE_VERIFY;
   spec.layers = 0;
   spec.seed = 0x5eed0f1a5c9ull;
+  if (phase == TOOLKIT_PHASE_SERVE) {
+    spec.page_size = TOOLKIT_SERVE_PAGE_SIZE;
+    spec.prefix_rows = TOOLKIT_SERVE_PREFIX_ROWS;
+  }
   return spec;
 }
 
@@ -67,27 +73,45 @@ static uint32_t random_pattern(uint64_t bits, int exponent_bits,
          (exponent << mantissa_bits) | mantissa;
 }
 
+/* Elements [first, first + count) of the stream that a seed defines: element
+ * i of f32 is draw i; f16 and bf16 take four values from one 64-bit draw
+ * (element i is bits 16 * (i % 4) of draw i / 4). Any range of the stream
+ * can be filled on its own, so a page holds the same values as the same
+ * rows of a contiguous cache. */
+static void fill_range(void *data, flashcpu_dtype dtype, int64_t first,
+                       int64_t count, uint64_t seed) {
+  if (dtype == FLASHCPU_DTYPE_F32) {
+    uint32_t *words = data;
+    for (int64_t i = 0; i < count; i++)
+      words[i] =
+          random_pattern(random_bits(seed, (uint64_t)(first + i)), 8, 23, 127);
+    return;
+  }
+  uint16_t *halves = data;
+  const int mantissa_bits = dtype == FLASHCPU_DTYPE_F16 ? 10 : 7;
+  const int exponent_bits = dtype == FLASHCPU_DTYPE_F16 ? 5 : 8;
+  const int bias = dtype == FLASHCPU_DTYPE_F16 ? 15 : 127;
+  uint64_t bits = 0;
+  for (int64_t i = first; i < first + count; i++, bits >>= 16) {
+    if (i == first || i % 4 == 0)
+      bits = random_bits(seed, (uint64_t)(i / 4)) >> (16 * (i % 4));
+    halves[i - first] = (uint16_t)random_pattern(bits & 0xffff, exponent_bits,
+                                                 mantissa_bits, bias);
+  }
+}
+
+enum { FILL_CHUNK = 1 << 16 }; /* elements per task; a multiple of 4 */
+
 static void fill_random(void *data, flashcpu_dtype dtype, size_t count,
                         uint64_t seed) {
   const int64_t n = (int64_t)count;
-  if (dtype == FLASHCPU_DTYPE_F32) {
-    uint32_t *words = data;
+  const size_t size = flashcpu_dtype_size(dtype);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-      words[i] = random_pattern(random_bits(seed, (uint64_t)i), 8, 23, 127);
-  } else {
-    /* One 64-bit draw gives four 16-bit values. */
-    uint16_t *halves = data;
-    const int mantissa_bits = dtype == FLASHCPU_DTYPE_F16 ? 10 : 7;
-    const int exponent_bits = dtype == FLASHCPU_DTYPE_F16 ? 5 : 8;
-    const int bias = dtype == FLASHCPU_DTYPE_F16 ? 15 : 127;
-#pragma omp parallel for schedule(static)
-    for (int64_t group = 0; group < (n + 3) / 4; group++) {
-      uint64_t bits = random_bits(seed, (uint64_t)group);
-      for (int64_t i = group * 4; i < group * 4 + 4 && i < n; i++, bits >>= 16)
-        halves[i] = (uint16_t)random_pattern(bits & 0xffff, exponent_bits,
-                                             mantissa_bits, bias);
-    }
+  for (int64_t chunk = 0; chunk < (n + FILL_CHUNK - 1) / FILL_CHUNK; chunk++) {
+    const int64_t first = chunk * FILL_CHUNK;
+    const int64_t length = n - first < FILL_CHUNK ? n - first : FILL_CHUNK;
+    fill_range((char *)data + (size_t)first * size, dtype, first, length,
+               seed);
   }
 }
 
@@ -133,13 +157,14 @@ static void count_visible(const toolkit_workload_spec *spec,
   *union_rows = highest > lowest ? highest - lowest : 0;
 }
 
-/* layer_bytes: the K and V bytes one layer fills. Sets *under_cache when
- * the memory cap keeps the rotated set below the cache target. */
+/* layer_bytes: the K and V bytes one layer keeps resident. Sets
+ * *under_cache when the memory cap keeps the rotated set below the cache
+ * target. */
 static int decide_layers(const toolkit_workload_spec *spec, size_t layer_bytes,
                          size_t fixed_bytes, bool *under_cache) {
   *under_cache = false;
-  /* Decode and verify read a whole KV cache per call, as a model reads one
-   * per layer; prefill reuses K and V across many rows. */
+  /* Decode, verify and serve read a whole KV cache per call, as a model
+   * reads one per layer; prefill reuses K and V across many rows. */
   const bool rotates = spec->phase != TOOLKIT_PHASE_PREFILL && layer_bytes > 0;
   if (spec->layers <= 0 && !rotates) return 1;
   toolkit_cpu_info info;
@@ -160,12 +185,19 @@ static int decide_layers(const toolkit_workload_spec *spec, size_t layer_bytes,
   return (int)layers;
 }
 
-/* Batch 0 gets kv / 8 rows, the last batch kv, the others evenly between:
- * a decode batch mixes short and long sequences. */
-static int64_t mixed_length(int64_t kv, int64_t b, int64_t batch) {
-  const int64_t shortest = kv / 8 > 0 ? kv / 8 : 1;
+/* Decode batches: batch 0 gets kv / 8 rows, the last batch kv, the others
+ * evenly between, as a decode batch mixes short and long sequences. Serve:
+ * the same from TOOLKIT_SERVE_SHORTEST_KV. */
+static int64_t spread_length(int64_t shortest, int64_t kv, int64_t b,
+                             int64_t batch) {
+  if (shortest > kv) shortest = kv;
+  if (shortest < 1) shortest = 1;
   if (batch == 1) return kv;
   return shortest + (kv - shortest) * b / (batch - 1);
+}
+
+static int64_t mixed_length(int64_t kv, int64_t b, int64_t batch) {
+  return spread_length(kv / 8, kv, b, batch);
 }
 
 int64_t toolkit_workload_kv_length(const toolkit_workload *workload,
@@ -186,23 +218,269 @@ static int fail(toolkit_workload *workload, char *error, size_t error_size,
   return -1;
 }
 
-/* The draft tree over the newest q_rows keys, shared across the batch. */
+static size_t row_bytes_of(const toolkit_workload_spec *spec) {
+  return (size_t)(spec->preset->kv_heads * spec->preset->head_dim) *
+         flashcpu_dtype_size(spec->kv_dtype);
+}
+
+/* The seed of request r's K on layer `layer` (V: + 1), whatever the
+ * layout, so that paged and contiguous caches hold the same values. */
+static uint64_t kv_seed(const toolkit_workload_spec *spec, int layer,
+                        int64_t request) {
+  return spec->seed + 0x1000ull * (uint64_t)(layer + 1) +
+         0x10ull * (uint64_t)request;
+}
+
+/* The draft tree over the newest q_rows keys, repeated for every packed
+ * row group (request) of verify. */
 static int build_tree(toolkit_workload *workload) {
   const int64_t rows = workload->spec.q_rows;
   const int64_t words = (rows + 63) / 64;
-  workload->tree_bits = calloc((size_t)(rows * words), sizeof(uint64_t));
+  const int64_t requests = workload->num_requests;
+  workload->tree_row_stride = words;
+  workload->tree_bits =
+      calloc((size_t)(requests * rows * words), sizeof(uint64_t));
+  workload->tree_num_keys = calloc((size_t)requests, sizeof(int32_t));
+  if (!workload->tree_bits || !workload->tree_num_keys) return -1;
+  for (int64_t r = 0; r < requests; r++) {
+    workload->tree_num_keys[r] = (int32_t)rows;
+    uint64_t *bits = workload->tree_bits + r * rows * words;
+    for (int64_t row = 0; row < rows; row++)
+      for (int64_t key = 0; key <= row; key++)
+        if (toolkit_tree_allows(row, key))
+          bits[row * words + key / 64] |= 1ull << (key % 64);
+  }
+  if (workload->spec.page_size > 0) return 0; /* the plan takes them */
   workload->tree = calloc(1, sizeof *workload->tree);
-  if (!workload->tree_bits || !workload->tree) return -1;
-  for (int64_t row = 0; row < rows; row++)
-    for (int64_t key = 0; key <= row; key++)
-      if (toolkit_tree_allows(row, key))
-        workload->tree_bits[row * words + key / 64] |= 1ull << (key % 64);
+  if (!workload->tree) return -1;
   workload->tree->bits = workload->tree_bits;
   workload->tree->num_rows = rows;
   workload->tree->num_keys = rows;
   workload->tree->row_stride = words;
-  workload->tree->batch_stride = 0;
+  workload->tree->batch_stride = rows * words;
   workload->params.tree_mask = workload->tree;
+  return 0;
+}
+
+/* Requests, their packed rows and kv lengths (and the decode lengths that
+ * params.kv_lengths passes). */
+static int build_requests(toolkit_workload *workload) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const bool serve = spec->phase == TOOLKIT_PHASE_SERVE;
+  const int64_t requests = spec->batch + (serve ? 1 : 0);
+  workload->num_requests = requests;
+  workload->cu_seqlens_q = calloc((size_t)requests + 1, sizeof(int32_t));
+  workload->seq_lens_kv = calloc((size_t)requests, sizeof(int32_t));
+  if (!workload->cu_seqlens_q || !workload->seq_lens_kv) return -1;
+  if (spec->mixed_kv_lengths || serve) {
+    workload->kv_lengths = calloc((size_t)spec->batch, sizeof(int64_t));
+    if (!workload->kv_lengths) return -1;
+    for (int64_t b = 0; b < spec->batch; b++)
+      workload->kv_lengths[b] =
+          serve ? spread_length(TOOLKIT_SERVE_SHORTEST_KV, spec->kv_rows, b,
+                                spec->batch)
+                : mixed_length(spec->kv_rows, b, spec->batch);
+  }
+  for (int64_t r = 0; r < requests; r++) {
+    const bool chunk = serve && r == spec->batch;
+    const int64_t rows = serve && !chunk ? 1 : spec->q_rows;
+    workload->cu_seqlens_q[r + 1] =
+        workload->cu_seqlens_q[r] + (int32_t)rows;
+    workload->seq_lens_kv[r] =
+        (int32_t)(chunk ? spec->prefix_rows + spec->q_rows
+                        : toolkit_workload_kv_length(workload, r));
+  }
+  workload->num_tokens = workload->cu_seqlens_q[requests];
+  return 0;
+}
+
+static uint64_t next_random(uint64_t *state) {
+  *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+  return *state >> 33;
+}
+
+/* Every request's pages, dealt from a shuffled pool: a block table as an
+ * engine's allocator leaves it after many steps, no request's pages in
+ * order. */
+static int build_block_table(toolkit_workload *workload) {
+  const int64_t page_size = workload->spec.page_size;
+  int64_t pages = 0, widest = 1;
+  for (int64_t r = 0; r < workload->num_requests; r++) {
+    const int64_t used =
+        (workload->seq_lens_kv[r] + page_size - 1) / page_size;
+    pages += used;
+    if (used > widest) widest = used;
+  }
+  if (pages < 1) pages = 1;
+  workload->num_pages = pages;
+  workload->block_table_stride = widest;
+  int32_t *order = malloc((size_t)pages * sizeof(int32_t));
+  workload->block_table =
+      calloc((size_t)(workload->num_requests * widest), sizeof(int32_t));
+  if (!order || !workload->block_table) {
+    free(order);
+    return -1;
+  }
+  for (int64_t p = 0; p < pages; p++) order[p] = (int32_t)p;
+  uint64_t state = workload->spec.seed ^ 0xb10c7ab1eull;
+  for (int64_t p = pages - 1; p > 0; p--) { /* Fisher-Yates */
+    const int64_t other = (int64_t)(next_random(&state) % (uint64_t)(p + 1));
+    const int32_t swap = order[p];
+    order[p] = order[other];
+    order[other] = swap;
+  }
+  int64_t dealt = 0;
+  for (int64_t r = 0; r < workload->num_requests; r++) {
+    const int64_t used =
+        (workload->seq_lens_kv[r] + page_size - 1) / page_size;
+    for (int64_t i = 0; i < used; i++)
+      workload->block_table[r * widest + i] = order[dealt++];
+  }
+  free(order);
+  return 0;
+}
+
+/* Fills one layer's page pools: token j of request r gets the values that
+ * row j of batch r of a contiguous cache gets; slots past a request's
+ * length are zeroed (never read, but not left uninitialized). */
+static void fill_pages(const toolkit_workload *workload, int layer, void *k,
+                       void *v) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const int64_t page_size = spec->page_size;
+  const int64_t stride = workload->block_table_stride;
+  const int64_t row_elements = spec->preset->kv_heads * spec->preset->head_dim;
+  const size_t row_bytes = row_bytes_of(spec);
+  const int64_t slots = workload->num_requests * stride;
+  /* One task per block-table slot: pages are small (page_size 1 is one
+   * token), so a parallel region per page would cost more than the fill. */
+#pragma omp parallel for schedule(dynamic, 64)
+  for (int64_t slot = 0; slot < slots; slot++) {
+    const int64_t r = slot / stride, i = slot % stride;
+    const int64_t length = workload->seq_lens_kv[r];
+    if (i * page_size >= length) continue;
+    const int64_t tokens =
+        length - i * page_size < page_size ? length - i * page_size
+                                           : page_size;
+    const size_t offset =
+        (size_t)workload->block_table[slot] * (size_t)page_size * row_bytes;
+    const uint64_t seed = kv_seed(spec, layer, r);
+    fill_range((char *)k + offset, spec->kv_dtype,
+               i * page_size * row_elements, tokens * row_elements, seed);
+    fill_range((char *)v + offset, spec->kv_dtype,
+               i * page_size * row_elements, tokens * row_elements, seed + 1);
+    const size_t filled = (size_t)tokens * row_bytes;
+    const size_t rest = (size_t)(page_size - tokens) * row_bytes;
+    memset((char *)k + offset + filled, 0, rest);
+    memset((char *)v + offset + filled, 0, rest);
+  }
+}
+
+/* Layer tables, then each layer's K and V filled. */
+static int build_layers(toolkit_workload *workload, char *error,
+                        size_t error_size) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const bool paged = spec->page_size > 0;
+  const bool chunk = spec->phase == TOOLKIT_PHASE_SERVE && !paged;
+  const size_t row_bytes = row_bytes_of(spec);
+  const int count = workload->layer_count;
+  workload->k_layers = calloc((size_t)count, sizeof(void *));
+  workload->v_layers = calloc((size_t)count, sizeof(void *));
+  if (chunk) {
+    workload->chunk_k_layers = calloc((size_t)count, sizeof(void *));
+    workload->chunk_v_layers = calloc((size_t)count, sizeof(void *));
+  }
+  if (!workload->k_layers || !workload->v_layers ||
+      (chunk && (!workload->chunk_k_layers || !workload->chunk_v_layers)))
+    return fail(workload, error, error_size, "layer tables", 0);
+  for (int layer = 0; layer < count; layer++) {
+    workload->k_layers[layer] = allocate(workload->kv_bytes);
+    workload->v_layers[layer] = allocate(workload->kv_bytes);
+    if (!workload->k_layers[layer] || !workload->v_layers[layer])
+      return fail(workload, error, error_size, "a layer's K and V",
+                  2 * workload->kv_bytes);
+    if (paged) {
+      fill_pages(workload, layer, workload->k_layers[layer],
+                 workload->v_layers[layer]);
+      continue;
+    }
+    /* Only rows within each batch's length: the rest are never read, and
+     * pages never touched cost no memory. */
+    for (int64_t b = 0; b < spec->batch; b++) {
+      const size_t offset = (size_t)(b * spec->kv_rows) * row_bytes;
+      const size_t elements = (size_t)(toolkit_workload_kv_length(workload, b) *
+                                       spec->preset->kv_heads *
+                                       spec->preset->head_dim);
+      const uint64_t seed = kv_seed(spec, layer, b);
+      fill_random((char *)workload->k_layers[layer] + offset, spec->kv_dtype,
+                  elements, seed);
+      fill_random((char *)workload->v_layers[layer] + offset, spec->kv_dtype,
+                  elements, seed + 1);
+    }
+    if (!chunk) continue;
+    workload->chunk_k_layers[layer] = allocate(workload->chunk_kv_bytes);
+    workload->chunk_v_layers[layer] = allocate(workload->chunk_kv_bytes);
+    if (!workload->chunk_k_layers[layer] || !workload->chunk_v_layers[layer])
+      return fail(workload, error, error_size, "a layer's chunk K and V",
+                  2 * workload->chunk_kv_bytes);
+    const size_t elements = workload->chunk_kv_bytes /
+                            flashcpu_dtype_size(spec->kv_dtype);
+    const uint64_t seed = kv_seed(spec, layer, spec->batch);
+    fill_random(workload->chunk_k_layers[layer], spec->kv_dtype, elements,
+                seed);
+    fill_random(workload->chunk_v_layers[layer], spec->kv_dtype, elements,
+                seed + 1);
+  }
+  return 0;
+}
+
+toolkit_workload_spec toolkit_workload_request_spec(
+    const toolkit_workload *workload, int64_t request) {
+  toolkit_workload_spec spec = workload->spec;
+  spec.batch = 1;
+  spec.mixed_kv_lengths = false;
+  spec.q_rows =
+      workload->cu_seqlens_q[request + 1] - workload->cu_seqlens_q[request];
+  spec.kv_rows = workload->seq_lens_kv[request];
+  return spec;
+}
+
+static int check_spec(const toolkit_workload_spec *spec, char *error,
+                      size_t error_size) {
+  const toolkit_preset *preset = spec->preset;
+  if (!preset || spec->batch < 1 || spec->q_rows < 1 || spec->kv_rows < 1) {
+    snprintf(error, error_size, "batch, rows and kv must be at least 1");
+    return -1;
+  }
+  if (spec->page_size < 0 || spec->prefix_rows < 0) {
+    snprintf(error, error_size, "page size and prefix must be at least 0");
+    return -1;
+  }
+  if (spec->tree_mask && spec->phase != TOOLKIT_PHASE_SERVE &&
+      spec->q_rows > mixed_length(spec->kv_rows, 0,
+                                  spec->mixed_kv_lengths ? spec->batch : 1)) {
+    snprintf(error, error_size, "a tree mask needs rows <= every kv length");
+    return -1;
+  }
+  /* Far beyond any real model; also keeps the size arithmetic exact. */
+  const double rows = (double)(spec->q_rows + spec->kv_rows) +
+                      (spec->phase == TOOLKIT_PHASE_SERVE
+                           ? (double)(spec->q_rows + spec->prefix_rows)
+                           : 0.0);
+  if ((double)spec->batch * rows * (double)preset->q_heads *
+          (double)preset->head_dim * 4.0 >
+      (double)(INT64_C(1) << 50)) {
+    snprintf(error, error_size, "the workload is too large");
+    return -1;
+  }
+  /* The paged API's lengths, rows and page numbers are int32. */
+  const double packed = (double)spec->batch * (double)spec->q_rows;
+  if (packed + (double)spec->q_rows >= 2147483647.0 ||
+      (double)spec->prefix_rows + (double)spec->q_rows >= 2147483647.0 ||
+      (spec->page_size > 0 &&
+       (double)spec->batch * ((double)spec->kv_rows + 1.0) >= 2147483647.0)) {
+    snprintf(error, error_size, "the workload's rows exceed int32");
+    return -1;
+  }
   return 0;
 }
 
@@ -210,45 +488,35 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
                            toolkit_workload *workload, char *error,
                            size_t error_size) {
   memset(workload, 0, sizeof *workload);
+  if (check_spec(spec, error, error_size) != 0) return -1;
   const toolkit_preset *preset = spec->preset;
-  if (!preset || spec->batch < 1 || spec->q_rows < 1 || spec->kv_rows < 1) {
-    snprintf(error, error_size, "batch, rows and kv must be at least 1");
-    return -1;
-  }
-  if (spec->tree_mask &&
-      spec->q_rows > mixed_length(spec->kv_rows, 0,
-                                  spec->mixed_kv_lengths ? spec->batch : 1)) {
-    snprintf(error, error_size, "a tree mask needs rows <= every kv length");
-    return -1;
-  }
-  /* Far beyond any real model; also keeps the size arithmetic exact. */
-  if ((double)spec->batch * (double)(spec->q_rows + spec->kv_rows) *
-          (double)preset->q_heads * (double)preset->head_dim * 4.0 >
-      (double)(INT64_C(1) << 50)) {
-    snprintf(error, error_size, "the workload is too large");
-    return -1;
-  }
   workload->spec = *spec;
+  const bool serve = spec->phase == TOOLKIT_PHASE_SERVE;
+  const bool paged = spec->page_size > 0;
+  if (serve) workload->spec.tree_mask = false;
   const int64_t D = preset->head_dim;
-  const size_t q_count = (size_t)(spec->batch * spec->q_rows * preset->q_heads * D);
-  const size_t kv_count =
-      (size_t)(spec->batch * spec->kv_rows * preset->kv_heads * D);
+  if (build_requests(workload) != 0)
+    return fail(workload, error, error_size, "the request lengths", 0);
+  const size_t q_count = (size_t)(workload->num_tokens * preset->q_heads * D);
   workload->q_bytes = q_count * flashcpu_dtype_size(spec->q_dtype);
   workload->out_bytes = q_count * flashcpu_dtype_size(spec->out_dtype);
-  workload->kv_bytes = kv_count * flashcpu_dtype_size(spec->kv_dtype);
-  const size_t row_bytes =
-      (size_t)(preset->kv_heads * D) * flashcpu_dtype_size(spec->kv_dtype);
-  if (spec->mixed_kv_lengths) {
-    workload->kv_lengths = calloc((size_t)spec->batch, sizeof(int64_t));
-    if (!workload->kv_lengths)
-      return fail(workload, error, error_size, "kv lengths", 0);
-    for (int64_t b = 0; b < spec->batch; b++)
-      workload->kv_lengths[b] = mixed_length(spec->kv_rows, b, spec->batch);
-  }
+  const size_t row_bytes = row_bytes_of(spec);
   int64_t filled_rows = 0;
-  for (int64_t b = 0; b < spec->batch; b++)
-    filled_rows += toolkit_workload_kv_length(workload, b);
-  workload->layer_bytes = 2 * (size_t)filled_rows * row_bytes;
+  for (int64_t r = 0; r < workload->num_requests; r++)
+    filled_rows += workload->seq_lens_kv[r];
+  if (paged) {
+    if (build_block_table(workload) != 0)
+      return fail(workload, error, error_size, "the block table", 0);
+    workload->kv_bytes =
+        (size_t)(workload->num_pages * spec->page_size) * row_bytes;
+    workload->layer_bytes = 2 * workload->kv_bytes;
+  } else {
+    workload->kv_bytes = (size_t)(spec->batch * spec->kv_rows) * row_bytes;
+    if (serve)
+      workload->chunk_kv_bytes =
+          (size_t)(spec->prefix_rows + spec->q_rows) * row_bytes;
+    workload->layer_bytes = 2 * (size_t)filled_rows * row_bytes;
+  }
   workload->layer_count =
       decide_layers(spec, workload->layer_bytes,
                     workload->q_bytes + workload->out_bytes,
@@ -259,54 +527,34 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   workload->out = allocate(workload->out_bytes);
   if (!workload->out)
     return fail(workload, error, error_size, "out", workload->out_bytes);
-  workload->k_layers = calloc((size_t)workload->layer_count, sizeof(void *));
-  workload->v_layers = calloc((size_t)workload->layer_count, sizeof(void *));
-  if (!workload->k_layers || !workload->v_layers)
-    return fail(workload, error, error_size, "layer tables", 0);
   fill_random(workload->q, spec->q_dtype, q_count, spec->seed);
   /* Written once so its pages exist before timing; the library overwrites it. */
   memset(workload->out, 0, workload->out_bytes);
-  for (int layer = 0; layer < workload->layer_count; layer++) {
-    workload->k_layers[layer] = allocate(workload->kv_bytes);
-    workload->v_layers[layer] = allocate(workload->kv_bytes);
-    if (!workload->k_layers[layer] || !workload->v_layers[layer])
-      return fail(workload, error, error_size, "a layer's K and V",
-                  2 * workload->kv_bytes);
-    /* Only rows within each batch's length: the rest are never read, and
-     * pages never touched cost no memory. */
-    for (int64_t b = 0; b < spec->batch; b++) {
-      const size_t offset = (size_t)(b * spec->kv_rows) * row_bytes;
-      const size_t count = (size_t)(toolkit_workload_kv_length(workload, b) *
-                                    preset->kv_heads * D);
-      const uint64_t seed = spec->seed + 0x1000ull * (uint64_t)(layer + 1) +
-                            0x10ull * (uint64_t)b;
-      fill_random((char *)workload->k_layers[layer] + offset, spec->kv_dtype,
-                  count, seed);
-      fill_random((char *)workload->v_layers[layer] + offset, spec->kv_dtype,
-                  count, seed + 1);
-    }
-  }
+  if (build_layers(workload, error, error_size) != 0) return -1;
 
   flashcpu_attention_params_init(&workload->params);
   workload->params.flags = spec->causal ? FLASHCPU_FLAG_CAUSAL : 0u;
   workload->params.window_left = spec->window_left;
   workload->params.window_right = spec->window_right;
   workload->params.softcap = spec->softcap;
-  workload->params.kv_lengths = workload->kv_lengths;
-  if (spec->tree_mask && build_tree(workload) != 0)
+  workload->chunk_params = workload->params;
+  if (!paged) workload->params.kv_lengths = workload->kv_lengths;
+  if (workload->spec.tree_mask && build_tree(workload) != 0)
     return fail(workload, error, error_size, "the tree mask", 0);
 
-  /* Masks align to each batch's own length, so count batch by batch. */
+  /* Masks align to each request's own lengths, so count request by
+   * request. */
   double kv_rows_read = 0.0, all_pairs = 0.0;
-  for (int64_t b = 0; b < spec->batch; b++) {
-    toolkit_workload_spec batch_spec = *spec;
-    batch_spec.kv_rows = toolkit_workload_kv_length(workload, b);
+  for (int64_t r = 0; r < workload->num_requests; r++) {
+    const toolkit_workload_spec request_spec =
+        toolkit_workload_request_spec(workload, r);
     int64_t union_rows, pairs;
-    count_visible(&batch_spec, &union_rows, &pairs);
+    count_visible(&request_spec, &union_rows, &pairs);
     kv_rows_read += (double)union_rows;
     all_pairs += (double)pairs;
   }
-  workload->visible_pairs = (int64_t)(all_pairs / (double)spec->batch);
+  workload->visible_pairs =
+      (int64_t)(all_pairs / (double)workload->num_requests);
   workload->bytes_per_call = kv_rows_read * 2.0 * (double)row_bytes +
                              (double)workload->q_bytes +
                              (double)workload->out_bytes;
@@ -315,18 +563,25 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   return 0;
 }
 
+static void free_layers(void **layers, int count) {
+  for (int layer = 0; layers && layer < count; layer++) free(layers[layer]);
+  free(layers);
+}
+
 void toolkit_workload_free(toolkit_workload *workload) {
-  for (int layer = 0; layer < workload->layer_count; layer++) {
-    if (workload->k_layers) free(workload->k_layers[layer]);
-    if (workload->v_layers) free(workload->v_layers[layer]);
-  }
-  free(workload->k_layers);
-  free(workload->v_layers);
+  free_layers(workload->k_layers, workload->layer_count);
+  free_layers(workload->v_layers, workload->layer_count);
+  free_layers(workload->chunk_k_layers, workload->layer_count);
+  free_layers(workload->chunk_v_layers, workload->layer_count);
   free(workload->q);
   free(workload->out);
   free(workload->tree);
   free(workload->tree_bits);
+  free(workload->tree_num_keys);
   free(workload->kv_lengths);
+  free(workload->cu_seqlens_q);
+  free(workload->seq_lens_kv);
+  free(workload->block_table);
   memset(workload, 0, sizeof *workload);
 }
 
@@ -334,6 +589,7 @@ toolkit_bound toolkit_workload_bound(const toolkit_workload *workload,
                                      const toolkit_ceilings *ceilings) {
   switch (workload->spec.phase) {
   case TOOLKIT_PHASE_DECODE:
+  case TOOLKIT_PHASE_SERVE:
     return TOOLKIT_BOUND_READ;
   case TOOLKIT_PHASE_PREFILL:
     return TOOLKIT_BOUND_FMA;
@@ -360,9 +616,12 @@ void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
                               flashcpu_tensor *v, flashcpu_tensor *out) {
   const toolkit_workload_spec *spec = &workload->spec;
   const toolkit_preset *preset = spec->preset;
+  /* Serve's decode requests are one row each. */
+  const int64_t rows =
+      spec->phase == TOOLKIT_PHASE_SERVE ? 1 : spec->q_rows;
   layer %= workload->layer_count;
-  *q = flashcpu_tensor_bshd(workload->q, spec->q_dtype, spec->batch,
-                            spec->q_rows, preset->q_heads, preset->head_dim);
+  *q = flashcpu_tensor_bshd(workload->q, spec->q_dtype, spec->batch, rows,
+                            preset->q_heads, preset->head_dim);
   *k = flashcpu_tensor_bshd(workload->k_layers[layer], spec->kv_dtype,
                             spec->batch, spec->kv_rows, preset->kv_heads,
                             preset->head_dim);
@@ -370,5 +629,167 @@ void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
                             spec->batch, spec->kv_rows, preset->kv_heads,
                             preset->head_dim);
   *out = flashcpu_tensor_bshd(workload->out, spec->out_dtype, spec->batch,
-                              spec->q_rows, preset->q_heads, preset->head_dim);
+                              rows, preset->q_heads, preset->head_dim);
+}
+
+/* Packed row `row` of a [1, T, heads, D] buffer. */
+static void *packed_row(void *data, flashcpu_dtype dtype, int64_t row,
+                        int64_t heads, int64_t head_dim) {
+  return (char *)data +
+         (size_t)(row * heads * head_dim) * flashcpu_dtype_size(dtype);
+}
+
+void toolkit_workload_chunk_tensors(const toolkit_workload *workload,
+                                    int layer, flashcpu_tensor *q,
+                                    flashcpu_tensor *k, flashcpu_tensor *v,
+                                    flashcpu_tensor *out) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const toolkit_preset *preset = spec->preset;
+  const int64_t Hq = preset->q_heads, D = preset->head_dim;
+  const int64_t first = workload->cu_seqlens_q[spec->batch];
+  const int64_t keys = spec->prefix_rows + spec->q_rows;
+  layer %= workload->layer_count;
+  *q = flashcpu_tensor_bshd(packed_row(workload->q, spec->q_dtype, first, Hq, D),
+                            spec->q_dtype, 1, spec->q_rows, Hq, D);
+  *k = flashcpu_tensor_bshd(workload->chunk_k_layers[layer], spec->kv_dtype, 1,
+                            keys, preset->kv_heads, D);
+  *v = flashcpu_tensor_bshd(workload->chunk_v_layers[layer], spec->kv_dtype, 1,
+                            keys, preset->kv_heads, D);
+  *out = flashcpu_tensor_bshd(
+      packed_row(workload->out, spec->out_dtype, first, Hq, D),
+      spec->out_dtype, 1, spec->q_rows, Hq, D);
+}
+
+void toolkit_workload_paged(const toolkit_workload *workload, int layer,
+                            flashcpu_tensor *q, flashcpu_paged_kv *kv,
+                            flashcpu_tensor *out, flashcpu_batch *batch) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const toolkit_preset *preset = spec->preset;
+  layer %= workload->layer_count;
+  *q = flashcpu_tensor_bshd(workload->q, spec->q_dtype, 1, workload->num_tokens,
+                            preset->q_heads, preset->head_dim);
+  *out = flashcpu_tensor_bshd(workload->out, spec->out_dtype, 1,
+                              workload->num_tokens, preset->q_heads,
+                              preset->head_dim);
+  *kv = flashcpu_paged_kv_nhd(workload->k_layers[layer],
+                              workload->v_layers[layer], spec->kv_dtype,
+                              workload->num_pages, spec->page_size,
+                              preset->kv_heads, preset->head_dim);
+  if (!batch) return;
+  flashcpu_batch_init(batch);
+  batch->num_requests = workload->num_requests;
+  batch->cu_seqlens_q = workload->cu_seqlens_q;
+  batch->seq_lens_kv = workload->seq_lens_kv;
+  batch->block_table = workload->block_table;
+  batch->block_table_stride = workload->block_table_stride;
+  if (workload->tree_num_keys) {
+    batch->tree_bits = workload->tree_bits;
+    batch->tree_row_stride = workload->tree_row_stride;
+    batch->tree_num_keys = workload->tree_num_keys;
+  }
+}
+
+flashcpu_status toolkit_workload_plan(flashcpu_context *ctx,
+                                      const toolkit_workload *workload,
+                                      flashcpu_plan **plan) {
+  *plan = NULL;
+  if (workload->spec.page_size <= 0) return FLASHCPU_OK;
+  flashcpu_tensor q, out;
+  flashcpu_paged_kv kv;
+  flashcpu_batch batch;
+  toolkit_workload_paged(workload, 0, &q, &kv, &out, &batch);
+  return flashcpu_plan_create(ctx, &batch, workload->spec.preset->q_heads, &kv,
+                              plan);
+}
+
+flashcpu_status toolkit_workload_call(flashcpu_context *ctx,
+                                      const toolkit_workload *workload,
+                                      const flashcpu_plan *plan, int layer) {
+  flashcpu_tensor q, k, v, out;
+  if (workload->spec.page_size > 0) {
+    flashcpu_paged_kv kv;
+    toolkit_workload_paged(workload, layer, &q, &kv, &out, NULL);
+    return flashcpu_attention_paged(ctx, plan, &q, &kv, &out, NULL,
+                                    &workload->params);
+  }
+  toolkit_workload_tensors(workload, layer, &q, &k, &v, &out);
+  flashcpu_status status =
+      flashcpu_attention(ctx, &q, &k, &v, &out, NULL, &workload->params);
+  if (status != FLASHCPU_OK || workload->spec.phase != TOOLKIT_PHASE_SERVE)
+    return status;
+  toolkit_workload_chunk_tensors(workload, layer, &q, &k, &v, &out);
+  return flashcpu_attention(ctx, &q, &k, &v, &out, NULL,
+                            &workload->chunk_params);
+}
+
+/* Copies request r's keys [0, S_r) out of its pages: [S_r, Hkv, D]. */
+static void gather_pages(const toolkit_workload *workload, const void *pool,
+                         int64_t request, void *copy) {
+  const int64_t page_size = workload->spec.page_size;
+  const size_t row_bytes = row_bytes_of(&workload->spec);
+  const int32_t *pages =
+      workload->block_table + request * workload->block_table_stride;
+  for (int64_t j = 0; j < workload->seq_lens_kv[request]; j++) {
+    const size_t slot =
+        (size_t)pages[j / page_size] * (size_t)page_size +
+        (size_t)(j % page_size);
+    memcpy((char *)copy + (size_t)j * row_bytes,
+           (const char *)pool + slot * row_bytes, row_bytes);
+  }
+}
+
+int toolkit_workload_request_view(const toolkit_workload *workload, int layer,
+                                  int64_t request,
+                                  toolkit_request_view *view) {
+  memset(view, 0, sizeof *view);
+  const toolkit_workload_spec *spec = &workload->spec;
+  const toolkit_preset *preset = spec->preset;
+  const int64_t Hq = preset->q_heads, Hkv = preset->kv_heads;
+  const int64_t D = preset->head_dim;
+  const int64_t first = workload->cu_seqlens_q[request];
+  const int64_t rows = workload->cu_seqlens_q[request + 1] - first;
+  const int64_t keys = workload->seq_lens_kv[request];
+  const size_t row_bytes = row_bytes_of(spec);
+  layer %= workload->layer_count;
+  view->q = flashcpu_tensor_bshd(packed_row(workload->q, spec->q_dtype, first,
+                                            Hq, D),
+                                 spec->q_dtype, 1, rows, Hq, D);
+  view->out = flashcpu_tensor_bshd(
+      packed_row(workload->out, spec->out_dtype, first, Hq, D),
+      spec->out_dtype, 1, rows, Hq, D);
+  const void *k, *v;
+  if (spec->page_size > 0) {
+    const size_t bytes = (size_t)(keys > 0 ? keys : 1) * row_bytes;
+    view->gathered = malloc(2 * bytes);
+    if (!view->gathered) return -1;
+    gather_pages(workload, workload->k_layers[layer], request, view->gathered);
+    gather_pages(workload, workload->v_layers[layer], request,
+                 (char *)view->gathered + bytes);
+    k = view->gathered;
+    v = (char *)view->gathered + bytes;
+  } else if (spec->phase == TOOLKIT_PHASE_SERVE && request == spec->batch) {
+    k = workload->chunk_k_layers[layer];
+    v = workload->chunk_v_layers[layer];
+  } else {
+    const size_t offset = (size_t)(request * spec->kv_rows) * row_bytes;
+    k = (const char *)workload->k_layers[layer] + offset;
+    v = (const char *)workload->v_layers[layer] + offset;
+  }
+  view->k = flashcpu_tensor_bshd((void *)k, spec->kv_dtype, 1, keys, Hkv, D);
+  view->v = flashcpu_tensor_bshd((void *)v, spec->kv_dtype, 1, keys, Hkv, D);
+  view->params = workload->chunk_params; /* the masks, no kv lengths */
+  if (workload->tree_num_keys) {
+    view->tree.bits = workload->tree_bits + first * workload->tree_row_stride;
+    view->tree.num_rows = rows;
+    view->tree.num_keys = workload->tree_num_keys[request];
+    view->tree.row_stride = workload->tree_row_stride;
+    view->tree.batch_stride = 0;
+    view->params.tree_mask = &view->tree;
+  }
+  return 0;
+}
+
+void toolkit_request_view_free(toolkit_request_view *view) {
+  free(view->gathered);
+  memset(view, 0, sizeof *view);
 }

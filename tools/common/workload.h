@@ -5,7 +5,15 @@
  * Decode allocates several layer-sized KV caches and the caller rotates
  * through them, one per call, as a real decode step does; enough of them
  * that the last-level cache cannot hold them (docs/performance.md, "Don't measure the
- * cache"). */
+ * cache").
+ *
+ * A workload is a list of requests, each a batch of its own with L_r query
+ * rows packed one after the other (cu_seqlens_q) and S_r keys: decode,
+ * verify and prefill have `batch` requests of q_rows rows; serve has
+ * `batch` decode requests of one row and a prefill chunk. Its K/V are
+ * contiguous ([B, S, Hkv, D] per layer, flashcpu_attention) or, with
+ * page_size > 0, a page pool per layer (flashcpu_attention_paged through a
+ * plan made once per context and workload). */
 #ifndef FLASHCPU_TOOLS_WORKLOAD_H
 #define FLASHCPU_TOOLS_WORKLOAD_H
 
@@ -23,11 +31,16 @@ extern "C" {
 typedef enum toolkit_phase {
   TOOLKIT_PHASE_DECODE = 0,  /* one new row per sequence (or a few) */
   TOOLKIT_PHASE_PREFILL = 1, /* many rows; L = S, or chunked L < S */
-  TOOLKIT_PHASE_VERIFY = 2   /* speculative verify: L draft rows under a
+  TOOLKIT_PHASE_VERIFY = 2,  /* speculative verify: L draft rows under a
                                 tree mask over the newest L keys */
+  TOOLKIT_PHASE_SERVE = 3    /* an engine's ragged step: `batch` decode
+                                requests of one row, kv lengths spread
+                                evenly from 1K to kv_rows, plus one prefill
+                                chunk of q_rows rows onto prefix_rows
+                                cached keys (S = prefix_rows + q_rows) */
 } toolkit_phase;
 
-/* "decode" / "prefill" / "verify". */
+/* "decode" / "prefill" / "verify" / "serve". */
 const char *toolkit_phase_name(toolkit_phase phase);
 
 typedef struct toolkit_workload_spec {
@@ -48,11 +61,26 @@ typedef struct toolkit_workload_spec {
   int layers;    /* KV caches to rotate over; 0: decide (decode: enough to
                     exceed the last-level cache, prefill: 1) */
   uint64_t seed; /* of the random values */
+  /* 0: contiguous K/V per layer. > 0: each layer's K and V in a pool of
+   * pages of page_size tokens, NHD [num_pages, page_size, Hkv, D], every
+   * request's pages in a random order listed by a block table; the same
+   * values as the contiguous workload, the same accounting. */
+  int64_t page_size;
+  int64_t prefix_rows; /* serve: keys cached before the prefill chunk */
 } toolkit_workload_spec;
+
+/* Serve's defaults (toolkit_workload_spec_make): the chunk's cached prefix,
+ * the page size, and the shortest decode request's kv length. */
+enum {
+  TOOLKIT_SERVE_PREFIX_ROWS = 4096,
+  TOOLKIT_SERVE_PAGE_SIZE = 16,
+  TOOLKIT_SERVE_SHORTEST_KV = 1024
+};
 
 /* A spec with the preset's masks and softcap, batch 1, one dtype for all
  * tensors, a tree mask for verify, and the layer count left to the
- * builder. Decode and verify rotate KV caches; prefill uses one. */
+ * builder. Decode, verify and serve rotate KV caches; prefill uses one.
+ * Contiguous K/V, except serve: pages of TOOLKIT_SERVE_PAGE_SIZE. */
 toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
                                                  toolkit_phase phase,
                                                  int64_t q_rows,
@@ -62,21 +90,47 @@ toolkit_workload_spec toolkit_workload_spec_make(const toolkit_preset *preset,
 typedef struct toolkit_workload {
   toolkit_workload_spec spec;
   int layer_count;
-  void *q;        /* [B, L, Hq, D] BSHD */
-  void *out;      /* [B, L, Hq, D] */
-  void **k_layers; /* layer_count buffers [B, S, Hkv, D] */
+  /* Requests R and packed query rows T (decode, verify, prefill: R = B and
+   * T = B * L; serve: R = B + 1, the chunk last, T = B + L). */
+  int64_t num_requests, num_tokens;
+  int32_t *cu_seqlens_q; /* [R + 1] */
+  int32_t *seq_lens_kv;  /* [R]: S_r */
+  void *q;        /* [B, L, Hq, D] BSHD, which is packed [1, T, Hq, D] */
+  void *out;      /* [B, L, Hq, D], likewise */
+  /* layer_count buffers: [B, S, Hkv, D]; with page_size > 0 the pools
+   * [num_pages, page_size, Hkv, D]. Serve on contiguous K/V: the decode
+   * requests' [B, S, Hkv, D], and the chunk's in chunk_k_layers. */
+  void **k_layers;
   void **v_layers;
-  size_t q_bytes, out_bytes, kv_bytes; /* kv_bytes: one K (or V) buffer */
+  void **chunk_k_layers; /* serve, contiguous: [1, prefix + L, Hkv, D] */
+  void **chunk_v_layers;
+  /* kv_bytes: one K (or V) buffer of k_layers; chunk_kv_bytes: of
+   * chunk_k_layers. */
+  size_t q_bytes, out_bytes, kv_bytes, chunk_kv_bytes;
+  /* Paged: pages per pool, and the block table [R][block_table_stride]. */
+  int64_t num_pages;
+  int32_t *block_table;
+  int64_t block_table_stride;
   /* K and V rows within the kv lengths, per layer: what is filled (and so
    * resident); rows past a batch's length are never touched. */
   size_t layer_bytes;
-  int64_t *kv_lengths; /* params.kv_lengths; NULL without mixed lengths */
+  /* params.kv_lengths (serve: the decode requests'); NULL without mixed
+   * lengths */
+  int64_t *kv_lengths;
   /* The memory cap (a quarter of RAM) left the rotated KV caches under
    * CACHE_MULTIPLE (4) x the last-level cache: some reads may hit it. */
   bool rotation_under_cache;
+  /* What the workload's calls take. Paged: no kv_lengths and no tree mask
+   * (the plan has them). Serve on contiguous K/V: params for the decode
+   * requests' call, chunk_params (no kv_lengths) for the chunk's. */
   flashcpu_attention_params params;
-  flashcpu_tree_mask *tree; /* params.tree_mask; NULL without one */
+  flashcpu_attention_params chunk_params;
+  flashcpu_tree_mask *tree; /* params.tree_mask; NULL without one or paged */
+  /* The draft tree per packed row, [T][tree_row_stride] (contiguous: every
+   * batch's rows in turn; paged: flashcpu_batch.tree_bits). */
   uint64_t *tree_bits;
+  int64_t tree_row_stride;
+  int32_t *tree_num_keys; /* [R]: q_rows each (paged verify) */
   /* Per call: K and V rows some query row can see (read once; per batch,
    * within its kv length), plus Q and the output written. */
   double bytes_per_call;
@@ -94,12 +148,63 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
 /* Frees the buffers; accepts an empty (zeroed or failed) workload. */
 void toolkit_workload_free(toolkit_workload *workload);
 
-/* Views of layer `layer` (taken modulo layer_count). */
+/* Views of layer `layer` (taken modulo layer_count) of a contiguous
+ * workload; for serve, of its decode requests' call. */
 void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
                               flashcpu_tensor *q, flashcpu_tensor *k,
                               flashcpu_tensor *v, flashcpu_tensor *out);
 
-/* Rows of K/V batch b uses: its kv length, or kv_rows. */
+/* Serve on contiguous K/V: views of the chunk's call ([1, L] rows onto
+ * [1, prefix + L] keys), with chunk_params. */
+void toolkit_workload_chunk_tensors(const toolkit_workload *workload,
+                                    int layer, flashcpu_tensor *q,
+                                    flashcpu_tensor *k, flashcpu_tensor *v,
+                                    flashcpu_tensor *out);
+
+/* A paged workload's layer `layer`: packed q and out [1, T, Hq, D], the
+ * layer's pages, and (batch may be NULL) the step's lengths, block table
+ * and tree masks, the same for every layer: flashcpu_plan_create takes it
+ * once, flashcpu_attention_paged each layer with workload->params. */
+void toolkit_workload_paged(const toolkit_workload *workload, int layer,
+                            flashcpu_tensor *q, flashcpu_paged_kv *kv,
+                            flashcpu_tensor *out, flashcpu_batch *batch);
+
+/* The plan of a paged workload on ctx (*plan NULL for a contiguous one):
+ * one per (context, workload), freed with flashcpu_plan_destroy. */
+flashcpu_status toolkit_workload_plan(flashcpu_context *ctx,
+                                      const toolkit_workload *workload,
+                                      flashcpu_plan **plan);
+
+/* One timed call on layer `layer`: flashcpu_attention_paged with the plan,
+ * or flashcpu_attention (serve on contiguous K/V: the decode requests'
+ * call, then the chunk's). */
+flashcpu_status toolkit_workload_call(flashcpu_context *ctx,
+                                      const toolkit_workload *workload,
+                                      const flashcpu_plan *plan, int layer);
+
+/* Request r as a batch of its own (batch 1, q_rows L_r, kv_rows S_r, its
+ * masks), for visible-key counts and checks. */
+toolkit_workload_spec toolkit_workload_request_spec(
+    const toolkit_workload *workload, int64_t request);
+
+/* Request r of layer `layer` on contiguous views of one batch, for the
+ * oracle: q and out [1, L_r, Hq, D] (rows of the workload's q and out),
+ * k and v [1, S_r, Hkv, D] (paged: copied out of the pages into
+ * `gathered`), and params with the request's tree mask in `tree`. The view
+ * points into itself: do not copy it. */
+typedef struct toolkit_request_view {
+  flashcpu_tensor q, k, v, out;
+  flashcpu_attention_params params;
+  flashcpu_tree_mask tree;
+  void *gathered;
+} toolkit_request_view;
+/* Returns 0, or -1 when the copy cannot be allocated. */
+int toolkit_workload_request_view(const toolkit_workload *workload, int layer,
+                                  int64_t request, toolkit_request_view *view);
+void toolkit_request_view_free(toolkit_request_view *view);
+
+/* Rows of K/V batch b uses: its kv length, or kv_rows (serve: decode
+ * request b's). */
 int64_t toolkit_workload_kv_length(const toolkit_workload *workload,
                                    int64_t b);
 
@@ -117,9 +222,9 @@ void toolkit_visible_keys(const toolkit_workload_spec *spec, int64_t row,
  * branch); a row sees its ancestors and itself among the newest keys. */
 bool toolkit_tree_allows(int64_t row, int64_t draft_key);
 
-/* Which measured ceiling bounds a workload: decode the read bandwidth,
- * prefill the FMA peak, verify whichever floor (bytes / bandwidth or
- * FLOPs / FMA peak) is longer. */
+/* Which measured ceiling bounds a workload: decode and serve the read
+ * bandwidth, prefill the FMA peak, verify whichever floor (bytes /
+ * bandwidth or FLOPs / FMA peak) is longer. */
 typedef enum toolkit_bound {
   TOOLKIT_BOUND_READ = 0,
   TOOLKIT_BOUND_FMA = 1
