@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static toolkit_cache_level cache_level(hwloc_topology_t topology,
                                        hwloc_obj_type_t type) {
@@ -86,7 +87,13 @@ static int query_uncached(toolkit_cpu_info *info) {
   info->l2 = cache_level(topology, HWLOC_OBJ_L2CACHE);
   info->l3 = cache_level(topology, HWLOC_OBJ_L3CACHE);
   info->llc_total_bytes = last_level_total(topology);
+  /* hwloc counts NUMA nodes' memory, which virtual machines with memory
+   * added at run time under-report (4 GiB of 128): the OS's total wins. */
   info->memory_bytes = hwloc_get_root_obj(topology)->total_memory;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0 &&
+      (uint64_t)pages * (uint64_t)page > info->memory_bytes)
+    info->memory_bytes = (uint64_t)pages * (uint64_t)page;
   hwloc_topology_destroy(topology);
   return 0;
 }
