@@ -144,6 +144,15 @@ typedef enum flashcpu_status {
  * "UNKNOWN_STATUS" for a value outside the enum. Never NULL. */
 FLASHCPU_API const char *flashcpu_status_name(flashcpu_status status);
 
+/* ----------------------------------------------------------------- dtypes */
+
+/* Values are fixed. */
+typedef enum flashcpu_dtype {
+  FLASHCPU_DTYPE_F32 = 0,
+  FLASHCPU_DTYPE_F16 = 1, /* IEEE binary16 */
+  FLASHCPU_DTYPE_BF16 = 2 /* bfloat16 */
+} flashcpu_dtype;
+
 /* ---------------------------------------------------------------- context */
 
 typedef struct flashcpu_context flashcpu_context;
@@ -265,7 +274,8 @@ typedef struct flashcpu_context_options {
   int splitkv_max_rows;
   /* Tune file: launch = pool | region. */
   flashcpu_launch_mode launch;
-  /* bf16 Q and K prefill by AVX512-BF16 dot products (CPUs with them).
+  /* bf16 prefill (bf16 Q, K and V, even head_dim) by AVX512-BF16 dot
+   * products for both Q K^T and P V, P rounded to bf16 (CPUs with them).
    * AUTO: off. Tune file: prefill_bf16_dot = auto | on | off. */
   flashcpu_setting prefill_bf16_dot;
   /* bf16 q and K split-KV decode scores by AVX512-BF16 dot products (CPUs
@@ -296,6 +306,10 @@ typedef struct flashcpu_context_options {
    * set. NULL (default): flashcpu's own threads. The Python package sets
    * it to the OpenMP runtime that torch loaded. */
   const flashcpu_host_openmp *host_openmp;
+  /* bf16 prefill (bf16 Q, K and V) on AMX tiles, where the CPU and the OS
+   * allow them: Q K^T and P V by TDPBF16PS, P rounded to bf16. AUTO: on.
+   * Tune file: prefill_amx = auto | on | off. */
+  flashcpu_setting prefill_amx;
 } flashcpu_context_options;
 
 /* Fills *options with the defaults (every setting at its default). */
@@ -324,6 +338,10 @@ typedef struct flashcpu_kernel_info {
   const char *family; /* "split-KV decode" or "prefill" */
   flashcpu_isa isa;   /* the ISA a context needs for it */
   int runnable;       /* 1 when this CPU and OS can run it, else 0 */
+  /* The dtype of the softmax weights P in O += P V: f32, or bf16 for the
+   * kernels that round P to bf16 for bf16 dot products or AMX tiles (their
+   * error bound is that of P in bf16; see "Precision" in the README). */
+  flashcpu_dtype weights_dtype;
 } flashcpu_kernel_info;
 
 /* Fills *info with the index-th attention kernel of this build, in the
@@ -331,6 +349,13 @@ typedef struct flashcpu_kernel_info {
  * leaves *info untouched past the last one or when info is NULL. */
 FLASHCPU_API int flashcpu_kernel_info_get(int index,
                                           flashcpu_kernel_info *info);
+
+/* The kernels the last successful flashcpu_attention or
+ * flashcpu_attention_paged call on ctx ran, in the order they ran,
+ * separated by ", " (a paged step may run a split-KV and a prefill kernel);
+ * "" before the first. Valid until the next call on ctx. */
+FLASHCPU_API const char *
+flashcpu_context_last_kernels(const flashcpu_context *ctx);
 
 /* Writes a human-readable description of the context's plan (topology,
  * teams with their threads, cores, shared cache, scratch size and NUMA node,
@@ -348,13 +373,6 @@ FLASHCPU_API size_t flashcpu_context_describe(const flashcpu_context *ctx,
 FLASHCPU_API const char *flashcpu_last_error(const flashcpu_context *ctx);
 
 /* ---------------------------------------------------------------- tensors */
-
-/* Values are fixed. */
-typedef enum flashcpu_dtype {
-  FLASHCPU_DTYPE_F32 = 0,
-  FLASHCPU_DTYPE_F16 = 1, /* IEEE binary16 */
-  FLASHCPU_DTYPE_BF16 = 2 /* bfloat16 */
-} flashcpu_dtype;
 
 /* "f32", "f16", "bf16"; "unknown" otherwise. */
 FLASHCPU_API const char *flashcpu_dtype_name(flashcpu_dtype dtype);

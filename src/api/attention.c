@@ -37,6 +37,7 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   if (status != FLASHCPU_OK)
     return fc_fail(ctx, status, "flashcpu_attention: %s: %s", kernel->name,
                    kernel_reason[0] ? kernel_reason : "failed");
+  snprintf(ctx->last_kernels, sizeof ctx->last_kernels, "%s", kernel->name);
   fc_clear_error(ctx);
   return FLASHCPU_OK;
 }

@@ -195,8 +195,12 @@ flashcpu_status flashcpu_attention_paged(
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s",
                      reason);
   }
+  char ran[sizeof ctx->last_kernels] = "";
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
     if (!kernels[i]) continue;
+    const size_t used = strlen(ran);
+    snprintf(ran + used, sizeof ran - used, "%s%s", used ? ", " : "",
+             kernels[i]->name);
     char kernel_reason[256];
     fc_kernel_env env =
         fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
@@ -205,6 +209,7 @@ flashcpu_status flashcpu_attention_paged(
       return fc_fail(ctx, status, CALL ": %s: %s", kernels[i]->name,
                      kernel_reason[0] ? kernel_reason : "failed");
   }
+  memcpy(ctx->last_kernels, ran, sizeof ran);
   fc_clear_error(ctx);
   return FLASHCPU_OK;
 }

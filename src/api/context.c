@@ -43,10 +43,11 @@ static flashcpu_isa lower_cap(flashcpu_isa a, flashcpu_isa b) {
 }
 
 /* sizeof(flashcpu_context_options) of earlier versions: 0.1.0, then with
- * tune_file, before the settings of 0.2.0. */
+ * tune_file, before the settings of 0.2.0, and before prefill_amx. */
 static const size_t earlier_option_sizes[] = {
     offsetof(flashcpu_context_options, tune_file),
-    offsetof(flashcpu_context_options, splitkv_max_rows)};
+    offsetof(flashcpu_context_options, splitkv_max_rows),
+    offsetof(flashcpu_context_options, prefill_amx)};
 
 /* The caller's options as this version's struct: the fields an earlier
  * version's struct lacks keep their defaults. */
@@ -269,4 +270,8 @@ fc_kernel_env fc_context_kernel_env(flashcpu_context *ctx, char *reason,
                        &ctx->table.settings, reason, reason_size, false};
   if (reason_size) reason[0] = '\0';
   return env;
+}
+
+const char *flashcpu_context_last_kernels(const flashcpu_context *ctx) {
+  return ctx ? ctx->last_kernels : "";
 }

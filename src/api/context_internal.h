@@ -17,6 +17,7 @@ struct flashcpu_context {
   fc_settings settings;  /* what the table and runtime were made with */
   bool verbose;          /* FLASHCPU_VERBOSE=1: log plan and choices */
   char last_error[FC_ERROR_MESSAGE_SIZE];
+  char last_kernels[2 * FC_KERNEL_NAME_MAX + 4]; /* of the last success */
 };
 
 /* Creates a context on a given topology source (NULL: this machine); the

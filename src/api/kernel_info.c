@@ -12,6 +12,7 @@ int flashcpu_kernel_info_get(int index, flashcpu_kernel_info *info) {
   info->name = k->name;
   info->family = fc_kernel_family_name(k->family);
   info->isa = k->isa;
+  info->weights_dtype = k->weights;
   info->runnable =
       fc_isa_supported(cpu, k->isa) && fc_kernel_need_met(cpu, k->need);
   return 1;

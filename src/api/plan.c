@@ -81,13 +81,21 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
       start = offsets[r];
       room = offsets[r + 1] - offsets[r];
     }
-    if (needed > room)
+    if (needed > room) {
+      char row[96];
+      if (offsets)
+        snprintf(row, sizeof row,
+                 "batch->block_offsets[%lld .. %lld] give it %lld",
+                 (long long)r, (long long)(r + 1), (long long)room);
+      else
+        snprintf(row, sizeof row, "batch->block_table_stride is %lld",
+                 (long long)room);
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                     CALL ": request %lld has %d keys, %lld pages of %lld "
-                     "tokens, but its block table row has room for %lld",
-                     (long long)r, (int)batch->seq_lens_kv[r],
-                     (long long)needed, (long long)kv->page_size,
-                     (long long)room);
+                     CALL ": batch->seq_lens_kv[%lld] is %d (request "
+                     "%lld): %lld pages of %lld tokens, but %s",
+                     (long long)r, (int)batch->seq_lens_kv[r], (long long)r,
+                     (long long)needed, (long long)kv->page_size, row);
+    }
     for (int64_t i = 0; i < needed; i++) {
       const int32_t page = batch->block_table[start + i];
       if (page < 0 || page >= kv->num_pages)
@@ -130,8 +138,13 @@ static bool family_of(const flashcpu_context *ctx, int64_t rows,
     *family = forced->family;
     return forced->family != FC_FAMILY_SPLITKV || rows <= FC_SPLITKV_MAX_ROWS;
   }
-  *family = rows <= ctx->table.settings.splitkv_max_rows ? FC_FAMILY_SPLITKV
-                                                          : FC_FAMILY_PREFILL;
+  bool has_splitkv = false; /* a scalar context has none */
+  for (size_t i = 0; i < ctx->table.candidate_count; i++)
+    has_splitkv = has_splitkv ||
+                  ctx->table.candidates[i]->family == FC_FAMILY_SPLITKV;
+  *family = has_splitkv && rows <= ctx->table.settings.splitkv_max_rows
+                ? FC_FAMILY_SPLITKV
+                : FC_FAMILY_PREFILL;
   return true;
 }
 

@@ -22,6 +22,7 @@ void fc_settings_default(fc_settings *s, const fc_cpu_features *cpu) {
   memset(s, 0, sizeof *s);
   s->kernel.splitkv_max_rows = DEFAULT_SPLITKV_MAX_ROWS;
   s->kernel.prefill_bf16_dot = false;
+  s->kernel.prefill_amx = true; /* where the CPU has AMX: the kernel's need */
   s->kernel.decode_bf16_dot = decode_bf16_dot_default(cpu);
   s->kernel.decode_prefetch_l1 = cpu->vendor_amd;
   s->launch = FC_LAUNCH_POOL;
@@ -84,14 +85,16 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
     return 0;
   }
   if (text_is(key, key_length, "prefill_bf16_dot") ||
+      text_is(key, key_length, "prefill_amx") ||
       text_is(key, key_length, "decode_bf16_dot")) {
-    const bool prefill = key[0] == 'p';
     int word = word_index(value, value_length, switch_words);
     if (word < 0)
       return fc_settings_error(error, error_size, "%.*s = \"%.*s\": expected auto, on or off",
                   (int)key_length, key, shown, value);
-    if (prefill)
+    if (text_is(key, key_length, "prefill_bf16_dot"))
       set_switch(&s->kernel.prefill_bf16_dot, word, false);
+    else if (text_is(key, key_length, "prefill_amx"))
+      set_switch(&s->kernel.prefill_amx, word, true);
     else
       set_switch(&s->kernel.decode_bf16_dot, word,
                  decode_bf16_dot_default(cpu));
@@ -134,7 +137,8 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
   const int key_shown = key_length > 64 ? 64 : (int)key_length;
   return fc_settings_error(error, error_size,
               "unknown key \"%.*s\" (known: splitkv_max_rows, launch, "
-              "prefill_bf16_dot, decode_bf16_dot, decode_prefetch, kernel)",
+              "prefill_bf16_dot, prefill_amx, decode_bf16_dot, "
+              "decode_prefetch, kernel)",
               key_shown, key);
 }
 
@@ -156,11 +160,13 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
     return fc_settings_error(error, error_size,
                 "launch is %d; expected a flashcpu_launch_mode", (int)o->launch);
   }
-  const flashcpu_setting switches[2] = {o->prefill_bf16_dot,
+  const flashcpu_setting switches[3] = {o->prefill_bf16_dot, o->prefill_amx,
                                         o->decode_bf16_dot};
-  bool *fields[2] = {&s->kernel.prefill_bf16_dot, &s->kernel.decode_bf16_dot};
-  const char *names[2] = {"prefill_bf16_dot", "decode_bf16_dot"};
-  for (int i = 0; i < 2; i++) {
+  bool *fields[3] = {&s->kernel.prefill_bf16_dot, &s->kernel.prefill_amx,
+                     &s->kernel.decode_bf16_dot};
+  const char *names[3] = {"prefill_bf16_dot", "prefill_amx",
+                          "decode_bf16_dot"};
+  for (int i = 0; i < 3; i++) {
     if ((int)switches[i] < FLASHCPU_SETTING_AUTO ||
         (int)switches[i] > FLASHCPU_SETTING_OFF)
       return fc_settings_error(error, error_size,
@@ -191,10 +197,11 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
 void fc_settings_describe(const fc_settings *s, char *text, size_t size) {
   snprintf(text, size,
            "splitkv_max_rows=%lld launch=%s prefill_bf16_dot=%s "
-           "decode_bf16_dot=%s decode_prefetch=%s kernel=%s",
+           "prefill_amx=%s decode_bf16_dot=%s decode_prefetch=%s kernel=%s",
            (long long)s->kernel.splitkv_max_rows,
            s->launch == FC_LAUNCH_POOL ? "pool" : "region",
            s->kernel.prefill_bf16_dot ? "on" : "off",
+           s->kernel.prefill_amx ? "on" : "off",
            s->kernel.decode_bf16_dot ? "on" : "off",
            s->kernel.decode_prefetch_l1 ? "l1" : "l2",
            s->forced_kernel[0] ? s->forced_kernel : "auto");

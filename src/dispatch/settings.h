@@ -5,6 +5,7 @@
  *   splitkv_max_rows  0..64
  *   launch            pool | region
  *   prefill_bf16_dot  auto | on | off
+ *   prefill_amx       auto | on | off
  *   decode_bf16_dot   auto | on | off
  *   decode_prefetch   auto | l1 | l2
  *   kernel            an attention kernel's name (kernels.inc), or auto */

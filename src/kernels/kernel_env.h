@@ -20,7 +20,8 @@
  * changes what a kernel computes for a given split plan. */
 typedef struct fc_kernel_settings {
   int64_t splitkv_max_rows; /* split-KV for up to this many query rows */
-  bool prefill_bf16_dot;    /* bf16 Q/K prefill by AVX512-BF16 dot products */
+  bool prefill_bf16_dot;    /* bf16 prefill by AVX512-BF16 dot products */
+  bool prefill_amx;         /* bf16 prefill on AMX tiles */
   bool decode_bf16_dot;     /* bf16 q/K split-KV scores by dot products */
   bool decode_prefetch_l1;  /* split-KV prefetches the next block into L1 */
 } fc_kernel_settings;

@@ -7,8 +7,9 @@
 #include "kernels/decode/decode_splitkv.h"
 
 const fc_attention_kernel fc_attention_kernels[] = {
-#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted)      \
-  {#symbol, symbol, family, isa, cpu_need, takes, wanted},
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,     \
+                            weights)                                          \
+  {#symbol, symbol, family, isa, cpu_need, takes, wanted, weights},
 #include "kernels/kernels.inc"
 };
 const size_t fc_attention_kernel_count =
@@ -63,11 +64,26 @@ bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size) {
   return false;
 }
 
+static bool is_bf16_qkv(const fc_problem *p, char *why, size_t size) {
+  if (is_bf16_qk(p) && p->v.dtype == FLASHCPU_DTYPE_BF16) return true;
+  snprintf(why, size, "q, k and v are not all bf16");
+  return false;
+}
+
+bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size) {
+  return is_bf16_qkv(p, why, size);
+}
+
+bool fc_wants_prefill_amx(const fc_problem *p, const fc_kernel_settings *s,
+                          char *why, size_t size) {
+  (void)p;
+  if (s->prefill_amx) return true;
+  snprintf(why, size, "prefill_amx is off");
+  return false;
+}
+
 bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size) {
-  if (!is_bf16_qk(p)) {
-    snprintf(why, size, "q and k are not both bf16");
-    return false;
-  }
+  if (!is_bf16_qkv(p, why, size)) return false;
   if (p->head_dim % 2 == 0) return true;
   snprintf(why, size, "head_dim %lld is odd", (long long)p->head_dim);
   return false;

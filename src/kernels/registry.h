@@ -18,7 +18,11 @@ typedef enum fc_kernel_family {
 } fc_kernel_family;
 
 /* A CPU feature a kernel needs beyond its ISA's. */
-typedef enum fc_cpu_need { FC_NEED_NONE, FC_NEED_AVX512_BF16 } fc_cpu_need;
+typedef enum fc_cpu_need {
+  FC_NEED_NONE,
+  FC_NEED_AVX512_BF16,
+  FC_NEED_AMX_BF16 /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
+} fc_cpu_need;
 
 /* Whether a kernel can compute p; false with a short reason in why. */
 typedef bool (*fc_takes_fn)(const fc_problem *p, char *why, size_t size);
@@ -36,6 +40,7 @@ typedef struct fc_attention_kernel {
   fc_cpu_need need;
   fc_takes_fn takes;   /* NULL: every problem */
   fc_wanted_fn wanted; /* NULL: every problem it takes */
+  flashcpu_dtype weights; /* P's dtype in O += P V */
 } fc_attention_kernel;
 
 typedef flashcpu_status (*fc_merge_fn)(const fc_kernel_env *env,
@@ -74,6 +79,7 @@ bool fc_kernel_takes(const fc_attention_kernel *kernel, const fc_problem *p,
 bool fc_takes_splitkv(const fc_problem *p, char *why, size_t size);
 bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
+bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size);
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
                       char *why, size_t size);
 bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
@@ -82,9 +88,12 @@ bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
 bool fc_wants_prefill_bf16_dot(const fc_problem *p,
                                const fc_kernel_settings *s, char *why,
                                size_t size);
+bool fc_wants_prefill_amx(const fc_problem *p, const fc_kernel_settings *s,
+                          char *why, size_t size);
 
 /* The prototypes of every row's symbol. */
-#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted)      \
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,     \
+                            weights)                                          \
   flashcpu_status symbol(const fc_kernel_env *env, const fc_problem *p);
 #define FC_MERGE_KERNEL(symbol, isa)                                           \
   flashcpu_status symbol(const fc_kernel_env *env, const fc_merge_problem *m);

@@ -56,6 +56,8 @@ std::vector<OneSetting> EverySetting() {
       {"launch", "pool", "region", "pool", [](flashcpu_context_options &o) { o.launch = FLASHCPU_LAUNCH_POOL; }},
       {"prefill_bf16_dot", "off", "on", "off",
        [](flashcpu_context_options &o) { o.prefill_bf16_dot = FLASHCPU_SETTING_OFF; }},
+      {"prefill_amx", "on", "off", "on",
+       [](flashcpu_context_options &o) { o.prefill_amx = FLASHCPU_SETTING_ON; }},
       {"decode_bf16_dot", amd_bf16 ? "on" : "off", amd_bf16 ? "off" : "on", amd_bf16 ? "on" : "off",
        [](flashcpu_context_options &o) {
          const bool on = VendorIsAmd() && CpuHasFeature("avx512_bf16");
@@ -166,6 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadOption{"rows_minus_2", [](flashcpu_context_options &o) { o.splitkv_max_rows = -2; }, "splitkv_max_rows"},
         BadOption{"launch_3", [](flashcpu_context_options &o) { o.launch = static_cast<flashcpu_launch_mode>(3); }, "launch"},
         BadOption{"prefill_dot_3", [](flashcpu_context_options &o) { o.prefill_bf16_dot = static_cast<flashcpu_setting>(3); }, "prefill_bf16_dot"},
+        BadOption{"prefill_amx_4", [](flashcpu_context_options &o) { o.prefill_amx = static_cast<flashcpu_setting>(4); }, "prefill_amx"},
         BadOption{"decode_dot_minus_1", [](flashcpu_context_options &o) { o.decode_bf16_dot = static_cast<flashcpu_setting>(-1); }, "decode_bf16_dot"},
         BadOption{"prefetch_3", [](flashcpu_context_options &o) { o.decode_prefetch = static_cast<flashcpu_prefetch_level>(3); }, "decode_prefetch"},
         BadOption{"kernel_unknown", [](flashcpu_context_options &o) { o.kernel = "no_such_kernel"; }, "no_such_kernel"},

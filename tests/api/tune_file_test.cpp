@@ -24,7 +24,8 @@ namespace {
 // decode_prefetch depend on the vendor and AVX512-BF16).
 std::string DefaultSettings() {
   const bool amd = VendorIsAmd();
-  return std::string("splitkv_max_rows=8 launch=pool prefill_bf16_dot=off decode_bf16_dot=") +
+  return std::string("splitkv_max_rows=8 launch=pool prefill_bf16_dot=off prefill_amx=on "
+                     "decode_bf16_dot=") +
          (amd && CpuHasFeature("avx512_bf16") ? "on" : "off") +
          " decode_prefetch=" + (amd ? "l1" : "l2") + " kernel=auto";
 }
@@ -106,7 +107,8 @@ const KeyValue kEveryValue[] = {
     {"splitkv_max_rows", "0", "0"},        {"splitkv_max_rows", "64", "64"},
     {"splitkv_max_rows", "16", "16"},      {"launch", "pool", "pool"},
     {"launch", "region", "region"},        {"prefill_bf16_dot", "on", "on"},
-    {"prefill_bf16_dot", "off", "off"},    {"decode_bf16_dot", "on", "on"},
+    {"prefill_bf16_dot", "off", "off"},    {"prefill_amx", "off", "off"},
+    {"prefill_amx", "on", "on"},           {"decode_bf16_dot", "on", "on"},
     {"decode_bf16_dot", "off", "off"},     {"decode_prefetch", "l1", "l1"},
     {"decode_prefetch", "l2", "l2"},       {"kernel", "auto", "auto"},
 };
@@ -120,7 +122,8 @@ TEST_F(TuneFile, ReadsEveryKeyAndValue) {
 }
 
 TEST_F(TuneFile, AutoKeepsTheDefault) {
-  EXPECT_EQ(SettingsOf("flashcpu-tune 2\nprefill_bf16_dot = auto\ndecode_bf16_dot = auto\n"
+  EXPECT_EQ(SettingsOf("flashcpu-tune 2\nprefill_bf16_dot = auto\nprefill_amx = auto\n"
+                       "decode_bf16_dot = auto\n"
                        "decode_prefetch = auto\nkernel = auto\n"),
             DefaultSettings());
 }

@@ -35,6 +35,11 @@ bool KernelRunsHere(Kernel kernel, std::string *why) {
       if (cpu->avx512_bf16) return true;
       *why = "this CPU (or its OS) lacks AVX512-BF16";
       return false;
+    case FC_NEED_AMX_BF16:
+      if (cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16) return true;
+      *why = cpu->amx_bf16 ? "the OS did not grant this process AMX tile data"
+                           : "this CPU (or its OS) lacks AMX-BF16";
+      return false;
   }
   *why = "a CPU need the tester does not know (" + std::to_string(kernel->need) +
          "): teach KernelRunsHere";

@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,28 +34,35 @@ static double bfloat16_to_double(uint16_t bits) {
   return (double)value;
 }
 
-double flashcpu_oracle_load(const flashcpu_tensor *t, int64_t b, int64_t s,
-                            int64_t h, int64_t d) {
-  int64_t index = b * t->strides[0] + s * t->strides[1] + h * t->strides[2] +
-                  d * t->strides[3];
-  switch (t->dtype) {
+/* Element `index` of a plain f32, f16 or bf16 array as double. */
+static double load_scalar(const void *data, flashcpu_dtype dtype,
+                          int64_t index) {
+  const char *bytes = (const char *)data;
+  switch (dtype) {
   case FLASHCPU_DTYPE_F32: {
     float value;
-    memcpy(&value, (const char *)t->data + index * 4, sizeof value);
+    memcpy(&value, bytes + index * 4, sizeof value);
     return (double)value;
   }
   case FLASHCPU_DTYPE_F16: {
     uint16_t bits;
-    memcpy(&bits, (const char *)t->data + index * 2, sizeof bits);
+    memcpy(&bits, bytes + index * 2, sizeof bits);
     return half_to_double(bits);
   }
   case FLASHCPU_DTYPE_BF16: {
     uint16_t bits;
-    memcpy(&bits, (const char *)t->data + index * 2, sizeof bits);
+    memcpy(&bits, bytes + index * 2, sizeof bits);
     return bfloat16_to_double(bits);
   }
   }
   return NAN;
+}
+
+double flashcpu_oracle_load(const flashcpu_tensor *t, int64_t b, int64_t s,
+                            int64_t h, int64_t d) {
+  return load_scalar(t->data, t->dtype,
+                     b * t->strides[0] + s * t->strides[1] +
+                         h * t->strides[2] + d * t->strides[3]);
 }
 
 /* Whether causal, window and tree masks let query row i see key j, given the
@@ -83,6 +91,12 @@ static bool structurally_visible(const flashcpu_attention_params *params,
   return true;
 }
 
+/* Whether the caller's params struct reaches the end of a field added in a
+ * later version: a struct of an earlier version's size leaves it unset. */
+#define PARAMS_HAVE(params, field)                                             \
+  ((params)->struct_size >= offsetof(flashcpu_attention_params, field) +       \
+                                sizeof((params)->field))
+
 /* The documented defaults, spelled out here rather than taken from
  * flashcpu_attention_params_init: the oracle does not link the library. */
 static flashcpu_attention_params default_params(void) {
@@ -99,6 +113,9 @@ typedef struct oracle_head {
   const flashcpu_attention_params *params;
   int64_t b, h, kv_head, q_len, head_dim, v_head_dim, kv_length;
   double scale, cap;
+  bool has_sink;
+  double sink;  /* the head's sink logit, when has_sink */
+  double slope; /* ALiBi slope of (b, h); 0 without ALiBi */
   double *keys;    /* [kv_length][head_dim] */
   double *values;  /* [kv_length][v_head_dim] */
   double *q_row;   /* [head_dim] */
@@ -131,6 +148,13 @@ static int load_head(const flashcpu_tensor *k, const flashcpu_tensor *v,
   head->scale = params->scale != 0.0f ? (double)params->scale
                                       : 1.0 / sqrt((double)head->head_dim);
   head->cap = (double)params->softcap;
+  if (PARAMS_HAVE(params, sinks_dtype) && params->sinks) {
+    head->has_sink = true;
+    head->sink = load_scalar(params->sinks, params->sinks_dtype, h);
+  }
+  if (PARAMS_HAVE(params, alibi_batch_stride) && params->alibi_slopes)
+    head->slope =
+        (double)params->alibi_slopes[b * params->alibi_batch_stride + h];
   size_t rows = head->kv_length > 0 ? (size_t)head->kv_length : 1;
   head->keys = malloc(rows * (size_t)head->head_dim * sizeof(double));
   head->values = malloc(rows * (size_t)head->v_head_dim * sizeof(double));
@@ -178,6 +202,10 @@ static void attend_row(const flashcpu_tensor *q, oracle_head *head, int64_t i,
     for (int64_t d = 0; d < D; d++) dot += head->q_row[d] * head->keys[j * D + d];
     double score = dot * head->scale;
     if (head->cap > 0.0) score = head->cap * tanh(score / head->cap);
+    /* ALiBi: -slope * |p - j|, after the softcap, beside the additive mask. */
+    const int64_t position = i + (head->kv_length - head->q_len);
+    const int64_t distance = position > j ? position - j : j - position;
+    score -= head->slope * (double)distance;
     if (additive) {
       double added = (double)additive->data[b * additive->strides[0] +
                                             h * additive->strides[1] +
@@ -203,13 +231,25 @@ static void attend_row(const flashcpu_tensor *q, oracle_head *head, int64_t i,
       max_score = score;
   }
 
+  /* The sink is one more key, of value zero, whose score is the logit
+   * itself: it joins the maximum and the sum, never the output's numerator,
+   * and is read by every row (so a NaN sink poisons every row). */
+  if (head->has_sink) {
+    if (isnan(head->sink))
+      any_nan = true;
+    else if (head->sink > max_score)
+      max_score = head->sink;
+  }
   if (any_nan) {
     for (int64_t d = 0; d < Dv; d++) out_row[d] = NAN;
     *lse = NAN;
     return;
   }
-  if (!any_visible) return; /* zeros and -inf */
-  double sum = 0.0;
+  if (!any_visible) { /* zeros, and lse the sink's alone (-inf without one) */
+    if (head->has_sink) *lse = head->sink;
+    return;
+  }
+  double sum = head->has_sink ? exp(head->sink - max_score) : 0.0;
   for (int64_t j = 0; j < head->kv_length; j++) {
     if (!visible[j]) continue;
     /* exp(+inf - +inf) is NaN: an infinite score poisons the row, which is

@@ -17,7 +17,18 @@ extern "C" {
 /* Computes output row (batch b, query head h, query row i): out_row gets
  * v->dims[3] doubles, *lse the natural-log log-sum-exp (-INFINITY and a zero
  * row when the row sees no key). params may be NULL (the defaults). The
- * arguments must be valid (the oracle does not check them). */
+ * arguments must be valid (the oracle does not check them).
+ *
+ * Every option is read as the header documents it, fields added after
+ * 0.2.0 only when params->struct_size covers them:
+ *  - sinks: sinks[h] (read in sinks_dtype) joins the row's softmax as one
+ *    more score of a zero value row, in the maximum and the sum only; a row
+ *    that sees no key gets zeros and lse = sinks[h]; a NaN sink is NaN in
+ *    every row of its head;
+ *  - ALiBi: -alibi_slopes[b * alibi_batch_stride + h] * |p - j|, with
+ *    p = i + S_b - L, added after the softcap, like the additive mask.
+ * Scores are doubles: the library's saturation of scores beyond
+ * +-FLT_MAX * ln 2 is not modelled (tests of it check their own way). */
 void flashcpu_oracle_row(const flashcpu_tensor *q, const flashcpu_tensor *k,
                          const flashcpu_tensor *v,
                          const flashcpu_attention_params *params, int64_t b,

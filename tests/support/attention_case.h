@@ -15,6 +15,11 @@
 // poisoned with NaN before the call, so an element left unwritten shows;
 // bytes of out outside its view, lse's guard words and every input must be
 // unchanged afterwards.
+//
+// Test() also runs the same problem through the paged path
+// (flashcpu_attention_paged, K/V scattered into pages the way an engine
+// keeps them; see CheckPagedMatches), which must write the very bytes the
+// contiguous call wrote.
 #ifndef FLASHCPU_TESTS_ATTENTION_CASE_H
 #define FLASHCPU_TESTS_ATTENTION_CASE_H
 
@@ -75,6 +80,14 @@ class AttentionCase {
   AttentionCase &additive(AdditivePattern pattern = AdditivePattern::kFull,
                           double hidden_fraction = 0.1);
   AttentionCase &kv_lengths(std::vector<int64_t> lengths);
+  // Attention sinks stored as `dtype`: per query head, a logit drawn within
+  // 1.5 of the lse a row of that head has without sinks, so that the sink
+  // takes a real share of every row's softmax.
+  AttentionCase &sinks(flashcpu_dtype dtype = FLASHCPU_DTYPE_F32);
+  // ALiBi with random positive slopes, 2^(-8 (h + 1) / Hq) times a factor in
+  // [0.5, 1.5): [Hq], or per batch [B, Hq] with a padded batch stride (the
+  // padding NaN).
+  AttentionCase &alibi(bool per_batch = false);
   AttentionCase &magnitude(Magnitude magnitude);
   AttentionCase &seed(uint64_t seed);
   AttentionCase &with_lse(bool on);
@@ -94,14 +107,30 @@ class AttentionCase {
   float &additive_at(int64_t b, int64_t h, int64_t i, int64_t j);
   // Sets or clears tree bit `key_offset` (0 = oldest tree key) of row i.
   void set_tree_bit(int64_t b, int64_t i, int64_t key_offset, bool on);
+  // With sinks(), after Build: stores logit (rounded to the sinks' dtype)
+  // as query head h's sink.
+  void set_sink(int64_t h, double logit);
+  // With alibi(), after Build: the slope of (b, h); without per-batch
+  // slopes, b must be 0 and the slope serves every batch.
+  float &alibi_slope_at(int64_t b, int64_t h);
   const flashcpu_attention_params &params() const { return params_; }
 
   // Poisons out and lse, then calls flashcpu_attention.
   flashcpu_status Run(flashcpu_context *ctx);
   // Every element against the oracle, plus the guard checks above.
   testing::AssertionResult CheckAgainstOracle() const;
-  // Build if needed, Run on ctx (default: SharedContext()), expect OK and
-  // CheckAgainstOracle.
+  // Runs the problem of the last Run again through flashcpu_plan_create and
+  // flashcpu_attention_paged on ctx, as an engine would: the K/V rows of
+  // each batch scattered over pages in random order (page size and NHD/HND
+  // layout picked from the case), one request per batch, tree and additive
+  // masks in the packed-row layout, lse [Hq, T]. Every output row and lse
+  // must have the contiguous call's bytes, nothing outside out and lse may
+  // change. Succeeds with a message starting "skipped" where the paged path
+  // cannot run the same problem on the same kernel (aliased inputs; a
+  // forced split-KV kernel and too many rows for it).
+  testing::AssertionResult CheckPagedMatches(flashcpu_context *ctx);
+  // Build if needed, Run on ctx (default: SharedContext()), expect OK,
+  // CheckAgainstOracle and CheckPagedMatches.
   void Test(flashcpu_context *ctx = nullptr);
 
   // Results of the last Run.
@@ -137,6 +166,8 @@ class AttentionCase {
   flashcpu_tensor VView() const;
   void BuildTree();
   void BuildAdditive();
+  void BuildAlibi();
+  void BuildSinks();
 
   // Shape and options.
   int64_t batch_ = 1, q_len_ = 1, kv_len_ = 1, q_heads_ = 1, kv_heads_ = 1;
@@ -154,6 +185,9 @@ class AttentionCase {
   AdditivePattern additive_pattern_ = AdditivePattern::kFull;
   double additive_hidden_fraction_ = 0.1;
   std::vector<int64_t> kv_lengths_;
+  bool sinks_on_ = false;
+  flashcpu_dtype sinks_dtype_ = FLASHCPU_DTYPE_F32;
+  bool alibi_on_ = false, alibi_per_batch_ = false;
   Magnitude magnitude_ = Magnitude::kSmall;
   uint64_t seed_ = 1;
   bool with_lse_ = true;
@@ -166,6 +200,8 @@ class AttentionCase {
   flashcpu_tree_mask tree_{};
   std::vector<float> additive_values_;
   flashcpu_additive_mask additive_{};
+  std::vector<unsigned char> sinks_storage_;  // [Hq] in sinks_dtype_
+  std::vector<float> alibi_slopes_;
   std::vector<float> lse_storage_;  // guard words either side of lse
   flashcpu_attention_params params_{};
 
@@ -174,6 +210,10 @@ class AttentionCase {
   std::vector<uint64_t> tree_before_;
   std::vector<float> additive_before_;
   std::vector<int64_t> kv_lengths_before_;
+  std::vector<unsigned char> sinks_before_;
+  std::vector<float> alibi_before_;
+  // What the last Run's call ran (flashcpu_context_last_kernels).
+  std::string ran_kernels_;
 };
 
 }  // namespace fctest

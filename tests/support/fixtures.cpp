@@ -122,4 +122,20 @@ bool VendorIsAmd() {
 #endif
 }
 
+bool KernelsRoundWeights(const std::string &kernels) {
+  flashcpu_kernel_info info;
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++) {
+    if (info.weights_dtype != FLASHCPU_DTYPE_BF16) continue;
+    const std::string name = info.name;
+    for (size_t at = kernels.find(name); at != std::string::npos;
+         at = kernels.find(name, at + 1)) {
+      const size_t end = at + name.size();
+      if ((at == 0 || kernels[at - 1] == ' ') &&
+          (end == kernels.size() || kernels[end] == ','))
+        return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace fctest

@@ -247,6 +247,11 @@ std::string DescribedSetting(const flashcpu_context *ctx, const std::string &key
 
 // Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
 bool CpuHasFeature(const std::string &name);
+
+// Whether any kernel named in `kernels` (flashcpu_context_last_kernels:
+// names separated by ", ") rounds P to bf16 (flashcpu_kernel_info's
+// weights_dtype), so that its tolerance takes the bf16-weights naive code.
+bool KernelsRoundWeights(const std::string &kernels);
 // Whether this is an x86 CPU whose cpuid vendor is "AuthenticAMD" (some
 // settings' defaults differ there).
 bool VendorIsAmd();

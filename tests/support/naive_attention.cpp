@@ -57,6 +57,9 @@ float Dot(const float *a, const float *b, int64_t n, int lanes) {
 const NaiveFormulation kNaiveFormulations[7] = {
     {false, 1}, {true, 1}, {true, 4}, {true, 8}, {false, 16}, {true, 16},
     {true, 32}};
+const NaiveFormulation kNaiveFormulationsBf16Weights[7] = {
+    {false, 1, true}, {true, 1, true},  {true, 4, true},  {true, 8, true},
+    {false, 16, true}, {true, 16, true}, {true, 32, true}};
 
 void NaiveAttentionHeadF32(const flashcpu_tensor &q, const flashcpu_tensor &k,
                            const flashcpu_tensor &v,
@@ -70,7 +73,8 @@ void NaiveAttentionHeadF32(const flashcpu_tensor &q, const flashcpu_tensor &k,
                           ? params.scale
                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
   const bool log2_domain = formulation.log2_domain;
-  const bool plain_scores = params.softcap == 0.0f && params.additive_mask == nullptr;
+  const bool plain_scores =
+      params.softcap == 0.0f && params.additive_mask == nullptr && params.alibi_slopes == nullptr;
   // What q is multiplied by before the dot product, and the score after it.
   const float q_factor = !log2_domain ? 1.0f : plain_scores ? scale * kLog2e : scale;
   const float score_factor = !log2_domain ? scale : 1.0f;
@@ -83,6 +87,19 @@ void NaiveAttentionHeadF32(const flashcpu_tensor &q, const flashcpu_tensor &k,
     for (int64_t d = 0; d < v_head_dim; d++)
       values[static_cast<size_t>(j * v_head_dim + d)] = LoadFloat(v, b, j, kv_head, d);
   }
+  // The sink is one more score (already in the domain of the others) whose
+  // value row is zero.
+  const bool has_sink = params.sinks != nullptr;
+  float sink = 0.0f;
+  if (has_sink) {
+    const char *sinks = static_cast<const char *>(params.sinks);
+    sink = static_cast<float>(LoadAs(sinks + h * static_cast<int64_t>(ElementBytes(params.sinks_dtype)),
+                                     params.sinks_dtype));
+    if (log2_domain) sink *= kLog2e;
+  }
+  const float slope =
+      params.alibi_slopes ? params.alibi_slopes[b * params.alibi_batch_stride + h] : 0.0f;
+
   std::vector<float> q_row(static_cast<size_t>(head_dim));
   std::vector<float> scores(static_cast<size_t>(kv_length));
 
@@ -99,6 +116,10 @@ void NaiveAttentionHeadF32(const flashcpu_tensor &q, const flashcpu_tensor &k,
       score = Dot(q_row.data(), keys.data() + j * head_dim, head_dim, formulation.dot_lanes) *
               score_factor;
       if (params.softcap > 0.0f) score = params.softcap * std::tanh(score / params.softcap);
+      if (slope != 0.0f) {
+        const int64_t distance = position > j ? position - j : j - position;
+        score -= slope * static_cast<float>(distance);
+      }
       if (const flashcpu_additive_mask *mask = params.additive_mask) {
         float added = mask->data[b * mask->strides[0] + h * mask->strides[1] +
                                  i * mask->strides[2] + j * mask->strides[3]];
@@ -108,24 +129,30 @@ void NaiveAttentionHeadF32(const flashcpu_tensor &q, const flashcpu_tensor &k,
     }
 
     float max_score = -INFINITY;
-    bool saw_nan = false;
+    bool saw_nan = has_sink && std::isnan(sink);
     for (float score : scores) {
       if (std::isnan(score)) saw_nan = true;
       else if (score > max_score) max_score = score;
     }
     for (int64_t d = 0; d < v_head_dim; d++) out_row[d] = saw_nan ? NAN : 0.0f;
-    if (saw_nan || max_score == -INFINITY) {
-      lse[i] = saw_nan ? NAN : -INFINITY;
+    if (saw_nan || max_score == -INFINITY) {  // no key: the sink alone, if any
+      const float empty = has_sink ? (log2_domain ? sink * kLn2 : sink) : -INFINITY;
+      lse[i] = saw_nan ? NAN : empty;
       continue;
     }
+    if (has_sink) max_score = std::fmax(max_score, sink);
     float sum = 0.0f;
+    if (has_sink) sum = log2_domain ? std::exp2(sink - max_score) : std::exp(sink - max_score);
     for (int64_t j = 0; j < kv_length; j++) {
       float score = scores[static_cast<size_t>(j)];
       if (score == -INFINITY) continue;
       float weight = log2_domain ? std::exp2(score - max_score) : std::exp(score - max_score);
       sum += weight;
+      const float product_weight =
+          formulation.weights_bf16 ? static_cast<float>(RoundToDtype(weight, FLASHCPU_DTYPE_BF16))
+                                   : weight;
       for (int64_t d = 0; d < v_head_dim; d++)
-        out_row[d] += weight * values[static_cast<size_t>(j * v_head_dim + d)];
+        out_row[d] += product_weight * values[static_cast<size_t>(j * v_head_dim + d)];
     }
     for (int64_t d = 0; d < v_head_dim; d++) out_row[d] /= sum;
     lse[i] = log2_domain ? (max_score + std::log2(sum)) * kLn2 : max_score + std::log(sum);

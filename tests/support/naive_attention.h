@@ -6,10 +6,12 @@
 //
 // Several formulations, all naive and all plain float32, that differ only
 // in the order of their roundings:
-//  - textbook: s = (q . k) * scale, then softcap, mask, exp(s - max);
+//  - textbook: s = (q . k) * scale, then softcap, ALiBi's -slope * |p - j|,
+//    mask, exp(s - max), with the sink logit as one more score of a zero
+//    value row;
 //  - log2 domain, FlashAttention's: the scale (and log2(e) when there is no
-//    softcap or additive mask) folded into q before the dot product,
-//    exp2(s - max), lse = (max + log2(sum)) * ln(2);
+//    softcap, ALiBi or additive mask) folded into q before the dot product,
+//    the sink times log2(e), exp2(s - max), lse = (max + log2(sum)) * ln(2);
 //  - dot products summed in order, or in 8 or 16 interleaved partial sums
 //    as SIMD code does.
 // At scores near 300 the output is sensitive to the last bits of the
@@ -28,9 +30,19 @@ namespace fctest {
 struct NaiveFormulation {
   bool log2_domain = false;
   int dot_lanes = 1;  // partial sums in the dot product
+  // P rounded to bf16 (to nearest even) where it multiplies V, its sum kept
+  // in float32: what the AMX and bf16 dot-product kernels compute.
+  bool weights_bf16 = false;
 };
-// The formulations the tolerance rule takes err_base over.
+// The formulations the tolerance rule takes err_base over, for kernels that
+// keep P in float32 and for those that round it to bf16 (VERIFY.md: a
+// kernel that rounds P is compared with naive code that rounds it too).
 extern const NaiveFormulation kNaiveFormulations[7];
+extern const NaiveFormulation kNaiveFormulationsBf16Weights[7];
+// One of the two sets.
+inline const NaiveFormulation *NaiveFormulationsFor(bool weights_bf16) {
+  return weights_bf16 ? kNaiveFormulationsBf16Weights : kNaiveFormulations;
+}
 
 // Every row of (batch b, query head h): out gets q.dims[1] rows of
 // v.dims[3] floats (row-major), lse q.dims[1] natural-log values. A row that

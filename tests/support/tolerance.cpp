@@ -58,8 +58,8 @@ testing::AssertionResult ToleranceRule::Verdict() const {
            << first_special_mismatch_;
   // Plain float32 attention is accurate to well under this; more means the
   // naive reference does not compute what the oracle computes.
-  const double sane_limit =
-      16 * UlpOf(dtype_, max_abs_oracle_) + 1e-3 * max_abs_oracle_;
+  const double sane_limit = 16 * UlpOf(dtype_, max_abs_oracle_) +
+                            1e-3 * max_abs_oracle_ + weights_allowance_;
   if (err_base_ > sane_limit)
     return testing::AssertionFailure()
            << "test bug: naive float32 " << what_ << " is " << err_base_

@@ -2,6 +2,7 @@
 // hand-made numbers, and AttentionCase's checks on a real call's results
 // corrupted after the fact.
 #include <cmath>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,8 @@
 namespace fctest {
 namespace {
 
-constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, F16 = FLASHCPU_DTYPE_F16;
+constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, F16 = FLASHCPU_DTYPE_F16,
+                         BF16 = FLASHCPU_DTYPE_BF16;
 
 testing::AssertionResult Judge(flashcpu_dtype dtype, double kernel, double oracle, double naive) {
   ToleranceRule rule("out", dtype);
@@ -109,6 +111,95 @@ TEST_F(CheckerDetects, AWriteOutsideLse) {
 TEST_F(CheckerDetects, AChangedInput) {
   c_.v().Set(0, 3, 1, 2, 0.125);
   EXPECT_FALSE(c_.CheckAgainstOracle());
+}
+
+// The paged re-run compares bytes: one ulp in one element of the contiguous
+// result, or in one lse, is a difference.
+TEST_F(CheckerDetects, AnOutputByteThePagedPathDoesNotWrite) {
+  const testing::AssertionResult same = c_.CheckPagedMatches(SharedContext());
+  ASSERT_TRUE(same);
+  EXPECT_STREQ(same.message(), "") << "the paged re-run must run here, not skip";
+  const float x = static_cast<float>(c_.out_at(1, 13, 2, 5));
+  Corrupt(1, 13, 2, 5, std::nextafter(x, INFINITY));
+  EXPECT_FALSE(c_.CheckPagedMatches(SharedContext()));
+}
+
+TEST_F(CheckerDetects, AnLseBitThePagedPathDoesNotWrite) {
+  float &lse = c_.lse_storage_for_checker_tests(16 + 2 * 20 + 7);  // (b 0, h 2, i 7)
+  lse = std::nextafter(lse, -INFINITY);
+  EXPECT_FALSE(c_.CheckPagedMatches(SharedContext()));
+}
+
+TEST(PagedRerun, SkipsAliasedInputs) {
+  AttentionCase c;
+  c.q_len(3).kv_len(40).heads(2, 1).head_dim(8).values_alias_keys().seed(9);
+  ASSERT_EQ(c.Run(SharedContext()), FLASHCPU_OK);
+  const testing::AssertionResult verdict = c.CheckPagedMatches(SharedContext());
+  EXPECT_TRUE(verdict);
+  EXPECT_EQ(std::string(verdict.message()).rfind("skipped", 0), 0u) << verdict.message();
+}
+
+// Sinks and ALiBi through the builder, the oracle, the naive references and
+// the paged re-run, on the default kernel choice (decode and prefill). The
+// kv lengths are below the capacity (the split plan follows the longest
+// used), long enough for several decode splits, and short enough in batch 1
+// for prefill rows that see no key (their lse is the sink).
+struct OptionCase {
+  flashcpu_dtype sinks;
+  bool alibi_per_batch;
+  int64_t rows;
+};
+
+class SinksAndAlibi : public testing::TestWithParam<OptionCase> {};
+
+TEST_P(SinksAndAlibi, PassTheOracleAndThePagedRerun) {
+  const OptionCase o = GetParam();
+  for (Magnitude magnitude : {Magnitude::kSmall, Magnitude::kLarge}) {
+    AttentionCase c;
+    c.batch(2).q_len(o.rows).kv_len(700).heads(4, 2).head_dim(24).dtypes(F16, F16, F32)
+        .kv_lengths({600, 57}).causal().sinks(o.sinks).alibi(o.alibi_per_batch)
+        .magnitude(magnitude).seed(static_cast<uint64_t>(o.rows));
+    c.Test();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Options, SinksAndAlibi,
+    testing::Values(OptionCase{F32, false, 1}, OptionCase{F16, true, 4}, OptionCase{BF16, false, 40},
+                    OptionCase{F32, true, 100}),
+    [](const testing::TestParamInfo<OptionCase> &info) {
+      const OptionCase &o = info.param;
+      return std::string("sinks_") + flashcpu_dtype_name(o.sinks) +
+             (o.alibi_per_batch ? "_alibi_per_batch_" : "_alibi_") + std::to_string(o.rows) + "_rows";
+    });
+
+// The sinks are drawn where they matter: they take a real share of the
+// softmax (the output shrinks), never all of it.
+TEST(SinksBuilder, SinksTakeAShareOfEveryHeadsRows) {
+  AttentionCase plain, sunk;
+  for (AttentionCase *c : {&plain, &sunk})
+    c->q_len(6).kv_len(50).heads(3, 1).head_dim(16).dtypes(F32, F32, F32).seed(21);
+  sunk.sinks();
+  ASSERT_EQ(plain.Run(SharedContext()), FLASHCPU_OK);
+  ASSERT_EQ(sunk.Run(SharedContext()), FLASHCPU_OK);
+  for (int64_t h = 0; h < 3; h++) {
+    double with = 0.0, without = 0.0;
+    for (int64_t i = 0; i < 6; i++)
+      for (int64_t d = 0; d < 16; d++) {
+        with += std::fabs(sunk.out_at(0, i, h, d));
+        without += std::fabs(plain.out_at(0, i, h, d));
+      }
+    EXPECT_GT(with / without, 0.1) << "head " << h;
+    EXPECT_LT(with / without, 0.95) << "head " << h;
+  }
+}
+
+TEST(SinksBuilder, DescribeNamesSinksAndAlibi) {
+  AttentionCase c;
+  c.sinks(BF16).alibi(true);
+  const std::string text = c.Describe();
+  EXPECT_NE(text.find(" sinks(bf16)"), std::string::npos) << text;
+  EXPECT_NE(text.find(" alibi(per_batch)"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-/* bf16 Q and K prefill for AVX-512 with AVX512-BF16: S = Q K^T by VDPBF16PS
- * on bf16 pairs (K read in place), then the f32 softmax and O += P V of the
- * AVX-512 kernel (V converted to f32: P stays f32 for accuracy). The kernel
- * table picks it for bf16 Q and K with an even head_dim, on request. */
+/* bf16 prefill for AVX-512 with AVX512-BF16: S = Q K^T and O += P V by
+ * VDPBF16PS on bf16 pairs (K staged as pair panels, V as key pairs, P
+ * rounded to bf16 pairs once per block), the softmax in f32 between them.
+ * For bf16 Q, K and V with an even head_dim, on CPUs without AMX. */
 #include "simd/vec_avx512.h"
 
 #define PF_SLOT_VECTORS 2

@@ -129,23 +129,29 @@ static int64_t blocks_of_rank(const fc_prefill_args *a, int team_size) {
   return (a->blocks_per_tile + team_size - 1) / team_size;
 }
 
+/* head_dim and v_head_dim as the kernel stores them. */
+static size_t dim_of(const fc_prefill_args *a) {
+  return (size_t)fc_prefill_padded(a->p->head_dim, a->shape.dim_align);
+}
+static size_t dv_of(const fc_prefill_args *a) {
+  return (size_t)fc_prefill_padded(a->p->v_head_dim, a->shape.dim_align);
+}
+
 /* The team's KV block, then one flag per rank. */
 static size_t shared_floats(const fc_prefill_args *a, int team_size) {
-  const fc_problem *p = a->p;
-  return round_floats(
-             (size_t)(a->shape.kv_block * (p->head_dim + p->v_head_dim))) +
+  return round_floats((size_t)a->shape.kv_block * (dim_of(a) + dv_of(a))) +
          (size_t)team_size * FC_PREFILL_FLAG_STRIDE;
 }
 
 static size_t rank_floats(const fc_prefill_args *a, int team_size) {
-  const fc_problem *p = a->p;
   const size_t slots = (size_t)a->shape.slots;
+  const size_t kv_block = (size_t)a->shape.kv_block;
   size_t blocks = (size_t)blocks_of_rank(a, team_size);
-  size_t per_block = (size_t)(p->head_dim + p->v_head_dim + 2) * slots;
-  size_t row = (size_t)(p->head_dim > p->v_head_dim ? p->head_dim
-                                                    : p->v_head_dim);
-  return round_floats(blocks * per_block +
-                      2 * (size_t)a->shape.kv_block * slots + 4 * slots + row);
+  size_t per_block = (dim_of(a) + dv_of(a) + 2) * slots;
+  size_t row = dim_of(a) > dv_of(a) ? dim_of(a) : dv_of(a);
+  /* st, hidden and the bf16 pairs (half a float each) */
+  return round_floats(blocks * per_block + 2 * kv_block * slots +
+                      round_floats(kv_block * slots / 2) + 4 * slots + row);
 }
 
 static size_t scratch_for_team(const void *opaque, int team_size) {
@@ -158,24 +164,24 @@ static size_t scratch_for_team(const void *opaque, int team_size) {
 
 fc_prefill_scratch fc_prefill_carve(const fc_prefill_args *a,
                                     const fc_team_view *team) {
-  const fc_problem *p = a->p;
   const size_t slots = (size_t)a->shape.slots;
   const size_t kv_block = (size_t)a->shape.kv_block;
   const size_t blocks = (size_t)blocks_of_rank(a, team->size);
+  const size_t D = dim_of(a), Dv = dv_of(a);
   float *shared = (float *)(((uintptr_t)team->scratch + 63) & ~(uintptr_t)63);
   fc_prefill_scratch s;
   s.k_stage = shared;
-  s.v_stage = shared + kv_block * (size_t)p->head_dim;
-  s.flags = (int *)(shared + round_floats(kv_block * (size_t)(p->head_dim +
-                                                              p->v_head_dim)));
+  s.v_stage = shared + kv_block * D;
+  s.flags = (int *)(shared + round_floats(kv_block * (D + Dv)));
   s.qt = shared + shared_floats(a, team->size) +
          (size_t)team->rank * rank_floats(a, team->size);
-  s.ot = s.qt + blocks * (size_t)p->head_dim * slots;
-  s.m = s.ot + blocks * (size_t)p->v_head_dim * slots;
+  s.ot = s.qt + blocks * D * slots;
+  s.m = s.ot + blocks * Dv * slots;
   s.l = s.m + blocks * slots;
   s.st = s.l + blocks * slots;
   s.hidden = s.st + kv_block * slots;
-  s.alpha = s.hidden + kv_block * slots;
+  s.pairs = (uint16_t *)(s.hidden + kv_block * slots);
+  s.alpha = s.hidden + kv_block * slots + round_floats(kv_block * slots / 2);
   s.begin = s.alpha + slots;
   s.end = s.begin + slots;
   s.mask_offsets = (int32_t *)(s.end + slots);

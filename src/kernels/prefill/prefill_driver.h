@@ -62,7 +62,15 @@ flashcpu_status fc_prefill_launch(const fc_kernel_env *env,
 typedef struct fc_prefill_shape {
   int64_t slots;    /* query slots per register block (lanes x vectors) */
   int64_t kv_block; /* keys per KV block */
+  /* head_dim and v_head_dim rounded up to this in Q^T, O^T and the K/V
+   * staging (tile units take whole 32-element rows); 1: as they are. */
+  int64_t dim_align;
 } fc_prefill_shape;
+
+/* n rounded up to a multiple of align. */
+static inline int64_t fc_prefill_padded(int64_t n, int64_t align) {
+  return (n + align - 1) / align * align;
+}
 
 enum {
   FC_PREFILL_TILE_SLOTS = 192, /* slots per tile: K/V staging amortised over
@@ -91,6 +99,8 @@ typedef struct fc_prefill_scratch {
   float *m, *l;  /* [my blocks][slots] */
   float *st;     /* [kv_block][slots] scores, then weights */
   float *hidden; /* [kv_block][slots] scores kept for the careful PV */
+  uint16_t *pairs; /* [kv_block / 2][slots][2] bf16 weights, for kernels
+                      whose P V takes bf16 pairs */
   float *alpha, *begin, *end; /* [slots] */
   float *row;    /* [max(D, Dv)] one row in transit */
   int32_t *mask_offsets; /* [slots] */

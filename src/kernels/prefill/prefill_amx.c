@@ -1,0 +1,15 @@
+/* bf16 prefill on AMX tiles (TDPBF16PS): register blocks of 32 query slots,
+ * S^T and O^T += V^T P^T on 2 x 2 accumulator tiles per 32 keys or 32
+ * output columns (prefill_amx_units.inc), P rounded to bf16, the masks and
+ * the online softmax in AVX-512 between the two products. K is staged as
+ * bf16 rows and V transposed, once per KV block for the whole team. */
+#include "simd/vec_avx512.h"
+
+#define PF_SLOT_VECTORS 2
+#define PF_QK_KEYS 32
+#define PF_PV_COLUMNS 12 /* the careful path's; the tiles take 32 */
+#define PF_AMX 1
+#define PF_NAME(what) fc_bf16_prefill_##what##_32x32__amxbf16
+#define PF_KERNEL fc_prefill_amx_32x32__amxbf16
+
+#include "kernels/prefill/prefill_tile.inc"
