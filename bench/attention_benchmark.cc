@@ -172,7 +172,8 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
   state.counters["GFLOPs"] = gflops;
   if (ceilings.read_gbps > 0.0 && ceilings.fma_gflops > 0.0)
     state.counters["ceiling_pct"] =
-        toolkit_ceiling_percent(workload, &ceilings, seconds / calls);
+        toolkit_ceiling_percent(workload, &ceilings, seconds / calls,
+                                flashcpu_context_last_kernels(ctx));
   state.SetBytesProcessed(
       static_cast<int64_t>(workload->bytes_per_call * calls));
   // Items are query rows (tokens) of one layer.

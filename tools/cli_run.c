@@ -159,8 +159,10 @@ static void format_time(double seconds, char *buffer, size_t size) {
     snprintf(buffer, size, "%.1f us", seconds * 1e6);
 }
 
+/* kernels: what the timed calls ran (flashcpu_context_last_kernels). */
 static void print_timing(const toolkit_workload *workload, const timing *t,
-                         const toolkit_ceilings *ceilings) {
+                         const toolkit_ceilings *ceilings,
+                         const char *kernels) {
   char median[32], min[32], max[32];
   format_time(t->median, median, sizeof median);
   format_time(t->min, min, sizeof min);
@@ -175,9 +177,11 @@ static void print_timing(const toolkit_workload *workload, const timing *t,
          100.0 * gflops / ceilings->fma_gflops);
   const bool read_bound =
       toolkit_workload_bound(workload, ceilings) == TOOLKIT_BOUND_READ;
+  printf("  kernels    %s\n", kernels);
   printf("  ceiling    %.3g%% of the %s, which binds %s\n",
-         toolkit_ceiling_percent(workload, ceilings, t->median),
-         read_bound ? "read bandwidth" : "fp32 FMA peak",
+         toolkit_ceiling_percent(workload, ceilings, t->median, kernels),
+         read_bound ? "read bandwidth"
+                    : toolkit_unit_name(toolkit_unit_of_kernels(kernels)),
          toolkit_phase_name(workload->spec.phase));
 }
 
@@ -260,7 +264,8 @@ static int measure(flashcpu_context *ctx, const run_options *options,
             flashcpu_status_name(status), flashcpu_last_error(ctx));
     exit_code = CLI_EXIT_FAILURE;
   } else {
-    print_timing(&workload, &measured, ceilings);
+    print_timing(&workload, &measured, ceilings,
+                 flashcpu_context_last_kernels(ctx));
     if (!print_check(&workload, measured.last_layer, options->check_rows))
       exit_code = CLI_EXIT_FAILURE;
     *median = measured.median;

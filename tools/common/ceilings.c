@@ -5,6 +5,7 @@
 #include "common/ceilings.h"
 
 #include <omp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,60 @@ static int64_t calibrate_fma_iterations(const toolkit_ceiling_kernels *kernels,
   }
 }
 
+#if defined(TOOLKIT_HAVE_BF16_UNIT_KERNELS)
+/* Whether a kernel of the library that needs the unit runs here: the
+ * library's check includes the OS (and, for AMX, Linux's grant of the tile
+ * data to this process, which it asks for). */
+static bool library_runs(const char *name_part) {
+  flashcpu_kernel_info info;
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
+    if (info.runnable && strstr(info.name, name_part)) return true;
+  return false;
+}
+
+/* A unit's rate at `threads` threads: loop(iterations) does
+ * flops_per_iteration each, timed like the FMA loop. */
+static double measure_unit(float (*loop)(int64_t), double flops_per_iteration,
+                           int threads) {
+  int64_t iterations = 1 << 10;
+  for (;;) {
+    const double start = toolkit_now_seconds();
+    volatile float keep = loop(iterations);
+    (void)keep;
+    const double elapsed = toolkit_now_seconds() - start;
+    if (elapsed > FMA_PASS_SECONDS / 8 || iterations > (INT64_C(1) << 40)) {
+      iterations =
+          (int64_t)((double)iterations * FMA_PASS_SECONDS / elapsed) + 1;
+      break;
+    }
+    iterations *= 4;
+  }
+  double best = 1e30, start = 0.0;
+  float sink = 0.0f;
+  int team = 1;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  {
+#pragma omp single
+    team = omp_get_num_threads();
+    for (int pass = 0; pass < FMA_PASSES; pass++) {
+#pragma omp barrier
+#pragma omp single
+      start = toolkit_now_seconds();
+      sink += loop(iterations);
+#pragma omp barrier
+#pragma omp single
+      {
+        double elapsed = toolkit_now_seconds() - start;
+        if (elapsed < best) best = elapsed;
+      }
+    }
+  }
+  volatile float keep = sink;
+  (void)keep;
+  return flops_per_iteration * (double)iterations * team / best * 1e-9;
+}
+#endif
+
 static double measure_fma(const toolkit_ceiling_kernels *kernels,
                           int threads) {
   /* Runtime values, so the compiler cannot fold the chains. */
@@ -149,6 +204,15 @@ int toolkit_measure_ceilings(int threads, toolkit_ceilings *ceilings) {
   ceilings->read_buffer_bytes = (double)bytes;
   ceilings->read_gbps = measure_read(&kernels, threads, bytes);
   ceilings->fma_gflops = measure_fma(&kernels, threads);
+#if defined(TOOLKIT_HAVE_BF16_UNIT_KERNELS)
+  /* 16 VDPBF16PS of 32 multiply-adds; 4 TDPBF16PS of 16 x 16 x 32. */
+  if (library_runs("__avx512bf16"))
+    ceilings->bf16_dot_gflops =
+        measure_unit(toolkit_bf16_dot_loop, 16.0 * 32 * 2, threads);
+  if (library_runs("__amxbf16"))
+    ceilings->amx_gflops =
+        measure_unit(toolkit_amx_loop, 4.0 * 16 * 16 * 32 * 2, threads);
+#endif
   ceilings->seconds = toolkit_now_seconds() - start;
   return ceilings->read_gbps > 0.0 ? 0 : -1;
 }
@@ -163,4 +227,34 @@ void toolkit_print_ceilings(FILE *stream, const toolkit_ceilings *ceilings) {
           ceilings->threads, ceilings->read_gbps, ceilings->read_isa,
           buffer_size, ceilings->fma_gflops, ceilings->fma_isa,
           ceilings->seconds);
+  if (ceilings->bf16_dot_gflops > 0.0 || ceilings->amx_gflops > 0.0)
+    fprintf(stream,
+            "           bf16: %.1f GFLOP/s (VDPBF16PS), %.1f GFLOP/s (AMX "
+            "tiles)\n",
+            ceilings->bf16_dot_gflops, ceilings->amx_gflops);
+}
+
+toolkit_unit toolkit_unit_of_kernels(const char *kernels) {
+  if (!kernels) return TOOLKIT_UNIT_FMA;
+  if (strstr(kernels, "prefill") && strstr(kernels, "__amxbf16"))
+    return TOOLKIT_UNIT_AMX;
+  if (strstr(kernels, "prefill_bf16dot")) return TOOLKIT_UNIT_BF16_DOT;
+  return TOOLKIT_UNIT_FMA;
+}
+
+double toolkit_unit_gflops(const toolkit_ceilings *ceilings,
+                           toolkit_unit unit) {
+  if (unit == TOOLKIT_UNIT_AMX && ceilings->amx_gflops > 0.0)
+    return ceilings->amx_gflops;
+  if (unit == TOOLKIT_UNIT_BF16_DOT && ceilings->bf16_dot_gflops > 0.0)
+    return ceilings->bf16_dot_gflops;
+  return ceilings->fma_gflops;
+}
+
+const char *toolkit_unit_name(toolkit_unit unit) {
+  switch (unit) {
+  case TOOLKIT_UNIT_AMX: return "AMX tile peak";
+  case TOOLKIT_UNIT_BF16_DOT: return "VDPBF16PS peak";
+  default: return "fp32 FMA peak";
+  }
 }

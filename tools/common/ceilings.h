@@ -17,6 +17,9 @@ typedef struct toolkit_ceilings {
   const char *read_isa;     /* vector loads used: "avx512", "avx2", ... */
   double fma_gflops;        /* fp32, 2 flops per FMA lane */
   const char *fma_isa;
+  /* bf16 units, 2 flops per multiply-add; 0 where the CPU lacks them */
+  double bf16_dot_gflops; /* VDPBF16PS */
+  double amx_gflops;      /* TDPBF16PS on AMX tiles */
   double seconds;           /* what measuring took */
 } toolkit_ceilings;
 
@@ -26,8 +29,22 @@ typedef struct toolkit_ceilings {
 int toolkit_measure_ceilings(int threads, toolkit_ceilings *ceilings);
 
 /* One line: "threads 2: read 24.1 GB/s (avx512, 128 MiB), fma 301.3
- * GFLOP/s (avx512)". */
+ * GFLOP/s (avx512)", then the bf16 units' rates where measured. */
 void toolkit_print_ceilings(FILE *stream, const toolkit_ceilings *ceilings);
+
+/* The unit a prefill kernel multiplies on, from the names
+ * flashcpu_context_last_kernels() gives: AMX tiles, AVX512-BF16 dot
+ * products, or fp32 FMA. */
+typedef enum toolkit_unit {
+  TOOLKIT_UNIT_FMA = 0,
+  TOOLKIT_UNIT_BF16_DOT = 1,
+  TOOLKIT_UNIT_AMX = 2
+} toolkit_unit;
+toolkit_unit toolkit_unit_of_kernels(const char *kernels);
+/* Its measured peak (falls back to the FMA peak where it was not measured),
+ * and a name for reports ("fp32 FMA peak", "AMX tile peak", ...). */
+double toolkit_unit_gflops(const toolkit_ceilings *ceilings, toolkit_unit unit);
+const char *toolkit_unit_name(toolkit_unit unit);
 
 #ifdef __cplusplus
 }

@@ -603,12 +603,12 @@ toolkit_bound toolkit_workload_bound(const toolkit_workload *workload,
 
 double toolkit_ceiling_percent(const toolkit_workload *workload,
                                const toolkit_ceilings *ceilings,
-                               double seconds) {
+                               double seconds, const char *kernels) {
   if (toolkit_workload_bound(workload, ceilings) == TOOLKIT_BOUND_READ)
     return 100.0 * workload->bytes_per_call * 1e-9 / seconds /
            ceilings->read_gbps;
   return 100.0 * workload->flops_per_call * 1e-9 / seconds /
-         ceilings->fma_gflops;
+         toolkit_unit_gflops(ceilings, toolkit_unit_of_kernels(kernels));
 }
 
 void toolkit_workload_tensors(const toolkit_workload *workload, int layer,

@@ -232,10 +232,12 @@ typedef enum toolkit_bound {
 struct toolkit_ceilings;
 toolkit_bound toolkit_workload_bound(const toolkit_workload *workload,
                                      const struct toolkit_ceilings *ceilings);
-/* Percent of the binding ceiling reached at `seconds` per call. */
+/* Percent of the binding ceiling reached at `seconds` per call; for an
+ * arithmetic bound, the peak of the unit the kernels that ran use
+ * (kernels: flashcpu_context_last_kernels(), NULL: fp32 FMA). */
 double toolkit_ceiling_percent(const toolkit_workload *workload,
                                const struct toolkit_ceilings *ceilings,
-                               double seconds);
+                               double seconds, const char *kernels);
 
 #ifdef __cplusplus
 }
