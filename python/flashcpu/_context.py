@@ -103,6 +103,12 @@ class Context:
         return self._ctx
 
     @property
+    def last_kernels(self):
+        """The kernels the last successful attention call on this context ran
+        (comma-separated; a paged step may run two)."""
+        return _lib.flashcpu_context_last_kernels(self.handle).decode()
+
+    @property
     def threads(self):
         return _lib.flashcpu_context_num_threads(self.handle)
 

@@ -27,7 +27,8 @@ class ContextOptions(ctypes.Structure):
                 ("splitkv_max_rows", ctypes.c_int), ("launch", ctypes.c_int),
                 ("prefill_bf16_dot", ctypes.c_int), ("decode_bf16_dot", ctypes.c_int),
                 ("decode_prefetch", ctypes.c_int), ("kernel", ctypes.c_char_p),
-                ("host_openmp", ctypes.POINTER(HostOpenmp))]
+                ("host_openmp", ctypes.POINTER(HostOpenmp)),
+                ("prefill_amx", ctypes.c_int)]
 
 
 class TreeMask(ctypes.Structure):
@@ -72,7 +73,8 @@ class Batch(ctypes.Structure):
 
 class KernelInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("family", ctypes.c_char_p),
-                ("isa", ctypes.c_int), ("runnable", ctypes.c_int)]
+                ("isa", ctypes.c_int), ("runnable", ctypes.c_int),
+                ("weights_dtype", ctypes.c_int)]
 
 
 FLAG_CAUSAL = 0x1
@@ -119,6 +121,8 @@ def _declare(lib):
     lib.flashcpu_context_destroy.argtypes = [c_ctx]
     lib.flashcpu_context_num_threads.argtypes = [c_ctx]
     lib.flashcpu_context_isa.argtypes = [c_ctx]
+    lib.flashcpu_context_last_kernels.argtypes = [c_ctx]
+    lib.flashcpu_context_last_kernels.restype = ctypes.c_char_p
     lib.flashcpu_context_describe.argtypes = [c_ctx, ctypes.c_char_p, ctypes.c_size_t]
     lib.flashcpu_context_describe.restype = ctypes.c_size_t
     lib.flashcpu_last_error.argtypes = [c_ctx]

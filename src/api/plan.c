@@ -85,11 +85,13 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
       char row[96];
       if (offsets)
         snprintf(row, sizeof row,
-                 "batch->block_offsets[%lld .. %lld] give it %lld",
+                 "batch->block_offsets[%lld .. %lld] give its row room for "
+                 "%lld",
                  (long long)r, (long long)(r + 1), (long long)room);
       else
-        snprintf(row, sizeof row, "batch->block_table_stride is %lld",
-                 (long long)room);
+        snprintf(row, sizeof row,
+                 "batch->block_table_stride is %lld: room for %lld",
+                 (long long)room, (long long)room);
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": batch->seq_lens_kv[%lld] is %d (request "
                      "%lld): %lld pages of %lld tokens, but %s",

@@ -278,3 +278,17 @@ def test_context_and_info():
     info = flashcpu.info()
     assert info["version"] == flashcpu.__version__
     assert any(kernel["runnable"] for kernel in info["kernels"])
+
+
+def test_context_names_the_kernels_a_call_ran():
+    ctx = flashcpu.Context(threads=1)
+    assert ctx.last_kernels == ""
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 20, 4, 32)).astype(np.float32)
+    k = rng.standard_normal((1, 20, 2, 32)).astype(np.float32)
+    flashcpu.attention(q, k, k, causal=True, context=ctx)
+    known = {kernel["name"]: kernel for kernel in flashcpu.info()["kernels"]}
+    ran = ctx.last_kernels
+    assert ran in known and known[ran]["runnable"], ran
+    assert known[ran]["weights_dtype"] in ("f32", "bf16")
+    ctx.close()
