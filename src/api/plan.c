@@ -82,7 +82,7 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
       room = offsets[r + 1] - offsets[r];
     }
     if (needed > room) {
-      char row[96];
+      char row[160];
       if (offsets)
         snprintf(row, sizeof row,
                  "batch->block_offsets[%lld .. %lld] give its row room for "

@@ -759,8 +759,9 @@ std::vector<unsigned char> OutputBytes(PagedCall &call) {
   const size_t out_bytes =
       PagedCall::kTokens * PagedCall::kQHeads * PagedCall::kHeadDim * sizeof(float);
   const size_t lse_bytes = PagedCall::kTokens * PagedCall::kQHeads * sizeof(float);
-  std::vector<unsigned char> bytes(out, out + out_bytes);
-  bytes.insert(bytes.end(), lse, lse + lse_bytes);
+  std::vector<unsigned char> bytes(out_bytes + lse_bytes);
+  std::memcpy(bytes.data(), out, out_bytes);
+  std::memcpy(bytes.data() + out_bytes, lse, lse_bytes);
   return bytes;
 }
 

@@ -167,8 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
     Options, SinksAndAlibi,
     testing::Values(OptionCase{F32, false, 1}, OptionCase{F16, true, 4}, OptionCase{BF16, false, 40},
                     OptionCase{F32, true, 100}),
-    [](const testing::TestParamInfo<OptionCase> &info) {
-      const OptionCase &o = info.param;
+    [](const testing::TestParamInfo<OptionCase> &param_info) {
+      const OptionCase &o = param_info.param;
       return std::string("sinks_") + flashcpu_dtype_name(o.sinks) +
              (o.alibi_per_batch ? "_alibi_per_batch_" : "_alibi_") + std::to_string(o.rows) + "_rows";
     });
