@@ -1,7 +1,8 @@
 /* `flashcpu tune`: measures where the split-KV decode kernel and the
- * prefill kernel cross over on this machine and writes the setting as a
- * tune file the library reads (flashcpu_context_options.tune_file or
- * FLASHCPU_TUNE_FILE).
+ * prefill kernel cross over on this machine, and which unit runs bf16
+ * prefill fastest (AMX tiles, AVX512-BF16 dot products or fp32 FMA), and
+ * writes the settings as a tune file the library reads
+ * (flashcpu_context_options.tune_file or FLASHCPU_TUNE_FILE).
  *
  * Each kernel family is forced through the context option
  * splitkv_max_rows (64: split-KV for every decode shape, 0: never); both
@@ -66,6 +67,22 @@ typedef struct report {
   char text[16384];
   size_t length;
 } report;
+
+/* The bf16 prefill race: every runnable bf16 prefill kernel of the ISA,
+ * forced in its own context, on one causal prefill; the fastest sets
+ * prefill_amx and prefill_bf16_dot. By measured rate, not by vendor. */
+enum { UNIT_AMX, UNIT_DOT, UNIT_FMA, UNIT_COUNT };
+static const char *const unit_names[UNIT_COUNT] = {"AMX tiles",
+                                                   "AVX512-BF16 dots",
+                                                   "fp32 FMA"};
+
+typedef struct unit_race {
+  bool ran;
+  int64_t length;
+  const char *kernels[UNIT_COUNT]; /* NULL: not runnable here */
+  double seconds[UNIT_COUNT];
+  int winner;
+} unit_race;
 
 static void say(report *r, const char *format, ...)
     __attribute__((format(printf, 2, 3)));
@@ -302,7 +319,8 @@ static void report_sweep(report *r, const sweep *s,
 
 /* The report as the file's comments ("# " before each line). */
 static bool write_file(const char *path, const report *r,
-                       const sweep *sweeps, int count) {
+                       const sweep *sweeps, int count,
+                       const unit_race *race) {
   char temporary[4096];
   snprintf(temporary, sizeof temporary, "%s.tmp", path);
   FILE *file = fopen(temporary, "w");
@@ -318,11 +336,115 @@ static bool write_file(const char *path, const report *r,
   fprintf(file, "\n");
   for (int i = 0; i < count; i++)
     fprintf(file, "%s = %lld\n", sweeps[i].key, (long long)sweeps[i].chosen);
+  if (race->ran)
+    fprintf(file, "prefill_amx = %s\nprefill_bf16_dot = %s\n",
+            race->winner == UNIT_AMX ? "on" : "off",
+            race->winner == UNIT_DOT ? "on" : "off");
   bool ok = ferror(file) == 0;
   ok = fclose(file) == 0 && ok;
   if (ok) ok = rename(temporary, path) == 0;
   if (!ok) remove(temporary);
   return ok;
+}
+
+/* The runnable prefill kernel of the ISA for each unit (by the name's
+ * parts: __amxbf16, bf16dot, and the plain one of the ISA). */
+static void find_units(flashcpu_isa isa, unit_race *race) {
+  flashcpu_kernel_info info;
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++) {
+    if (!info.runnable || info.isa != isa ||
+        strcmp(info.family, "prefill") != 0)
+      continue;
+    const int unit = strstr(info.name, "__amxbf16")  ? UNIT_AMX
+                     : strstr(info.name, "bf16dot") ? UNIT_DOT
+                                                     : UNIT_FMA;
+    if (!race->kernels[unit]) race->kernels[unit] = info.name;
+  }
+}
+
+static int run_unit_race(unit_race *race, flashcpu_isa isa,
+                         const tune_options *options) {
+  memset(race, 0, sizeof *race);
+  find_units(isa, race);
+  int candidates = 0;
+  for (int u = 0; u < UNIT_COUNT; u++) candidates += race->kernels[u] != NULL;
+  if (candidates < 2) return CLI_EXIT_OK; /* nothing to choose */
+  race->length = options->quick ? 1024 : 2048;
+  toolkit_workload_spec spec =
+      toolkit_workload_spec_make(options->preset, TOOLKIT_PHASE_PREFILL,
+                                 race->length, race->length,
+                                 FLASHCPU_DTYPE_BF16);
+  spec.layers = 1;
+  toolkit_workload workload;
+  char error[256];
+  if (toolkit_workload_build(&spec, &workload, error, sizeof error) != 0) {
+    fprintf(stderr, "flashcpu tune: bf16 prefill workload: %s\n", error);
+    return CLI_EXIT_FAILURE;
+  }
+  flashcpu_context *contexts[UNIT_COUNT] = {NULL, NULL, NULL};
+  static double samples[UNIT_COUNT][MAX_SAMPLES];
+  int counts[UNIT_COUNT] = {0, 0, 0};
+  int exit_code = CLI_EXIT_OK;
+  for (int u = 0; u < UNIT_COUNT && exit_code == CLI_EXIT_OK; u++) {
+    if (!race->kernels[u]) continue;
+    flashcpu_context_options context_options;
+    flashcpu_context_options_init(&context_options);
+    context_options.kernel = race->kernels[u];
+    if (flashcpu_context_create(&context_options, &contexts[u]) !=
+        FLASHCPU_OK) {
+      fprintf(stderr, "flashcpu tune: %s: %s\n", race->kernels[u],
+              flashcpu_last_error(NULL));
+      exit_code = CLI_EXIT_FAILURE;
+    }
+  }
+  /* Alternating rounds, a warm-up call each, the same workload. */
+  const int rounds = options->quick ? 2 : 3, reps = options->quick ? 2 : 3;
+  flashcpu_tensor q, k, v, out;
+  toolkit_workload_tensors(&workload, 0, &q, &k, &v, &out);
+  for (int round = 0; round < rounds && exit_code == CLI_EXIT_OK; round++)
+    for (int u = 0; u < UNIT_COUNT && exit_code == CLI_EXIT_OK; u++) {
+      if (!contexts[u]) continue;
+      for (int rep = -1; rep < reps; rep++) {
+        const double begin = toolkit_now_seconds();
+        if (flashcpu_attention(contexts[u], &q, &k, &v, &out, NULL,
+                               &workload.params) != FLASHCPU_OK) {
+          fprintf(stderr, "flashcpu tune: %s: %s\n", race->kernels[u],
+                  flashcpu_last_error(contexts[u]));
+          exit_code = CLI_EXIT_FAILURE;
+          break;
+        }
+        if (rep >= 0) samples[u][counts[u]++] = toolkit_now_seconds() - begin;
+      }
+    }
+  for (int u = 0; u < UNIT_COUNT; u++) flashcpu_context_destroy(contexts[u]);
+  toolkit_workload_free(&workload);
+  if (exit_code != CLI_EXIT_OK) return exit_code;
+  race->winner = -1;
+  for (int u = 0; u < UNIT_COUNT; u++) {
+    if (!counts[u]) continue;
+    qsort(samples[u], (size_t)counts[u], sizeof(double), compare_doubles);
+    race->seconds[u] = samples[u][counts[u] / 2];
+    if (race->winner < 0 || race->seconds[u] < race->seconds[race->winner])
+      race->winner = u;
+  }
+  race->ran = true;
+  return CLI_EXIT_OK;
+}
+
+static void report_race(report *r, const unit_race *race) {
+  if (!race->ran) return;
+  say(r, "\nprefill_amx = %s\nprefill_bf16_dot = %s\n",
+      race->winner == UNIT_AMX ? "on" : "off",
+      race->winner == UNIT_DOT ? "on" : "off");
+  say(r, "  bf16 prefill, L = S = %lld, causal, by unit:\n",
+      (long long)race->length);
+  for (int u = 0; u < UNIT_COUNT; u++) {
+    if (!race->kernels[u]) continue;
+    char time[32];
+    format_ms(race->seconds[u], time, sizeof time);
+    say(r, "    %-18s %-40s %10s%s\n", unit_names[u], race->kernels[u], time,
+        u == race->winner ? "  <- fastest" : "");
+  }
 }
 
 static void set_sweep(sweep *s, const char *key, kernel a, kernel b,
@@ -376,6 +498,8 @@ int cli_tune(int argc, char **argv) {
   r.text[0] = '\0';
   sweep sweeps[1];
   int sweep_count = 0;
+  unit_race race;
+  memset(&race, 0, sizeof race);
   if (exit_code == CLI_EXIT_OK) {
     toolkit_cpu_info info;
     toolkit_cpu_info_query(&info);
@@ -421,12 +545,16 @@ int cli_tune(int argc, char **argv) {
       for (int i = 0; i < sweep_count && exit_code == CLI_EXIT_OK; i++)
         report_sweep(&r, &sweeps[i], preset);
     }
+    if (exit_code == CLI_EXIT_OK)
+      exit_code =
+          run_unit_race(&race, flashcpu_context_isa(contexts[0]), &options);
+    report_race(&r, &race);
   }
   for (int k = 0; k < KERNEL_COUNT; k++) flashcpu_context_destroy(contexts[k]);
 
   if (exit_code == CLI_EXIT_OK) {
     fputs(r.text, stdout);
-    if (!write_file(options.out, &r, sweeps, sweep_count)) {
+    if (!write_file(options.out, &r, sweeps, sweep_count, &race)) {
       fprintf(stderr, "flashcpu tune: cannot write %s\n", options.out);
       exit_code = CLI_EXIT_FAILURE;
     }
