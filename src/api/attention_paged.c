@@ -9,6 +9,7 @@
 #include "api/errors.h"
 #include "api/paged_check.h"
 #include "api/plan_internal.h"
+#include "kernels/kernel_support.h"
 
 #define CALL "flashcpu_attention_paged"
 
@@ -201,9 +202,28 @@ flashcpu_status flashcpu_attention_paged(
     const size_t used = strlen(ran);
     snprintf(ran + used, sizeof ran - used, "%s%s", used ? ", " : "",
              kernels[i]->name);
-    char kernel_reason[256];
-    fc_kernel_env env =
-        fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
+  }
+  char kernel_reason[256], second_reason[256];
+  fc_kernel_env env =
+      fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
+  if (kernels[0] && kernels[1]) {
+    /* Both families in one launch: the split-KV tiles, bound by memory,
+     * beside the prefill tiles, bound by arithmetic, so that they overlap
+     * instead of following each other. The schedule never changes the
+     * bytes. */
+    fc_fuse fuse = {kernels[1]->run, &problems[1], second_reason,
+                    sizeof second_reason, FLASHCPU_OK, NULL, false};
+    env.fuse = &fuse;
+    status = kernels[0]->run(&env, &problems[0]);
+    if (fuse.second_status != FLASHCPU_OK)
+      return fc_fail(ctx, fuse.second_status, CALL ": %s: %s",
+                     kernels[1]->name,
+                     second_reason[0] ? second_reason : "failed");
+    if (status != FLASHCPU_OK)
+      return fc_fail(ctx, status, CALL ": %s: %s", kernels[0]->name,
+                     kernel_reason[0] ? kernel_reason : "failed");
+  } else if (kernels[0] || kernels[1]) { /* one family (none: T = 0) */
+    const int i = kernels[0] ? 0 : 1;
     status = kernels[i]->run(&env, &problems[i]);
     if (status != FLASHCPU_OK)
       return fc_fail(ctx, status, CALL ": %s: %s", kernels[i]->name,

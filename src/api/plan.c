@@ -181,13 +181,14 @@ static int fill_plan(const flashcpu_context *ctx, const flashcpu_batch *batch,
     fc_plan_part *part = &plan->parts[i];
     part->family = (fc_kernel_family)i;
     const size_t n = (size_t)(counts[i] ? counts[i] : 1);
-    part->q_lens = malloc(6 * n * sizeof(int64_t));
+    part->q_lens = malloc((7 * n + 1) * sizeof(int64_t));
     if (!part->q_lens) return -1;
     part->q_starts = part->q_lens + n;
     part->kv_lengths = part->q_starts + n;
     part->page_rows = part->kv_lengths + n;
     part->tree_keys = part->page_rows + n;
     part->batch_ids = part->tree_keys + n;
+    part->tile_starts = part->batch_ids + n;
   }
   if (batch->tree_bits) {
     int64_t words = 0;
@@ -267,6 +268,7 @@ void fc_plan_part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
   p->batch_ids = part->batch_ids;
   p->lse_batch_stride = 0;
   p->lse_head_stride = plan->tokens;
+  p->tile_starts = part->tile_starts;
   if (part->has_trees) {
     p->tree = &plan->tree;
     p->tree_keys = part->tree_keys;
@@ -287,7 +289,9 @@ static flashcpu_status reserve(flashcpu_context *ctx,
                                const flashcpu_plan *plan) {
   static const flashcpu_dtype dtypes[] = {FLASHCPU_DTYPE_F32,
                                           FLASHCPU_DTYPE_BF16};
+  int64_t fused_tiles = 0; /* both parts' tiles in one launch */
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
+    int64_t most_tiles = 0;
     const fc_plan_part *part = &plan->parts[i];
     if (part->count == 0) continue;
     const fc_attention_kernel *reserved[2] = {NULL, NULL};
@@ -302,8 +306,11 @@ static flashcpu_status reserve(flashcpu_context *ctx,
       char kernel_reason[256];
       fc_kernel_env env =
           fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
+      int64_t tiles = 0;
       env.reserve_only = true;
+      env.reserved_tiles = &tiles;
       flashcpu_status status = kernel->run(&env, &p);
+      if (tiles > most_tiles) most_tiles = tiles;
       if (status != FLASHCPU_OK)
         return fc_fail(ctx, status, CALL ": %s: %s", kernel->name,
                        kernel_reason[0] ? kernel_reason : "failed");
@@ -312,7 +319,12 @@ static flashcpu_status reserve(flashcpu_context *ctx,
     if (!reserved[0] && !reserved[1])
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s",
                      reason);
+    fused_tiles += most_tiles;
   }
+  if (fc_runtime_reserve_tile_order(&ctx->runtime, fused_tiles) != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                   CALL ": out of memory ordering %lld tiles",
+                   (long long)fused_tiles);
   return FLASHCPU_OK;
 }
 

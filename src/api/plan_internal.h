@@ -22,6 +22,7 @@ typedef struct fc_plan_part {
    * pages in the plan's copy, tree keys (0: none), index in the batch. */
   int64_t *q_lens, *q_starts, *kv_lengths, *page_rows, *tree_keys,
       *batch_ids;
+  int64_t *tile_starts; /* [count + 1]: room for a prefill kernel's */
 } fc_plan_part;
 
 enum { FC_PLAN_PARTS = 2 };

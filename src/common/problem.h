@@ -64,6 +64,10 @@ typedef struct fc_problem {
    * head]; NULL: none. */
   const float *alibi;
   int64_t alibi_batch_stride;
+  /* Room for batch + 1 per-batch tile starts a ragged prefill may use (a
+   * plan's, so that a fused launch leaves the call workspace to split-KV);
+   * NULL: the call workspace. */
+  int64_t *tile_starts;
   /* Sink logits [q_heads] in sinks_dtype; NULL: none. */
   const void *sinks;
   flashcpu_dtype sinks_dtype;

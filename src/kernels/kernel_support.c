@@ -21,6 +21,26 @@ flashcpu_status fc_kernel_fail(const fc_kernel_env *env,
   return status;
 }
 
+int fc_kernel_launch(const fc_kernel_env *env, const fc_launch *launch) {
+  fc_fuse *fuse = env->fuse;
+  if (!fuse) return fc_runtime_launch(env->runtime, launch);
+  if (fuse->held) { /* the second kernel: run both */
+    fuse->launched = true;
+    return fc_runtime_launch_pair(env->runtime, fuse->held, launch);
+  }
+  /* The first kernel: hold its launch while the second one prepares. */
+  fuse->held = launch;
+  fc_kernel_env second = *env;
+  second.reason = fuse->second_reason;
+  second.reason_size = fuse->second_reason_size;
+  if (second.reason_size) second.reason[0] = '\0';
+  fuse->second_status = fuse->second(&second, fuse->second_problem);
+  fuse->held = NULL;
+  if (fuse->second_status != FLASHCPU_OK) return -1;
+  /* A second kernel that had nothing to launch leaves the first alone. */
+  return fuse->launched ? 0 : fc_runtime_launch(env->runtime, launch);
+}
+
 flashcpu_status fc_kernel_reserve_scratch(const fc_kernel_env *env,
                                           fc_scratch_bytes_fn bytes_for,
                                           const void *args) {

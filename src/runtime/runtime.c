@@ -252,14 +252,14 @@ static void host_region_thread(void *opaque) {
     launch_alone(state);
 }
 
-int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
-  if (launch->tile_count <= 0) return 0;
-  if (prepare_order(runtime, launch) != 0) return -1;
+/* Runs launch on the teams, its dynamic tiles in `order` (NULL: index
+ * order). */
+static void run_launch(fc_runtime *runtime, const fc_launch *launch,
+                       const weighted_tile *order) {
   launch_state state;
   state.runtime = runtime;
   state.launch = launch;
-  state.order =
-      launch->weight && !launch->static_schedule ? runtime->tile_order : NULL;
+  state.order = order;
   atomic_init(&state.next_tile, 0);
   const fc_team_plan *plan = &runtime->plan;
   if (runtime->mode == FC_LAUNCH_POOL) {
@@ -278,6 +278,62 @@ int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
         launch_alone(&state);
     }
   }
+}
 
+int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
+  if (launch->tile_count <= 0) return 0;
+  if (prepare_order(runtime, launch) != 0) return -1;
+  run_launch(runtime, launch,
+             launch->weight && !launch->static_schedule ? runtime->tile_order
+                                                        : NULL);
+  return 0;
+}
+
+/* What the paired launch's tiles call: first's tiles, then second's. */
+typedef struct launch_pair {
+  const fc_launch *first, *second;
+} launch_pair;
+
+static void pair_tile(void *opaque, int64_t tile, const fc_team_view *team) {
+  const launch_pair *pair = opaque;
+  const int64_t split = pair->first->tile_count;
+  if (tile < split)
+    pair->first->kernel(pair->first->args, tile, team);
+  else
+    pair->second->kernel(pair->second->args, tile - split, team);
+}
+
+/* Tiles of one launch keyed by how far through it they come: index order,
+ * or heaviest first where it has weights. */
+static void key_by_progress(const fc_launch *launch, int64_t offset,
+                            weighted_tile *keys) {
+  const int64_t count = launch->tile_count;
+  for (int64_t i = 0; i < count; i++)
+    keys[i] = (weighted_tile){launch->weight ? launch->weight(launch->args, i)
+                                             : count - i,
+                              i};
+  qsort(keys, (size_t)count, sizeof *keys, heavier_first);
+  /* The i-th of count comes at (i + 1/2) / count of the way: a later tile
+   * gets a smaller key, so that the descending sort below interleaves. */
+  for (int64_t i = 0; i < count; i++) {
+    const double progress = ((double)i + 0.5) / (double)count;
+    keys[i].weight = (int64_t)((1.0 - progress) * 4611686018427387904.0);
+    keys[i].tile += offset;
+  }
+}
+
+int fc_runtime_launch_pair(fc_runtime *runtime, const fc_launch *first,
+                           const fc_launch *second) {
+  if (first->tile_count <= 0) return fc_runtime_launch(runtime, second);
+  if (second->tile_count <= 0) return fc_runtime_launch(runtime, first);
+  const int64_t total = first->tile_count + second->tile_count;
+  if (fc_runtime_reserve_tile_order(runtime, total) != 0) return -1;
+  weighted_tile *order = runtime->tile_order;
+  key_by_progress(first, 0, order);
+  key_by_progress(second, first->tile_count, order + first->tile_count);
+  qsort(order, (size_t)total, sizeof *order, heavier_first);
+  launch_pair pair = {first, second};
+  fc_launch both = {pair_tile, &pair, total, false, NULL};
+  run_launch(runtime, &both, order);
   return 0;
 }

@@ -76,4 +76,11 @@ int fc_runtime_reserve_tile_order(fc_runtime *runtime, int64_t count);
  * Returns 0, or -1 when out of memory for the tile order (nothing ran). */
 int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch);
 
+/* Runs two dynamic launches as one: their tiles (each launch's heaviest
+ * first where it has weights) interleaved so that both run all along and
+ * end together, e.g. memory-bound decode tiles beside compute-bound
+ * prefill tiles. Needs tile order room for both (-1 if it cannot grow). */
+int fc_runtime_launch_pair(fc_runtime *runtime, const fc_launch *first,
+                           const fc_launch *second);
+
 #endif

@@ -309,13 +309,17 @@ flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
     for (int64_t g = 0; g < groups; g++) atomic_init(&s->records_done[g], 0);
   }
   flashcpu_status status = fc_kernel_reserve_scratch(env, scratch, args);
+  if (status == FLASHCPU_OK && env->reserve_only && env->reserved_tiles)
+    *env->reserved_tiles += tiles;
   if (status != FLASHCPU_OK || env->reserve_only) return status;
 
   fc_launch splits = {tile, args, tiles, false, NULL};
   fc_launch merge = {merge_tile, s, total_merges, false, NULL};
-  if (fc_runtime_launch(runtime, &splits) != 0 ||
-      (!merge_in_launch && fc_runtime_launch(runtime, &merge) != 0))
+  if (fc_kernel_launch(env, &splits) != 0)
     return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
                           "out of memory launching split-KV decode");
+  if (!merge_in_launch && fc_runtime_launch(runtime, &merge) != 0)
+    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                          "out of memory launching the split-KV merge");
   return FLASHCPU_OK;
 }

@@ -86,19 +86,25 @@ static int64_t tile_weight(const void *opaque, int64_t tile) {
 flashcpu_status fc_prefill_launch(const fc_kernel_env *env,
                                   const fc_problem *p, fc_prefill_plan *plan,
                                   fc_tile_kernel kernel, void *args) {
-  if (p->q_lens) { /* ragged: each batch's first tile, in the workspace */
-    if (fc_runtime_reserve_call_workspace(
-            env->runtime, (size_t)(p->batch + 1) * sizeof(int64_t)) != 0)
-      return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                            "out of memory planning %lld batches",
-                            (long long)p->batch);
-    int64_t *starts = env->runtime->call_workspace;
+  if (p->q_lens) { /* ragged: each batch's first tile (a plan's storage,
+                      else the workspace) */
+    int64_t *starts = p->tile_starts;
+    if (!starts) {
+      if (fc_runtime_reserve_call_workspace(
+              env->runtime, (size_t)(p->batch + 1) * sizeof(int64_t)) != 0)
+        return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                              "out of memory planning %lld batches",
+                              (long long)p->batch);
+      starts = env->runtime->call_workspace;
+    }
     starts[0] = 0;
     for (int64_t b = 0; b < p->batch; b++)
       starts[b + 1] = starts[b] + p->kv_heads * tiles_per_head_of(p, plan, b);
     plan->tile_starts = starts;
     plan->tile_count = starts[p->batch];
   }
+  if (env->reserve_only && env->reserved_tiles)
+    *env->reserved_tiles += plan->tile_count;
   if (env->reserve_only)
     return fc_runtime_reserve_tile_order(env->runtime, plan->tile_count) == 0
                ? FLASHCPU_OK
@@ -111,7 +117,7 @@ flashcpu_status fc_prefill_launch(const fc_kernel_env *env,
                 p->kv_lengths || p->q_lens;
   fc_launch launch = {run_tile, &launch_args, plan->tile_count, false,
                       uneven ? tile_weight : NULL};
-  if (fc_runtime_launch(env->runtime, &launch) != 0)
+  if (fc_kernel_launch(env, &launch) != 0)
     return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
                           "out of memory ordering %lld tiles",
                           (long long)plan->tile_count);
