@@ -52,7 +52,8 @@ class Options(ctypes.Structure):
                 ("splitkv_max_rows", ctypes.c_int), ("launch", ctypes.c_int),
                 ("prefill_bf16_dot", ctypes.c_int), ("decode_bf16_dot", ctypes.c_int),
                 ("decode_prefetch", ctypes.c_int), ("kernel", ctypes.c_char_p),
-                ("host_openmp", ctypes.POINTER(HostOpenmp))]
+                ("host_openmp", ctypes.POINTER(HostOpenmp)),
+                ("prefill_amx", ctypes.c_int)]
 
 
 BF16 = 2
