@@ -57,28 +57,6 @@ static flashcpu_status check_cache(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
-static flashcpu_status check_additive(flashcpu_context *ctx,
-                                      const flashcpu_plan *plan,
-                                      const flashcpu_additive_mask *mask,
-                                      fc_byte_span *span) {
-  if (!mask->data)
-    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
-                   CALL ": params->additive_mask->data is NULL");
-  for (int d = 0; d < 4; d++)
-    if (mask->strides[d] < 0)
-      return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
-                     CALL ": additive_mask->strides[%d] is %lld; strides must "
-                     "be non-negative (0 broadcasts)",
-                     d, (long long)mask->strides[d]);
-  const int64_t dims[4] = {plan->requests, plan->q_heads, plan->tokens,
-                           plan->max_keys};
-  if (!fc_span_of(mask->data, dims, mask->strides, 4, 4, span))
-    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
-                   CALL ": the additive mask's strides reach past the int64 "
-                   "range");
-  return FLASHCPU_OK;
-}
-
 /* The checks of flashcpu_attention's options that hold here too. */
 static flashcpu_status check_options(flashcpu_context *ctx,
                                      const flashcpu_attention_params *params) {
@@ -133,8 +111,10 @@ flashcpu_status flashcpu_attention_paged(
                                   &inputs[count], &count, &names[count])))
     return status;
   if (params->additive_mask) {
-    if ((status = check_additive(ctx, plan, params->additive_mask,
-                                 &inputs[count])))
+    const int64_t dims[4] = {plan->requests, plan->q_heads, plan->tokens,
+                             plan->max_keys};
+    if ((status = fc_check_additive(ctx, CALL, params->additive_mask, dims,
+                                    &inputs[count])))
       return status;
     names[count++] = "the additive mask";
   }
@@ -144,17 +124,9 @@ flashcpu_status flashcpu_attention_paged(
     lse_span.end = lse_span.begin + (uintptr_t)plan->q_heads *
                                         (uintptr_t)plan->tokens * sizeof(float);
   }
-  for (int i = 0; i < count; i++) {
-    if (fc_spans_overlap(out_span, inputs[i]))
-      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                     CALL ": out overlaps %s in memory", names[i]);
-    if (fc_spans_overlap(lse_span, inputs[i]))
-      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                     CALL ": lse overlaps %s in memory", names[i]);
-  }
-  if (fc_spans_overlap(lse_span, out_span))
-    return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                   CALL ": lse overlaps out in memory");
+  if ((status = fc_check_outputs_apart(ctx, CALL, out_span, lse_span, inputs,
+                                       names, count)))
+    return status;
 
   /* One problem per part, kernels chosen before any runs, so that an error
    * leaves the output untouched. */

@@ -145,23 +145,42 @@ static flashcpu_status check_tree(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
-static flashcpu_status check_additive(flashcpu_context *ctx,
-                                      const flashcpu_additive_mask *mask,
-                                      const fc_problem *p, fc_byte_span *span) {
+flashcpu_status fc_check_additive(flashcpu_context *ctx, const char *call,
+                                  const flashcpu_additive_mask *mask,
+                                  const int64_t dims[4], fc_byte_span *span) {
   if (!mask->data)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
-                   CALL ": params->additive_mask->data is NULL");
+                   "%s: params->additive_mask->data is NULL", call);
   for (int d = 0; d < 4; d++)
     if (mask->strides[d] < 0)
       return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
-                     CALL ": additive_mask->strides[%d] is %lld; strides must "
+                     "%s: additive_mask->strides[%d] is %lld; strides must "
                      "be non-negative (0 broadcasts)",
-                     d, (long long)mask->strides[d]);
-  int64_t dims[4] = {p->batch, p->q_heads, p->q_len, p->kv_capacity};
+                     call, d, (long long)mask->strides[d]);
   if (!fc_span_of(mask->data, dims, mask->strides, 4, 4, span))
     return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
-                   CALL ": the additive mask's strides reach past the int64 "
-                   "range");
+                   "%s: the additive mask's strides reach past the int64 "
+                   "range",
+                   call);
+  return FLASHCPU_OK;
+}
+
+flashcpu_status fc_check_outputs_apart(flashcpu_context *ctx,
+                                       const char *call, fc_byte_span out,
+                                       fc_byte_span lse,
+                                       const fc_byte_span *inputs,
+                                       const char *const *names, int count) {
+  for (int i = 0; i < count; i++) {
+    if (fc_spans_overlap(out, inputs[i]))
+      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                     "%s: out overlaps %s in memory", call, names[i]);
+    if (fc_spans_overlap(lse, inputs[i]))
+      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                     "%s: lse overlaps %s in memory", call, names[i]);
+  }
+  if (fc_spans_overlap(lse, out))
+    return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                   "%s: lse overlaps out in memory", call);
   return FLASHCPU_OK;
 }
 
@@ -294,7 +313,9 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
     input_names[input_count++] = "the tree mask";
   }
   if (params->additive_mask) {
-    if ((status = check_additive(ctx, params->additive_mask, problem,
+    const int64_t dims[4] = {problem->batch, problem->q_heads,
+                             problem->q_len, problem->kv_capacity};
+    if ((status = fc_check_additive(ctx, CALL, params->additive_mask, dims,
                                  &inputs[input_count])))
       return status;
     input_names[input_count++] = "the additive mask";
@@ -314,16 +335,6 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
       return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
                      CALL ": lse reaches past the address range");
   }
-  for (int i = 0; i < input_count; i++) {
-    if (fc_spans_overlap(out_span, inputs[i]))
-      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                     CALL ": out overlaps %s in memory", input_names[i]);
-    if (fc_spans_overlap(lse_span, inputs[i]))
-      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                     CALL ": lse overlaps %s in memory", input_names[i]);
-  }
-  if (fc_spans_overlap(lse_span, out_span))
-    return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                   CALL ": lse overlaps out in memory");
-  return FLASHCPU_OK;
+  return fc_check_outputs_apart(ctx, CALL, out_span, lse_span, inputs,
+                                input_names, input_count);
 }

@@ -13,6 +13,20 @@ flashcpu_status fc_copy_params(flashcpu_context *ctx, const char *call,
                                const flashcpu_attention_params *params,
                                flashcpu_attention_params *copy);
 
+/* An additive mask over dims [batch, heads, rows, keys]: data, strides,
+ * and the bytes it spans. */
+flashcpu_status fc_check_additive(flashcpu_context *ctx, const char *call,
+                                  const flashcpu_additive_mask *mask,
+                                  const int64_t dims[4], fc_byte_span *span);
+
+/* OVERLAP with a message when out or lse overlaps one of the count inputs
+ * (named by names) or each other. */
+flashcpu_status fc_check_outputs_apart(flashcpu_context *ctx,
+                                       const char *call, fc_byte_span out,
+                                       fc_byte_span lse,
+                                       const fc_byte_span *inputs,
+                                       const char *const *names, int count);
+
 /* The flags, scale, softcap and window of params. */
 flashcpu_status fc_check_common_params(flashcpu_context *ctx, const char *call,
                                        const flashcpu_attention_params *params);

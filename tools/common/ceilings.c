@@ -89,40 +89,19 @@ static double measure_read(const toolkit_ceiling_kernels *kernels, int threads,
   return (double)bytes / best * 1e-9;
 }
 
-/* Iterations that take about FMA_PASS_SECONDS on one thread. */
-static int64_t calibrate_fma_iterations(const toolkit_ceiling_kernels *kernels,
-                                        float multiplier, float addend) {
-  int64_t iterations = 1 << 14;
-  for (;;) {
-    double start = toolkit_now_seconds();
-    volatile float keep = kernels->fma_loop(iterations, multiplier, addend);
-    (void)keep;
-    double elapsed = toolkit_now_seconds() - start;
-    if (elapsed > FMA_PASS_SECONDS / 8 || iterations > (INT64_C(1) << 40))
-      return (int64_t)((double)iterations * FMA_PASS_SECONDS / elapsed) + 1;
-    iterations *= 4;
-  }
-}
+/* A compute loop to rate: run(context, iterations) does iterations of a
+ * fixed number of flops and returns a value that depends on all of them. */
+typedef float (*rate_loop)(const void *context, int64_t iterations);
 
-#if defined(TOOLKIT_HAVE_BF16_UNIT_KERNELS)
-/* Whether a kernel of the library that needs the unit runs here: the
- * library's check includes the OS (and, for AMX, Linux's grant of the tile
- * data to this process, which it asks for). */
-static bool library_runs(const char *name_part) {
-  flashcpu_kernel_info info;
-  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
-    if (info.runnable && strstr(info.name, name_part)) return true;
-  return false;
-}
-
-/* A unit's rate at `threads` threads: loop(iterations) does
- * flops_per_iteration each, timed like the FMA loop. */
-static double measure_unit(float (*loop)(int64_t), double flops_per_iteration,
-                           int threads) {
+/* Flops per second of loop at `threads` threads: iterations calibrated to
+ * about FMA_PASS_SECONDS on one thread, then the best of FMA_PASSES passes
+ * timed between barriers. */
+static double measure_rate(rate_loop loop, const void *context,
+                           double flops_per_iteration, int threads) {
   int64_t iterations = 1 << 10;
   for (;;) {
     const double start = toolkit_now_seconds();
-    volatile float keep = loop(iterations);
+    volatile float keep = loop(context, iterations);
     (void)keep;
     const double elapsed = toolkit_now_seconds() - start;
     if (elapsed > FMA_PASS_SECONDS / 8 || iterations > (INT64_C(1) << 40)) {
@@ -143,7 +122,7 @@ static double measure_unit(float (*loop)(int64_t), double flops_per_iteration,
 #pragma omp barrier
 #pragma omp single
       start = toolkit_now_seconds();
-      sink += loop(iterations);
+      sink += loop(context, iterations);
 #pragma omp barrier
 #pragma omp single
       {
@@ -156,41 +135,47 @@ static double measure_unit(float (*loop)(int64_t), double flops_per_iteration,
   (void)keep;
   return flops_per_iteration * (double)iterations * team / best * 1e-9;
 }
-#endif
+
+/* The FMA loop with runtime operands, so the compiler cannot fold it. */
+typedef struct fma_context {
+  const toolkit_ceiling_kernels *kernels;
+  float multiplier, addend;
+} fma_context;
+
+static float fma_rate_loop(const void *opaque, int64_t iterations) {
+  const fma_context *c = opaque;
+  return c->kernels->fma_loop(iterations, c->multiplier, c->addend);
+}
 
 static double measure_fma(const toolkit_ceiling_kernels *kernels,
                           int threads) {
-  /* Runtime values, so the compiler cannot fold the chains. */
   volatile float multiplier_source = 0.999999f, addend_source = 1e-6f;
-  const float multiplier = multiplier_source, addend = addend_source;
-  const int64_t iterations =
-      calibrate_fma_iterations(kernels, multiplier, addend);
-  double best = 1e30, start = 0.0;
-  float sink = 0.0f;
-  int team = 1;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
-#pragma omp single
-    team = omp_get_num_threads();
-    for (int pass = 0; pass < FMA_PASSES; pass++) {
-#pragma omp barrier
-#pragma omp single
-      start = toolkit_now_seconds();
-      sink += kernels->fma_loop(iterations, multiplier, addend);
-#pragma omp barrier
-#pragma omp single
-      {
-        double elapsed = toolkit_now_seconds() - start;
-        if (elapsed < best) best = elapsed;
-      }
-    }
-  }
-  volatile float keep = sink;
-  (void)keep;
-  double flops = 2.0 * (double)kernels->fma_lanes * TOOLKIT_FMA_CHAINS *
-                 (double)iterations * team;
-  return flops / best * 1e-9;
+  const fma_context context = {kernels, multiplier_source, addend_source};
+  return measure_rate(fma_rate_loop, &context,
+                      2.0 * kernels->fma_lanes * TOOLKIT_FMA_CHAINS, threads);
 }
+
+#if defined(TOOLKIT_HAVE_BF16_UNIT_KERNELS)
+/* Whether a kernel of the library that needs the unit runs here: the
+ * library's check includes the OS (and, for AMX, Linux's grant of the tile
+ * data to this process, which it asks for). */
+static bool library_runs(const char *name_part) {
+  flashcpu_kernel_info info;
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
+    if (info.runnable && strstr(info.name, name_part)) return true;
+  return false;
+}
+
+static float dot_rate_loop(const void *context, int64_t iterations) {
+  (void)context;
+  return toolkit_bf16_dot_loop(iterations);
+}
+
+static float amx_rate_loop(const void *context, int64_t iterations) {
+  (void)context;
+  return toolkit_amx_loop(iterations);
+}
+#endif
 
 int toolkit_measure_ceilings(int threads, toolkit_ceilings *ceilings) {
   memset(ceilings, 0, sizeof *ceilings);
@@ -208,10 +193,10 @@ int toolkit_measure_ceilings(int threads, toolkit_ceilings *ceilings) {
   /* 16 VDPBF16PS of 32 multiply-adds; 4 TDPBF16PS of 16 x 16 x 32. */
   if (library_runs("__avx512bf16"))
     ceilings->bf16_dot_gflops =
-        measure_unit(toolkit_bf16_dot_loop, 16.0 * 32 * 2, threads);
+        measure_rate(dot_rate_loop, NULL, 16.0 * 32 * 2, threads);
   if (library_runs("__amxbf16"))
     ceilings->amx_gflops =
-        measure_unit(toolkit_amx_loop, 4.0 * 16 * 16 * 32 * 2, threads);
+        measure_rate(amx_rate_loop, NULL, 4.0 * 16 * 16 * 32 * 2, threads);
 #endif
   ceilings->seconds = toolkit_now_seconds() - start;
   return ceilings->read_gbps > 0.0 ? 0 : -1;
