@@ -40,7 +40,9 @@ void cli_print_run_help(FILE *stream) {
 "                       the same on contiguous K/V for comparison; 0 =\n"
 "                       contiguous only (default 0; serve 16)\n"
 "  --dtype T            f32 | f16 | bf16 for q, k, v and out (default bf16)\n"
-"  --kv-dtype T         dtype of k and v (default --dtype)\n"
+"  --kv-dtype T         dtype of k and v (default --dtype); also i8, u8\n"
+"                       (per-token scales), f8_e4m3, f8_e5m2 (a per-tensor\n"
+"                       scale) and q8_0\n"
 "  --out-dtype T        dtype of the output (default --dtype)\n"
 "  --threads N          worker threads; 0 = library default (default 0)\n"
 "  --isa I              highest ISA: auto | scalar | avx2 | avx512 | neon\n"
@@ -125,6 +127,21 @@ static bool parse_dtype(const char *text, flashcpu_dtype *dtype) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (strcmp(text, flashcpu_dtype_name(all[i])) == 0) {
       *dtype = all[i];
+      return true;
+    }
+  return false;
+}
+
+/* K and V may also be quantized (per-token scales for i8 and u8, a
+ * per-tensor scale for fp8, q8_0's own blocks). */
+static bool parse_kv_dtype(const char *text, flashcpu_dtype *dtype) {
+  if (parse_dtype(text, dtype)) return true;
+  static const flashcpu_dtype quantized[] = {
+      FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_F8_E4M3,
+      FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_Q8_0};
+  for (size_t i = 0; i < sizeof quantized / sizeof quantized[0]; i++)
+    if (strcmp(text, flashcpu_dtype_name(quantized[i])) == 0) {
+      *dtype = quantized[i];
       return true;
     }
   return false;
@@ -220,8 +237,10 @@ static int apply_valued(run_options *options, const char *flag,
     if (!*kv_dtype_set) options->kv_dtype = options->q_dtype;
     if (!*out_dtype_set) options->out_dtype = options->q_dtype;
   } else if (strcmp(flag, "--kv-dtype") == 0) {
-    if (!parse_dtype(value, &options->kv_dtype))
-      return usage_error("%s must be f32, f16 or bf16, not '%s'", flag, value);
+    if (!parse_kv_dtype(value, &options->kv_dtype))
+      return usage_error("%s must be f32, f16, bf16, i8, u8, f8_e4m3, "
+                         "f8_e5m2 or q8_0, not '%s'",
+                         flag, value);
     *kv_dtype_set = true;
   } else if (strcmp(flag, "--out-dtype") == 0) {
     if (!parse_dtype(value, &options->out_dtype))

@@ -19,7 +19,8 @@
  *    rows than are filled.
  *      q   [B, L, Hq,  D]     k [B, S, Hkv, D]     v [B, S, Hkv, Dv]
  *      out [B, L, Hq,  Dv]    lse (optional) float32 [B, Hq, L], contiguous
- *  - dtypes: f32, f16 and bf16 for each of q, k, v, out independently.
+ *  - dtypes: f32, f16 and bf16 for each of q, k, v, out independently;
+ *    k and v may also be quantized (see "quantized K/V").
  *  - scale: 0 means 1/sqrt(D).
  *  - GQA: Hq must be a multiple of Hkv; query head h reads kv head
  *    h / (Hq / Hkv). Hkv == 1 is MQA, Hkv == Hq is MHA.
@@ -150,7 +151,17 @@ FLASHCPU_API const char *flashcpu_status_name(flashcpu_status status);
 typedef enum flashcpu_dtype {
   FLASHCPU_DTYPE_F32 = 0,
   FLASHCPU_DTYPE_F16 = 1, /* IEEE binary16 */
-  FLASHCPU_DTYPE_BF16 = 2 /* bfloat16 */
+  FLASHCPU_DTYPE_BF16 = 2, /* bfloat16 */
+  /* Quantized storage, for K and V only (see "quantized K/V" below). */
+  FLASHCPU_DTYPE_I8 = 3,      /* int8 code c: value = scale * c */
+  FLASHCPU_DTYPE_U8 = 4,      /* uint8 code c: value = scale * (c - zero) */
+  FLASHCPU_DTYPE_F8_E4M3 = 5, /* OCP fp8 E4M3 (e4m3fn: largest 448, no
+                                 inf, NaN 0x7f / 0xff): value = scale * c */
+  FLASHCPU_DTYPE_F8_E5M2 = 6, /* OCP fp8 E5M2 (an f16's upper byte: inf
+                                 and NaN as in f16): value = scale * c */
+  FLASHCPU_DTYPE_Q8_0 = 7     /* llama.cpp's block_q8_0: per 32 values an
+                                 f16 scale d, then 32 int8 codes c (34
+                                 bytes); value = d * c */
 } flashcpu_dtype;
 
 /* ---------------------------------------------------------------- context */
@@ -374,10 +385,14 @@ FLASHCPU_API const char *flashcpu_last_error(const flashcpu_context *ctx);
 
 /* ---------------------------------------------------------------- tensors */
 
-/* "f32", "f16", "bf16"; "unknown" otherwise. */
+/* "f32", "f16", "bf16", "i8", "u8", "f8_e4m3", "f8_e5m2", "q8_0";
+ * "unknown" otherwise. */
 FLASHCPU_API const char *flashcpu_dtype_name(flashcpu_dtype dtype);
-/* Bytes per element; 0 for an unknown dtype. */
+/* Bytes per element; for Q8_0 bytes per block of 32 elements (34); 0 for
+ * an unknown dtype. */
 FLASHCPU_API size_t flashcpu_dtype_size(flashcpu_dtype dtype);
+/* Elements per block: 32 for Q8_0, 1 for the others (0: unknown). */
+FLASHCPU_API int64_t flashcpu_dtype_block(flashcpu_dtype dtype);
 
 enum { FLASHCPU_DIM_BATCH = 0, FLASHCPU_DIM_SEQ = 1, FLASHCPU_DIM_HEADS = 2,
        FLASHCPU_DIM_HEAD_DIM = 3 };
@@ -388,6 +403,52 @@ typedef struct flashcpu_tensor {
   int64_t dims[4];       /* [batch, seq, heads, head_dim] */
   int64_t strides[4];    /* in elements; strides[3] must be 1 */
 } flashcpu_tensor;
+
+/* ------------------------------------------------------ quantized K/V */
+
+/* K and V (never q or out) may be stored quantized: I8, U8, F8_E4M3,
+ * F8_E5M2 or Q8_0, each independently (K int8 and V bf16 is fine).
+ * Attention is defined over the dequantized values, computed in f32:
+ *
+ *   value(b, s, h, d) = (code - zero(b, s, h, d)) * scale(b, s, h, d)
+ *
+ * the zero point only for U8 (0 for the others, and for U8 without zero
+ * points). The scales of a tensor are a view of their own:
+ *   scale(b, s, h, d) = data[b * strides[0] + s * strides[1] +
+ *                            h * strides[2] + d * strides[3]]
+ * (a paged cache's: [page, slot, kv head, channel]), strides in elements,
+ * non-negative, 0 broadcasting; zero points, where given, use the same
+ * strides and dtype. So
+ *   per tensor              {0, 0, 0, 0}
+ *   per kv head             {0, 0, 1, 0}
+ *   per token and kv head   {S * Hkv, Hkv, 1, 0}  (vLLM's and OpenVINO's
+ *                           per-token scales; a page's [P, page, Hkv]:
+ *                           {page * Hkv, Hkv, 1, 0})
+ *   per channel             {0, 0, D, 1}          (KIVI's keys)
+ * A NULL scales view means scale 1 and zero 0. Q8_0 carries its scales in
+ * its blocks and takes none; its head_dim and every stride except
+ * head_dim's are multiples of 32 elements (the view's strides count
+ * elements: element e of a row lies in block e / 32).
+ *
+ * flashcpu_quantize and flashcpu_kv_append write quantized values: rounded
+ * to nearest (even), finite values beyond the format's range saturated to
+ * its largest. Scales that vary by token (strides[1] != 0, strides[3] ==
+ * 0) they compute, one per (token, kv head): I8 max|x| / 127; U8
+ * (max - min) / 255 with zero point -min / scale (U8 needs zero_points
+ * there); F8 max|x| / its largest (448 or 57344); Q8_0 d = max|x| / 127
+ * per block. Other scales they read, and
+ * those must be finite and > 0. A row (or block) holding NaN or inf gets
+ * a NaN computed scale, so it reads as NaN; NaN in fp8 stays NaN, inf
+ * stays inf in E5M2 and becomes NaN in E4M3 (it has no inf); with read
+ * scales an I8 or U8 cache cannot hold NaN or inf, and the call fails
+ * with nothing written. */
+typedef struct flashcpu_kv_scales {
+  void *data;           /* attention reads; quantize and kv_append write
+                           the scales they compute */
+  flashcpu_dtype dtype; /* f32, f16 or bf16 */
+  int64_t strides[4];   /* [batch or page, seq or slot, kv head, channel] */
+  void *zero_points;    /* U8 only (NULL: 0); same dtype and strides */
+} flashcpu_kv_scales;
 
 /* A view of a contiguous [batch, seq, heads, head_dim] buffer (BSHD). */
 FLASHCPU_API flashcpu_tensor flashcpu_tensor_bshd(void *data,
@@ -463,6 +524,10 @@ typedef struct flashcpu_attention_params {
    * with the additive mask. NULL: none. */
   const float *alibi_slopes;
   int64_t alibi_batch_stride;
+  /* Scales of a quantized k and v (see "quantized K/V"); NULL for f32,
+   * f16, bf16 and Q8_0, and for scale 1. flashcpu_attention_paged takes
+   * them from the flashcpu_paged_kv instead: there they must be NULL. */
+  const flashcpu_kv_scales *k_scales, *v_scales;
 } flashcpu_attention_params;
 
 /* Fills *params with the defaults: scale 0, no flags, window (-1, -1),
@@ -518,9 +583,10 @@ typedef struct flashcpu_paged_kv {
   int64_t kv_heads, head_dim, v_head_dim;
   int64_t k_strides[3]; /* [page, slot, kv head], in elements */
   int64_t v_strides[3];
-  /* Reserved for quantized caches (scales per token or block): must be
-   * NULL in this version. */
-  const void *k_scales, *v_scales;
+  /* Scales of quantized pages, strides [page, slot, kv head, channel]
+   * (see "quantized K/V"); NULL for f32, f16, bf16 and Q8_0 pages and for
+   * scale 1. flashcpu_kv_append writes the per-token ones. */
+  const flashcpu_kv_scales *k_scales, *v_scales;
 } flashcpu_paged_kv;
 
 /* K and V pages [num_pages, page_size, kv_heads, head_dim] (NHD), two
@@ -622,8 +688,10 @@ FLASHCPU_API flashcpu_status flashcpu_attention_paged(
 
 /* Writes a step's new K and V rows into their pages (vLLM's
  * reshape_and_cache): k_new [1, T, Hkv, D] and v_new [1, T, Hkv, Dv] views
- * of any dtype, converted to the cache's dtypes on the way (rounding to
- * nearest even; NaN stays NaN), and slot_mapping int64 [T]: row t goes to
+ * (f32, f16 or bf16), converted to the cache's dtypes on the way (rounding
+ * to nearest even; NaN stays NaN; quantized pages as "quantized K/V"
+ * says, their per-token scales written into the cache's scales views),
+ * and slot_mapping int64 [T]: row t goes to
  * token slot slot_mapping[t] = page * page_size + offset of the cache;
  * -1 skips the row. Every slot must be -1 or in [0, num_pages *
  * page_size), and no slot may appear twice in one call. Checked before
@@ -633,6 +701,26 @@ FLASHCPU_API flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
                                                 const flashcpu_tensor *v_new,
                                                 const int64_t *slot_mapping,
                                                 const flashcpu_paged_kv *kv);
+
+/* ----------------------------------------------- quantize and dequantize */
+
+/* For engines that manage their own caches: src [B, S, H, D] (f32, f16 or
+ * bf16) quantized into dst (same dims; I8, U8, F8_E4M3, F8_E5M2 or Q8_0)
+ * with dst_scales (NULL: scale 1; must be NULL for Q8_0), computing the
+ * scales that vary by token and reading the others, as "quantized K/V"
+ * says. dst and its scales must not overlap src. Nothing is written on
+ * error. */
+FLASHCPU_API flashcpu_status
+flashcpu_quantize(flashcpu_context *ctx, const flashcpu_tensor *src,
+                  const flashcpu_tensor *dst,
+                  const flashcpu_kv_scales *dst_scales);
+
+/* The values attention reads from a quantized src (with src_scales, NULL:
+ * scale 1) into dst (same dims; f32, f16 or bf16). */
+FLASHCPU_API flashcpu_status
+flashcpu_dequantize(flashcpu_context *ctx, const flashcpu_tensor *src,
+                    const flashcpu_kv_scales *src_scales,
+                    const flashcpu_tensor *dst);
 
 /* ------------------------------------------------------------------ merge */
 

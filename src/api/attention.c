@@ -26,7 +26,8 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
             (long long)problem.kv_capacity, (long long)problem.q_heads,
             (long long)problem.kv_heads, (long long)problem.head_dim,
             kernel ? kernel->name : "no kernel", reason,
-            ctx->table.row_to_f32_names[problem.k.dtype]);
+            problem.k.quantized ? ctx->table.dequant_row_name
+                                : ctx->table.row_to_f32_names[problem.k.dtype]);
   if (!kernel)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    "flashcpu_attention: %s", reason);

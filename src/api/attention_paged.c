@@ -36,9 +36,10 @@ static flashcpu_status check_rows(flashcpu_context *ctx,
 static flashcpu_status check_cache(flashcpu_context *ctx,
                                    const flashcpu_plan *plan,
                                    const flashcpu_paged_kv *kv,
-                                   fc_byte_span *k_span, fc_byte_span *v_span) {
+                                   fc_byte_span *k_span, fc_byte_span *v_span,
+                                   fc_byte_span *scale_spans) {
   flashcpu_status status =
-      fc_check_paged_kv(ctx, CALL, kv, true, k_span, v_span);
+      fc_check_paged_kv(ctx, CALL, kv, true, k_span, v_span, scale_spans);
   if (status != FLASHCPU_OK) return status;
   const struct {
     int64_t got, planned;
@@ -68,6 +69,10 @@ static flashcpu_status check_options(flashcpu_context *ctx,
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": params->tree_mask must be NULL: the plan holds "
                    "the tree masks (batch->tree_bits)");
+  if (params->k_scales || params->v_scales)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": params->k_scales and v_scales must be NULL: a "
+                   "paged cache's scales are kv->k_scales and kv->v_scales");
   return fc_check_common_params(ctx, CALL, params);
 }
 
@@ -90,9 +95,9 @@ flashcpu_status flashcpu_attention_paged(
   params = &copy;
   if ((status = check_options(ctx, params)) != FLASHCPU_OK) return status;
 
-  fc_byte_span q_span, out_span, k_span, v_span;
+  fc_byte_span q_span, out_span, k_span, v_span, scale_spans[4];
   if ((status = check_rows(ctx, plan, q, "q", plan->head_dim, &q_span)) ||
-      (status = check_cache(ctx, plan, kv, &k_span, &v_span)) ||
+      (status = check_cache(ctx, plan, kv, &k_span, &v_span, scale_spans)) ||
       (status = check_rows(ctx, plan, out, "out", plan->v_head_dim,
                            &out_span)))
     return status;
@@ -104,9 +109,17 @@ flashcpu_status flashcpu_attention_paged(
   fc_problem shared;
   memset(&shared, 0, sizeof shared);
   shared.q_heads = plan->q_heads;
-  fc_byte_span inputs[7] = {q_span, k_span, v_span};
-  const char *names[7] = {"q", "kv->k", "kv->v"};
-  int count = 3;
+  fc_byte_span inputs[11] = {q_span,         k_span,         v_span,
+                             scale_spans[0], scale_spans[1], scale_spans[2],
+                             scale_spans[3]};
+  const char *names[11] = {"q",
+                           "kv->k",
+                           "kv->v",
+                           "kv->k_scales",
+                           "kv->k_scales's zero points",
+                           "kv->v_scales",
+                           "kv->v_scales's zero points"};
+  int count = 7;
   if ((status = fc_check_variants(ctx, CALL, params, &shared, plan->requests,
                                   &inputs[count], &count, &names[count])))
     return status;

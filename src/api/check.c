@@ -54,10 +54,12 @@ flashcpu_status fc_copy_params(flashcpu_context *ctx, const char *call,
                                flashcpu_attention_params *copy) {
   flashcpu_attention_params_init(copy);
   if (!params) return FLASHCPU_OK;
-  /* 0.1.0's struct ended before the sinks. */
+  /* 0.1.0's struct ended before the sinks; the first 0.2.0 one before the
+   * K/V scales. */
   const size_t earlier = offsetof(flashcpu_attention_params, sinks);
+  const size_t unscaled = offsetof(flashcpu_attention_params, k_scales);
   if (params->struct_size != sizeof(flashcpu_attention_params) &&
-      params->struct_size != earlier)
+      params->struct_size != earlier && params->struct_size != unscaled)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    "%s: params->struct_size is %zu, expected %zu (call "
                    "flashcpu_attention_params_init first)",
@@ -254,8 +256,8 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
 
   fc_byte_span q_span, k_span, v_span, out_span;
   if ((status = fc_check_tensor(ctx, CALL, q, "q", 1, &q_span)) ||
-      (status = fc_check_tensor(ctx, CALL, k, "k", 0, &k_span)) ||
-      (status = fc_check_tensor(ctx, CALL, v, "v", 0, &v_span)) ||
+      (status = fc_check_kv_tensor(ctx, CALL, k, "k", 0, &k_span)) ||
+      (status = fc_check_kv_tensor(ctx, CALL, v, "v", 0, &v_span)) ||
       (status = fc_check_tensor(ctx, CALL, out, "out", 1, &out_span)) ||
       (status = check_shapes(ctx, q, k, v, out)))
     return status;
@@ -290,9 +292,25 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
   problem->lse_batch_stride = problem->q_heads * problem->q_len;
   problem->lse_head_stride = problem->q_len;
 
-  fc_byte_span inputs[8] = {q_span, k_span, v_span};
-  const char *input_names[8] = {"q", "k", "v"};
+  fc_byte_span inputs[12] = {q_span, k_span, v_span};
+  const char *input_names[12] = {"q", "k", "v"};
   int input_count = 3;
+  const flashcpu_tensor *kv_of[2] = {k, v};
+  const flashcpu_kv_scales *scales_of[2] = {params->k_scales,
+                                            params->v_scales};
+  static const char *const scale_names[2][2] = {
+      {"params->k_scales", "k's zero points"},
+      {"params->v_scales", "v's zero points"}};
+  for (int s = 0; s < 2; s++) {
+    if ((status = fc_check_kv_scales(
+             ctx, CALL, scales_of[s], kv_of[s]->dtype, scale_names[s][0],
+             kv_of[s]->dims, &inputs[input_count], &inputs[input_count + 1])))
+      return status;
+    input_names[input_count] = scale_names[s][0];
+    input_names[input_count + 1] = scale_names[s][1];
+    input_count += 2;
+    fc_fill_view_scales(scales_of[s], s ? &problem->v : &problem->k);
+  }
   if ((status = fc_check_variants(ctx, CALL, params, problem, problem->batch,
                                   &inputs[input_count], &input_count,
                                   &input_names[input_count])))

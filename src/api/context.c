@@ -267,8 +267,8 @@ flashcpu_isa flashcpu_context_isa(const flashcpu_context *ctx) {
 fc_kernel_env fc_context_kernel_env(flashcpu_context *ctx, char *reason,
                                     size_t reason_size) {
   fc_kernel_env env = {&ctx->runtime, ctx->table.row_to_f32,
-                       &ctx->table.settings, reason, reason_size, false,
-                       NULL, NULL};
+                       ctx->table.dequant_row, &ctx->table.settings,
+                       reason, reason_size, false, NULL, NULL};
   if (reason_size) reason[0] = '\0';
   return env;
 }

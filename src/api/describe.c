@@ -109,6 +109,7 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
     append(out, "  %s row load: %s\n",
            flashcpu_dtype_name((flashcpu_dtype)d),
            ctx->table.row_to_f32_names[d]);
+  append(out, "  quantized K/V rows: %s\n", ctx->table.dequant_row_name);
 }
 
 size_t flashcpu_context_describe(const flashcpu_context *ctx, char *buffer,

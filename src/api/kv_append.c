@@ -6,6 +6,7 @@
 #include "api/context_internal.h"
 #include "api/errors.h"
 #include "api/paged_check.h"
+#include "common/dtype_convert.h"
 #include "kernels/append/kv_append.h"
 
 #define CALL "flashcpu_kv_append"
@@ -78,6 +79,73 @@ static flashcpu_status check_slots(flashcpu_context *ctx, const int64_t *slots,
   return FLASHCPU_OK;
 }
 
+/* The side of a cache that a source row goes to. */
+static void fill_side(const flashcpu_paged_kv *kv, int s,
+                      const flashcpu_tensor *source, fc_append_side *side) {
+  fc_fill_view(source, &side->source);
+  side->cache = s ? kv->v : kv->k;
+  side->cache_dtype = s ? kv->v_dtype : kv->k_dtype;
+  const int64_t *strides = s ? kv->v_strides : kv->k_strides;
+  const int64_t size = (int64_t)flashcpu_dtype_size(side->cache_dtype);
+  for (int d = 0; d < 3; d++)
+    side->byte_strides[d] = side->cache_dtype == FLASHCPU_DTYPE_Q8_0
+                                ? strides[d] / 32 * size
+                                : strides[d] * size;
+  side->dim = s ? kv->v_head_dim : kv->head_dim;
+  const flashcpu_kv_scales *scales = s ? kv->v_scales : kv->k_scales;
+  if (scales) {
+    side->scales = (char *)scales->data;
+    side->zeros = (char *)scales->zero_points;
+    side->scale_dtype = scales->dtype;
+    memcpy(side->scale_strides, scales->strides, sizeof side->scale_strides);
+    side->scales_computed = fc_scales_computed(scales);
+  }
+}
+
+/* Quantized pages with read scales: every row they get must be
+ * representable, checked before anything is written. */
+static flashcpu_status check_quantizable(flashcpu_context *ctx,
+                                         const fc_append_side *side,
+                                         const char *name,
+                                         const int64_t *slots, int64_t tokens,
+                                         int64_t kv_heads, int64_t page_size) {
+  if (!fc_dtype_is_quantized(side->cache_dtype)) return FLASHCPU_OK;
+  if (side->scales_computed && side->cache_dtype == FLASHCPU_DTYPE_U8 &&
+      !side->zeros)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   CALL ": the %s pages are U8 with per-token scales, which "
+                   "need zero_points",
+                   name);
+  if (side->scales_computed || side->cache_dtype == FLASHCPU_DTYPE_Q8_0)
+    return FLASHCPU_OK;
+  if (fc_runtime_reserve_call_workspace(
+          &ctx->runtime, (size_t)side->dim * sizeof(float)) != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                   CALL ": out of memory checking the new rows");
+  float *row = ctx->runtime.call_workspace;
+  for (int64_t t = 0; t < tokens; t++) {
+    if (slots[t] < 0) continue;
+    for (int64_t h = 0; h < kv_heads; h++) {
+      fc_row_scales_out scales;
+      fc_append_target(side, slots[t] / page_size, slots[t] % page_size, h,
+                       &scales);
+      fc_load_row_f32(fc_view_row(&side->source, 0, t, h),
+                      side->source.dtype, side->dim, 1.0f, row);
+      const char *why = "";
+      const int64_t d =
+          fc_quantize_row_refusal(side->cache_dtype, row, side->dim, &scales,
+                                  &why);
+      if (d >= 0)
+        return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                       CALL ": %s_new[0, %lld, %lld, %lld] cannot be written "
+                       "to the %s pages: %s",
+                       name, (long long)t, (long long)h, (long long)d,
+                       flashcpu_dtype_name(side->cache_dtype), why);
+    }
+  }
+  return FLASHCPU_OK;
+}
+
 flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
                                    const flashcpu_tensor *k_new,
                                    const flashcpu_tensor *v_new,
@@ -86,8 +154,9 @@ flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
   flashcpu_status status;
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
-  fc_byte_span k_cache, v_cache, k_span, v_span;
-  if ((status = fc_check_paged_kv(ctx, CALL, kv, true, &k_cache, &v_cache)) ||
+  fc_byte_span k_cache, v_cache, k_span, v_span, scale_spans[4];
+  if ((status = fc_check_paged_kv(ctx, CALL, kv, true, &k_cache, &v_cache,
+                                  scale_spans)) ||
       (status = check_rows(ctx, k_new, "k_new", -1, kv->kv_heads,
                            kv->head_dim, &k_span)) ||
       (status = check_rows(ctx, v_new, "v_new", k_new->dims[1], kv->kv_heads,
@@ -110,16 +179,18 @@ flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
       (uintptr_t)slot_mapping + (uintptr_t)tokens * sizeof(int64_t)};
   const fc_byte_span sources[3] = {k_span, v_span, slot_span};
   const char *source_names[3] = {"k_new", "v_new", "slot_mapping"};
-  for (int i = 0; i < 3; i++) {
-    if (fc_spans_overlap(sources[i], k_cache))
-      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                     CALL ": %s overlaps the K pages in memory",
-                     source_names[i]);
-    if (fc_spans_overlap(sources[i], v_cache))
-      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                     CALL ": %s overlaps the V pages in memory",
-                     source_names[i]);
-  }
+  const fc_byte_span targets[6] = {k_cache,        v_cache,
+                                   scale_spans[0], scale_spans[1],
+                                   scale_spans[2], scale_spans[3]};
+  const char *target_names[6] = {"the K pages",         "the V pages",
+                                 "the K scales",        "the K zero points",
+                                 "the V scales",        "the V zero points"};
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 6; j++)
+      if (fc_spans_overlap(sources[i], targets[j]))
+        return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                       CALL ": %s overlaps %s in memory", source_names[i],
+                       target_names[j]);
   if ((status = check_slots(ctx, slot_mapping, tokens, capacity)))
     return status;
 
@@ -131,13 +202,11 @@ flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
   a.slots = slot_mapping;
   const flashcpu_tensor *sources_of[2] = {k_new, v_new};
   for (int s = 0; s < 2; s++) {
-    fc_append_side *side = &a.sides[s];
-    fc_fill_view(sources_of[s], &side->source);
-    side->cache = s ? kv->v : kv->k;
-    side->cache_dtype = s ? kv->v_dtype : kv->k_dtype;
-    memcpy(side->strides, s ? kv->v_strides : kv->k_strides,
-           sizeof side->strides);
-    side->dim = s ? kv->v_head_dim : kv->head_dim;
+    fill_side(kv, s, sources_of[s], &a.sides[s]);
+    if ((status = check_quantizable(ctx, &a.sides[s], s ? "v" : "k",
+                                    slot_mapping, tokens, kv->kv_heads,
+                                    kv->page_size)))
+      return status;
   }
   char reason[256];
   fc_kernel_env env = fc_context_kernel_env(ctx, reason, sizeof reason);

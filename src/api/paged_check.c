@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "common/quant.h"
 
 static const char *const page_dims[3] = {"page", "slot", "kv head"};
 
@@ -14,11 +15,11 @@ static flashcpu_status check_side(flashcpu_context *ctx, const char *call,
   if (!data)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv->%s is NULL",
                    call, name);
-  const size_t element_size = flashcpu_dtype_size(dtype);
-  if (element_size == 0)
+  if (!fc_dtype_is_float(dtype) && !fc_dtype_is_quantized(dtype))
     return fc_fail(ctx, FLASHCPU_ERROR_UNSUPPORTED_DTYPE,
-                   "%s: kv->%s_dtype is %d; expected FLASHCPU_DTYPE_F32 (0), "
-                   "F16 (1) or BF16 (2)",
+                   "%s: kv->%s_dtype is %d; expected a flashcpu_dtype: F32 "
+                   "(0), F16 (1), BF16 (2), I8 (3), U8 (4), F8_E4M3 (5), "
+                   "F8_E5M2 (6) or Q8_0 (7)",
                    call, name, (int)dtype);
   for (int d = 0; d < 3; d++)
     if (strides[d] < 0)
@@ -26,9 +27,22 @@ static flashcpu_status check_side(flashcpu_context *ctx, const char *call,
                      "%s: kv->%s_strides[%d] (%s) is %lld; strides must be "
                      "non-negative",
                      call, name, d, page_dims[d], (long long)strides[d]);
+  if (dtype == FLASHCPU_DTYPE_Q8_0) {
+    if (dim % FC_Q8_0_BLOCK != 0)
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     "%s: kv->%s is Q8_0 with head_dim %lld; Q8_0 rows are "
+                     "whole blocks of 32",
+                     call, name, (long long)dim);
+    for (int d = 0; d < 3; d++)
+      if (strides[d] % FC_Q8_0_BLOCK != 0)
+        return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                       "%s: kv->%s_strides[%d] (%s) is %lld; Q8_0 strides "
+                       "are multiples of 32 elements (whole blocks)",
+                       call, name, d, page_dims[d], (long long)strides[d]);
+  }
   const int64_t dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads, dim};
   const int64_t all_strides[4] = {strides[0], strides[1], strides[2], 1};
-  if (!fc_span_of(data, dims, all_strides, 4, (int64_t)element_size, span))
+  if (!fc_quantized_span_of(data, dtype, dims, all_strides, 4, span))
     return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
                    "%s: kv->%s's pages reach past the int64 / address range",
                    call, name);
@@ -37,7 +51,8 @@ static flashcpu_status check_side(flashcpu_context *ctx, const char *call,
 
 flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
                                   const flashcpu_paged_kv *kv, bool with_data,
-                                  fc_byte_span *k_span, fc_byte_span *v_span) {
+                                  fc_byte_span *k_span, fc_byte_span *v_span,
+                                  fc_byte_span *scale_spans) {
   if (!kv)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv is NULL", call);
   const struct {
@@ -53,18 +68,26 @@ flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      "%s: kv->%s is %lld; it must be >= 1", call,
                      geometry[i].name, (long long)geometry[i].value);
-  if (kv->k_scales || kv->v_scales)
-    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   "%s: kv->k_scales and kv->v_scales are reserved for "
-                   "quantized caches and must be NULL in this version",
-                   call);
   if (!with_data) return FLASHCPU_OK;
   flashcpu_status status =
       check_side(ctx, call, kv, "k", kv->k, kv->k_dtype, kv->k_strides,
                  kv->head_dim, k_span);
   if (status != FLASHCPU_OK) return status;
-  return check_side(ctx, call, kv, "v", kv->v, kv->v_dtype, kv->v_strides,
-                    kv->v_head_dim, v_span);
+  if ((status = check_side(ctx, call, kv, "v", kv->v, kv->v_dtype,
+                           kv->v_strides, kv->v_head_dim, v_span)))
+    return status;
+  const int64_t k_dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads,
+                             kv->head_dim};
+  const int64_t v_dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads,
+                             kv->v_head_dim};
+  fc_byte_span ignored[4];
+  fc_byte_span *spans = scale_spans ? scale_spans : ignored;
+  if ((status = fc_check_kv_scales(ctx, call, kv->k_scales, kv->k_dtype,
+                                   "kv->k_scales", k_dims, &spans[0],
+                                   &spans[1])))
+    return status;
+  return fc_check_kv_scales(ctx, call, kv->v_scales, kv->v_dtype,
+                            "kv->v_scales", v_dims, &spans[2], &spans[3]);
 }
 
 void fc_fill_paged_view(const flashcpu_paged_kv *kv, int which,
@@ -79,6 +102,8 @@ void fc_fill_paged_view(const flashcpu_paged_kv *kv, int which,
   view->strides[1] = strides[1];
   view->strides[2] = strides[2];
   view->strides[3] = 1;
+  fc_view_set_storage(view);
+  fc_fill_view_scales(which ? kv->v_scales : kv->k_scales, view);
   view->pages = pages;
   view->page_rows = page_rows;
   view->page_size = kv->page_size;

@@ -9,12 +9,14 @@
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
 
-/* A paged cache view: non-NULL, its geometry >= 1, no scales. With
- * with_data also its pointers, dtypes and strides, and the bytes its K and
- * V pages span (for overlap checks). */
+/* A paged cache view: non-NULL, its geometry >= 1. With with_data also
+ * its pointers, dtypes, strides and scales, and the bytes its K and V
+ * pages span, and (scale_spans, unless NULL) its K scales, K zero points,
+ * V scales and V zero points (empty where none), for overlap checks. */
 flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
                                   const flashcpu_paged_kv *kv, bool with_data,
-                                  fc_byte_span *k_span, fc_byte_span *v_span);
+                                  fc_byte_span *k_span, fc_byte_span *v_span,
+                                  fc_byte_span *scale_spans);
 
 /* The internal view of K (which 0) or V (which 1) of a checked cache, its
  * rows found through pages and page_rows. */

@@ -339,7 +339,7 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
   flashcpu_status status =
-      fc_check_paged_kv(ctx, CALL, kv, false, NULL, NULL);
+      fc_check_paged_kv(ctx, CALL, kv, false, NULL, NULL, NULL);
   if (status != FLASHCPU_OK) return status;
   if (q_heads < 1 || q_heads % kv->kv_heads != 0)
     return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,

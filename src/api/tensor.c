@@ -8,6 +8,11 @@ const char *flashcpu_dtype_name(flashcpu_dtype dtype) {
   case FLASHCPU_DTYPE_F32: return "f32";
   case FLASHCPU_DTYPE_F16: return "f16";
   case FLASHCPU_DTYPE_BF16: return "bf16";
+  case FLASHCPU_DTYPE_I8: return "i8";
+  case FLASHCPU_DTYPE_U8: return "u8";
+  case FLASHCPU_DTYPE_F8_E4M3: return "f8_e4m3";
+  case FLASHCPU_DTYPE_F8_E5M2: return "f8_e5m2";
+  case FLASHCPU_DTYPE_Q8_0: return "q8_0";
   }
   return "unknown";
 }
@@ -17,8 +22,18 @@ size_t flashcpu_dtype_size(flashcpu_dtype dtype) {
   case FLASHCPU_DTYPE_F32: return 4;
   case FLASHCPU_DTYPE_F16: return 2;
   case FLASHCPU_DTYPE_BF16: return 2;
+  case FLASHCPU_DTYPE_I8:
+  case FLASHCPU_DTYPE_U8:
+  case FLASHCPU_DTYPE_F8_E4M3:
+  case FLASHCPU_DTYPE_F8_E5M2: return 1;
+  case FLASHCPU_DTYPE_Q8_0: return 34;
   }
   return 0;
+}
+
+int64_t flashcpu_dtype_block(flashcpu_dtype dtype) {
+  if (dtype == FLASHCPU_DTYPE_Q8_0) return 32;
+  return flashcpu_dtype_size(dtype) ? 1 : 0;
 }
 
 flashcpu_tensor flashcpu_tensor_bshd(void *data, flashcpu_dtype dtype,

@@ -28,10 +28,35 @@ flashcpu_status fc_check_tensor(flashcpu_context *ctx, const char *call,
                                 const flashcpu_tensor *t, const char *name,
                                 int64_t min_seq, fc_byte_span *span);
 
+/* The same for K and V, which may also be quantized (Q8_0: head_dim and
+ * every other stride multiples of 32). */
+flashcpu_status fc_check_kv_tensor(flashcpu_context *ctx, const char *call,
+                                   const flashcpu_tensor *t, const char *name,
+                                   int64_t min_seq, fc_byte_span *span);
+
+/* fc_span_of for a dtype (Q8_0: elements to whole blocks of bytes). */
+bool fc_quantized_span_of(const void *data, flashcpu_dtype dtype,
+                          const int64_t *dims, const int64_t *strides,
+                          int count, fc_byte_span *span);
+
+/* The scales view of a K or V of kv_dtype (NULL is fine): given only for
+ * I8/U8/F8, zero points only for U8; the bytes it and its zero points
+ * span over dims ([batch or pages, seq or page size, heads, head_dim]). */
+flashcpu_status fc_check_kv_scales(flashcpu_context *ctx, const char *call,
+                                   const flashcpu_kv_scales *scales,
+                                   flashcpu_dtype kv_dtype, const char *name,
+                                   const int64_t dims[4], fc_byte_span *span,
+                                   fc_byte_span *zero_span);
+
 /* Distinct (batch, seq, heads) indices of an output map to distinct rows. */
 bool fc_output_rows_distinct(const flashcpu_tensor *out);
 
 /* The internal view of a checked tensor. */
 void fc_fill_view(const flashcpu_tensor *t, fc_view *view);
+/* A view's storage from its dtype, element size and element strides:
+ * quantized, and Q8_0's strides in bytes. */
+void fc_view_set_storage(fc_view *view);
+/* A checked scales view into a K/V view (NULL: none). */
+void fc_fill_view_scales(const flashcpu_kv_scales *scales, fc_view *view);
 
 #endif

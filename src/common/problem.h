@@ -31,6 +31,14 @@ typedef struct fc_view {
   int64_t page_size;
   int page_shift; /* log2(page_size) for a power of two, else -1: a shift
                      and a mask instead of a division per row */
+  /* Quantized K/V (common/quant.h): element_size is 1 and, for Q8_0,
+   * strides count bytes. Scales and zero points (NULL: 1 and 0) in
+   * scale_dtype, at scale_strides [batch or page, seq or slot, head,
+   * channel] in elements. */
+  bool quantized;
+  const char *scales, *zeros;
+  flashcpu_dtype scale_dtype;
+  int64_t scale_strides[4];
 } fc_view;
 
 typedef struct fc_problem {
@@ -95,27 +103,51 @@ static inline bool fc_problem_scores_final(const fc_problem *p) {
   return p->softcap == 0.0f && !p->additive && !p->alibi;
 }
 
+/* Where row s of batch b lies: *outer (batch or page) and *inner (seq,
+ * slot or packed row) index strides[0] and strides[1]. */
+static inline void fc_view_place(const fc_view *view, int64_t b, int64_t s,
+                                 int64_t *outer, int64_t *inner) {
+  if (view->pages) {
+    int64_t index;
+    if (view->page_shift >= 0) {
+      index = s >> view->page_shift;
+      *inner = s & (view->page_size - 1);
+    } else {
+      index = s / view->page_size;
+      *inner = s % view->page_size;
+    }
+    *outer = view->pages[view->page_rows[b] + index];
+  } else if (view->row_starts) {
+    *outer = 0;
+    *inner = view->row_starts[b] + s;
+  } else {
+    *outer = b;
+    *inner = s;
+  }
+}
+
 /* Address of element (b, s, h, 0) of a view. */
 static inline const char *fc_view_row(const fc_view *view, int64_t b,
                                       int64_t s, int64_t h) {
-  int64_t at;
-  if (view->pages) {
-    int64_t index, slot;
-    if (view->page_shift >= 0) {
-      index = s >> view->page_shift;
-      slot = s & (view->page_size - 1);
-    } else {
-      index = s / view->page_size;
-      slot = s % view->page_size;
-    }
-    const int64_t page = view->pages[view->page_rows[b] + index];
-    at = page * view->strides[0] + slot * view->strides[1];
-  } else if (view->row_starts) {
-    at = (view->row_starts[b] + s) * view->strides[1];
-  } else {
-    at = b * view->strides[0] + s * view->strides[1];
-  }
+  int64_t outer, inner;
+  fc_view_place(view, b, s, &outer, &inner);
+  const int64_t at = outer * view->strides[0] + inner * view->strides[1];
   return view->data + (at + h * view->strides[2]) * view->element_size;
+}
+
+/* Element offset of (b, s, h, 0) in a quantized view's scales. */
+static inline int64_t fc_view_scale_offset(const fc_view *view, int64_t b,
+                                           int64_t s, int64_t h) {
+  int64_t outer, inner;
+  fc_view_place(view, b, s, &outer, &inner);
+  return outer * view->scale_strides[0] + inner * view->scale_strides[1] +
+         h * view->scale_strides[2];
+}
+
+/* Bytes of count elements of a row. */
+static inline int64_t fc_view_row_bytes(const fc_view *view, int64_t count) {
+  return view->dtype == FLASHCPU_DTYPE_Q8_0 ? count / 32 * 34
+                                            : count * view->element_size;
 }
 
 /* Rows s, s + 1, ... of (b, h) lie one seq stride apart until this row

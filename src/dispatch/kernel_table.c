@@ -27,6 +27,13 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa,
     table->row_to_f32[c->dtype] = c->run;
     table->row_to_f32_names[c->dtype] = c->name;
   }
+  for (size_t i = 0; i < fc_dequant_kernel_count; i++) {
+    const fc_dequant_kernel *d = &fc_dequant_kernels[i];
+    if (d->isa != isa && d->isa != FLASHCPU_ISA_SCALAR) continue;
+    if (table->dequant_row && d->isa == FLASHCPU_ISA_SCALAR) continue;
+    table->dequant_row = d->run;
+    table->dequant_row_name = d->name;
+  }
   for (size_t i = 0; i < fc_merge_kernel_count; i++) {
     const fc_merge_kernel *m = &fc_merge_kernels[i];
     if (m->isa != isa && m->isa != FLASHCPU_ISA_SCALAR) continue;

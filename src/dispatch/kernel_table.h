@@ -18,6 +18,8 @@ typedef struct fc_kernel_table {
   flashcpu_isa isa; /* the ISA the table was filled for */
   fc_row_to_f32_fn row_to_f32[3]; /* indexed by flashcpu_dtype */
   const char *row_to_f32_names[3];
+  fc_dequant_row_fn dequant_row; /* quantized K/V rows */
+  const char *dequant_row_name;
   fc_merge_fn merge; /* flashcpu_merge_states */
   const char *merge_name;
   /* The attention rows this ISA and CPU run, in the registry's order. */

@@ -29,6 +29,7 @@ typedef struct fc_kernel_settings {
 typedef struct fc_kernel_env {
   fc_runtime *runtime;
   const fc_row_to_f32_fn *row_to_f32; /* [3], indexed by flashcpu_dtype */
+  fc_dequant_row_fn dequant_row;      /* quantized K/V rows */
   const fc_kernel_settings *settings;
   char *reason; /* out: why the kernel returned an error */
   size_t reason_size;

@@ -42,6 +42,35 @@ flashcpu_status fc_kernel_reserve_scratch(const fc_kernel_env *env,
                                           fc_scratch_bytes_fn bytes_for,
                                           const void *args);
 
+/* The scales of row (b, s, h) of a quantized view. */
+static inline fc_row_scales fc_view_row_scales(const fc_view *view, int64_t b,
+                                               int64_t s, int64_t h) {
+  fc_row_scales scales = {NULL, NULL, view->scale_dtype,
+                          view->scale_strides[3]};
+  if (view->scales || view->zeros) {
+    const int64_t at = fc_view_scale_offset(view, b, s, h) *
+                       (int64_t)flashcpu_dtype_size(view->scale_dtype);
+    if (view->scales) scales.scales = view->scales + at;
+    if (view->zeros) scales.zeros = view->zeros + at;
+  }
+  return scales;
+}
+
+/* Row (b, s, h) of a K or V view, lying at row, as count f32 values:
+ * widened (f32, f16, bf16) or dequantized. */
+static inline void fc_kv_row_to_f32(const fc_row_to_f32_fn *row_to_f32,
+                                    fc_dequant_row_fn dequant_row,
+                                    const fc_view *view, const char *row,
+                                    int64_t b, int64_t s, int64_t h,
+                                    int64_t count, float *out) {
+  if (!view->quantized) {
+    row_to_f32[view->dtype](row, count, 1.0f, out);
+    return;
+  }
+  const fc_row_scales scales = fc_view_row_scales(view, b, s, h);
+  dequant_row(view->dtype, row, count, &scales, out);
+}
+
 /* Writes output row (b, row, head) from running max m (log2 domain), sum l
  * and unnormalised o, and its log-sum-exp: 0 and -inf when it saw no key. */
 void fc_write_output_row(const fc_problem *p, int64_t b, int64_t row,

@@ -22,6 +22,13 @@ const fc_merge_kernel fc_merge_kernels[] = {
 const size_t fc_merge_kernel_count =
     sizeof fc_merge_kernels / sizeof fc_merge_kernels[0];
 
+const fc_dequant_kernel fc_dequant_kernels[] = {
+#define FC_DEQUANT_KERNEL(symbol, isa) {#symbol, symbol, isa},
+#include "kernels/kernels.inc"
+};
+const size_t fc_dequant_kernel_count =
+    sizeof fc_dequant_kernels / sizeof fc_dequant_kernels[0];
+
 const fc_row_converter fc_row_converters[] = {
 #define FC_ROW_CONVERTER(symbol, isa, dtype) {#symbol, symbol, isa, dtype},
 #include "kernels/kernels.inc"

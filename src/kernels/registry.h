@@ -52,6 +52,12 @@ typedef struct fc_merge_kernel {
   flashcpu_isa isa;
 } fc_merge_kernel;
 
+typedef struct fc_dequant_kernel {
+  const char *name;
+  fc_dequant_row_fn run;
+  flashcpu_isa isa;
+} fc_dequant_kernel;
+
 typedef struct fc_row_converter {
   const char *name;
   fc_row_to_f32_fn run;
@@ -64,6 +70,8 @@ extern const fc_attention_kernel fc_attention_kernels[];
 extern const size_t fc_attention_kernel_count;
 extern const fc_merge_kernel fc_merge_kernels[];
 extern const size_t fc_merge_kernel_count;
+extern const fc_dequant_kernel fc_dequant_kernels[];
+extern const size_t fc_dequant_kernel_count;
 extern const fc_row_converter fc_row_converters[];
 extern const size_t fc_row_converter_count;
 
@@ -100,6 +108,9 @@ bool fc_wants_prefill_amx(const fc_problem *p, const fc_kernel_settings *s,
 #define FC_ROW_CONVERTER(symbol, isa, dtype)                                   \
   void symbol(const void *source, int64_t count, float factor,                 \
               float *destination);
+#define FC_DEQUANT_KERNEL(symbol, isa)                                         \
+  void symbol(flashcpu_dtype dtype, const char *row, int64_t count,            \
+              const fc_row_scales *scales, float *destination);
 #include "kernels/kernels.inc"
 
 #endif

@@ -350,6 +350,10 @@ struct AppendCall {
   int64_t *slots;
 };
 
+// Scales for a cache that has none to scale (f32/f16/bf16 pages).
+float kUnitScale = 1.0f;
+const flashcpu_kv_scales kFloatCacheScales = {&kUnitScale, FLASHCPU_DTYPE_F32, {0, 0, 0, 0}, nullptr};
+
 void SetRawDtype(flashcpu_dtype *field, int value) {
   static_assert(sizeof(flashcpu_dtype) == sizeof(int), "enum is an int");
   std::memcpy(field, &value, sizeof value);
@@ -412,9 +416,9 @@ std::vector<AppendErrorCase> AppendErrorCases() {
        kOverlap, {"slot_mapping", "K"}},
       // The cache view.
       {"kv_k_null", [](C &c) { c.kv.k = nullptr; }, kNull, {"kv->k"}},
-      {"kv_v_dtype_unknown", [](C &c) { SetRawDtype(&c.kv.v_dtype, 3); }, kDtype, {"kv->v_dtype"}},
+      {"kv_v_dtype_unknown", [](C &c) { SetRawDtype(&c.kv.v_dtype, 8); }, kDtype, {"kv->v_dtype"}},
       {"kv_k_negative_slot_stride", [](C &c) { c.kv.k_strides[1] = -16; }, kLayout, {"kv->k_strides[1]"}},
-      {"kv_v_scales_set", [](C &c) { c.kv.v_scales = c.region(C::kSlots); }, kInvalid, {"v_scales"}},
+      {"kv_v_scales_of_a_float_cache", [](C &c) { c.kv.v_scales = &kFloatCacheScales; }, kInvalid, {"kv->v_scales"}},
       {"kv_page_size_zero", [](C &c) { c.kv.page_size = 0; }, kInvalid, {"page_size"}},
       {"kv_num_pages_negative", [](C &c) { c.kv.num_pages = -1; }, kInvalid, {"num_pages"}},
   };

@@ -35,6 +35,10 @@ constexpr flashcpu_status kDtype = FLASHCPU_ERROR_UNSUPPORTED_DTYPE;
 
 // An unknown dtype stored the way a C caller can (an out-of-range enum
 // value is undefined behaviour in C++, not in C).
+// Scales for a cache that has none to scale (f32/f16/bf16 pages).
+float kUnitScale = 1.0f;
+const flashcpu_kv_scales kFloatCacheScales = {&kUnitScale, FLASHCPU_DTYPE_F32, {0, 0, 0, 0}, nullptr};
+
 void SetRawDtype(flashcpu_dtype *field, int value) {
   static_assert(sizeof(flashcpu_dtype) == sizeof(int), "enum is an int");
   std::memcpy(field, &value, sizeof value);
@@ -256,10 +260,6 @@ std::vector<PlanErrorCase> PlanErrorCases() {
       // q_heads against the cache.
       {"q_heads_not_a_multiple", [](PagedCall &c) { c.q_heads = 3; }, kShape, {"q_heads"}},
       {"q_heads_zero", [](PagedCall &c) { c.q_heads = 0; }, kShape, {"q_heads"}},
-      {"kv_scales_set", [](PagedCall &c) { c.kv.k_scales = c.region(PagedCall::kSinks); }, kInvalid,
-       {"k_scales"}},
-      {"v_scales_set", [](PagedCall &c) { c.kv.v_scales = c.region(PagedCall::kSinks); }, kInvalid,
-       {"v_scales"}},
   };
   // Block-table rows through block_offsets (indptr): request r's pages are
   // entries offsets[r] .. offsets[r + 1] - 1.
@@ -431,7 +431,10 @@ std::vector<RunErrorCase> RunErrorCases() {
        {"kv->k_strides[0]"}},
       {"kv_v_negative_head_stride", [](C &c) { c.kv.v_strides[2] = -8; }, kLayout,
        {"kv->v_strides[2]"}},
-      {"kv_k_scales_set", [](C &c) { c.kv.k_scales = c.region(C::kSinks); }, kInvalid, {"k_scales"}},
+      {"kv_k_scales_of_a_float_cache", [](C &c) { c.kv.k_scales = &kFloatCacheScales; }, kInvalid,
+       {"kv->k_scales"}},
+      {"params_k_scales_on_the_paged_path", [](C &c) { c.params.k_scales = &kFloatCacheScales; }, kInvalid,
+       {"params->k_scales"}},
       // A cache shaped unlike the plan's.
       {"cache_num_pages_differs", [](C &c) { c.kv.num_pages = 5; }, kShape, {"num_pages"}},
       {"cache_page_size_differs",

@@ -54,12 +54,64 @@ static double load_scalar(const void *data, flashcpu_dtype dtype,
     memcpy(&bits, bytes + index * 2, sizeof bits);
     return bfloat16_to_double(bits);
   }
+  default: return NAN; /* quantized dtypes: see dequantized() */
   }
-  return NAN;
+}
+
+/* An fp8 code with `mantissa_bits` and exponent bias `bias`: E4M3 (3, 7,
+ * no inf, NaN at all ones) or E5M2 (2, 15, inf and NaN as IEEE). */
+static double decode_fp8(uint8_t code, int mantissa_bits, int bias) {
+  const int exponent_bits = 7 - mantissa_bits;
+  const int exponent = (code >> mantissa_bits) & ((1 << exponent_bits) - 1);
+  const int mantissa = code & ((1 << mantissa_bits) - 1);
+  const double sign = (code & 0x80) ? -1.0 : 1.0;
+  const int top = (1 << exponent_bits) - 1;
+  if (mantissa_bits == 3 && exponent == top && mantissa == 7) return NAN;
+  if (mantissa_bits == 2 && exponent == top)
+    return mantissa ? NAN : sign * INFINITY;
+  if (exponent == 0)
+    return sign * ldexp((double)mantissa, 1 - bias - mantissa_bits);
+  return sign * ldexp(1.0 + ldexp((double)mantissa, -mantissa_bits),
+                      exponent - bias);
+}
+
+double flashcpu_oracle_load_quantized(const flashcpu_tensor *t,
+                                      const flashcpu_kv_scales *scales,
+                                      int64_t b, int64_t s, int64_t h,
+                                      int64_t d) {
+  const int64_t element =
+      b * t->strides[0] + s * t->strides[1] + h * t->strides[2] + d;
+  const unsigned char *bytes = (const unsigned char *)t->data;
+  if (t->dtype == FLASHCPU_DTYPE_Q8_0) { /* 34-byte blocks of 32 */
+    const unsigned char *block = bytes + element / 32 * 34;
+    uint16_t bits;
+    memcpy(&bits, block, sizeof bits);
+    /* d * code in f32: the product of an f16 and an int8 is exact in
+     * double, and rounds once. */
+    return (double)(float)(half_to_double(bits) * (double)(int8_t)block[2 + element % 32]);
+  }
+  const uint8_t code = bytes[element];
+  double value;
+  switch (t->dtype) {
+  case FLASHCPU_DTYPE_I8: value = (double)(int8_t)code; break;
+  case FLASHCPU_DTYPE_U8: value = (double)code; break;
+  case FLASHCPU_DTYPE_F8_E4M3: value = decode_fp8(code, 3, 7); break;
+  default: value = decode_fp8(code, 2, 15); break;
+  }
+  if (!scales) return value;
+  const int64_t at = b * scales->strides[0] + s * scales->strides[1] +
+                     h * scales->strides[2] + d * scales->strides[3];
+  /* (code - zero) * scale, each step rounded to f32 as defined. */
+  float x = (float)value;
+  if (scales->zero_points)
+    x = x - (float)load_scalar(scales->zero_points, scales->dtype, at);
+  return (double)(x * (float)load_scalar(scales->data, scales->dtype, at));
 }
 
 double flashcpu_oracle_load(const flashcpu_tensor *t, int64_t b, int64_t s,
                             int64_t h, int64_t d) {
+  if (t->dtype >= FLASHCPU_DTYPE_I8 && t->dtype <= FLASHCPU_DTYPE_Q8_0)
+    return flashcpu_oracle_load_quantized(t, NULL, b, s, h, d);
   return load_scalar(t->data, t->dtype,
                      b * t->strides[0] + s * t->strides[1] +
                          h * t->strides[2] + d * t->strides[3]);
@@ -166,13 +218,20 @@ static int load_head(const flashcpu_tensor *k, const flashcpu_tensor *v,
     free_head(head);
     return -1;
   }
+  const bool scaled = PARAMS_HAVE(params, v_scales);
+  const flashcpu_kv_scales *k_scales = scaled ? params->k_scales : NULL;
+  const flashcpu_kv_scales *v_scales = scaled ? params->v_scales : NULL;
   for (int64_t j = 0; j < head->kv_length; j++) {
     for (int64_t d = 0; d < head->head_dim; d++)
       head->keys[j * head->head_dim + d] =
-          flashcpu_oracle_load(k, b, j, head->kv_head, d);
+          k_scales ? flashcpu_oracle_load_quantized(k, k_scales, b, j,
+                                                    head->kv_head, d)
+                   : flashcpu_oracle_load(k, b, j, head->kv_head, d);
     for (int64_t d = 0; d < head->v_head_dim; d++)
       head->values[j * head->v_head_dim + d] =
-          flashcpu_oracle_load(v, b, j, head->kv_head, d);
+          v_scales ? flashcpu_oracle_load_quantized(v, v_scales, b, j,
+                                                    head->kv_head, d)
+                   : flashcpu_oracle_load(v, b, j, head->kv_head, d);
   }
   return 0;
 }

@@ -43,9 +43,19 @@ int flashcpu_oracle_head(const flashcpu_tensor *q, const flashcpu_tensor *k,
                          const flashcpu_attention_params *params, int64_t b,
                          int64_t h, double *out, double *lse);
 
-/* An element of a view as double (f16/bf16 widened exactly). */
+/* An element of a view as double (f16/bf16 widened exactly; a quantized
+ * one as its code, Q8_0 times its block's scale). */
 double flashcpu_oracle_load(const flashcpu_tensor *t, int64_t b, int64_t s,
                             int64_t h, int64_t d);
+
+/* An element of a quantized K or V (I8, U8, F8_E4M3, F8_E5M2, Q8_0) as the
+ * header defines its value: (code - zero) * scale in f32, scales NULL
+ * meaning 1. The oracle reads K and V this way where params has scales.
+ * Decoded here from the formats' definitions, sharing no library code. */
+double flashcpu_oracle_load_quantized(const flashcpu_tensor *t,
+                                      const flashcpu_kv_scales *scales,
+                                      int64_t b, int64_t s, int64_t h,
+                                      int64_t d);
 
 #ifdef __cplusplus
 }

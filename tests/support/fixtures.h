@@ -122,8 +122,9 @@ inline double RoundToDtype(double x, flashcpu_dtype dtype) {
       return RoundToFormat(x, kHalfFormat);
     case FLASHCPU_DTYPE_BF16:
       return RoundToFormat(x, kBfloat16Format);
+    default:
+      return NAN;  // quantized dtypes are not a rounding target
   }
-  return NAN;
 }
 
 inline void StoreAs(void *where, flashcpu_dtype dtype, double x) {

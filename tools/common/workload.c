@@ -80,6 +80,23 @@ static uint32_t random_pattern(uint64_t bits, int exponent_bits,
  * rows of a contiguous cache. */
 static void fill_range(void *data, flashcpu_dtype dtype, int64_t first,
                        int64_t count, uint64_t seed) {
+  if (flashcpu_dtype_size(dtype) == 1 || dtype == FLASHCPU_DTYPE_Q8_0) {
+    /* Quantized: `first` and `count` in bytes of the stream. fp8 codes
+     * keep below 2 (no NaN or inf); Q8_0 blocks get the scale 2^-7. */
+    unsigned char *bytes = data;
+    for (int64_t i = first; i < first + count; i++) {
+      const unsigned byte =
+          (unsigned)(random_bits(seed, (uint64_t)(i / 8)) >> (8 * (i % 8))) &
+          0xffu;
+      unsigned char code = (unsigned char)byte;
+      if (dtype == FLASHCPU_DTYPE_F8_E4M3 || dtype == FLASHCPU_DTYPE_F8_E5M2)
+        code = (unsigned char)(byte & 0xbfu);
+      if (dtype == FLASHCPU_DTYPE_Q8_0 && i % 34 < 2)
+        code = i % 34 == 0 ? 0x00 : 0x20;
+      bytes[i - first] = code;
+    }
+    return;
+  }
   if (dtype == FLASHCPU_DTYPE_F32) {
     uint32_t *words = data;
     for (int64_t i = 0; i < count; i++)
@@ -105,7 +122,8 @@ enum { FILL_CHUNK = 1 << 16 }; /* elements per task; a multiple of 4 */
 static void fill_random(void *data, flashcpu_dtype dtype, size_t count,
                         uint64_t seed) {
   const int64_t n = (int64_t)count;
-  const size_t size = flashcpu_dtype_size(dtype);
+  const size_t size =
+      dtype == FLASHCPU_DTYPE_Q8_0 ? 1 : flashcpu_dtype_size(dtype);
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < (n + FILL_CHUNK - 1) / FILL_CHUNK; chunk++) {
     const int64_t first = chunk * FILL_CHUNK;
@@ -218,9 +236,26 @@ static int fail(toolkit_workload *workload, char *error, size_t error_size,
   return -1;
 }
 
+size_t toolkit_kv_row_bytes(const toolkit_workload_spec *spec) {
+  const size_t elements =
+      (size_t)(spec->preset->kv_heads * spec->preset->head_dim);
+  if (spec->kv_dtype == FLASHCPU_DTYPE_Q8_0) return elements / 32 * 34;
+  return elements * flashcpu_dtype_size(spec->kv_dtype);
+}
+
 static size_t row_bytes_of(const toolkit_workload_spec *spec) {
-  return (size_t)(spec->preset->kv_heads * spec->preset->head_dim) *
-         flashcpu_dtype_size(spec->kv_dtype);
+  return toolkit_kv_row_bytes(spec);
+}
+
+static bool kv_quantized(const toolkit_workload_spec *spec) {
+  return spec->kv_dtype >= FLASHCPU_DTYPE_I8 &&
+         spec->kv_dtype <= FLASHCPU_DTYPE_Q8_0;
+}
+
+/* Stream units of `rows` token rows: bytes when quantized, else elements. */
+static int64_t stream_units(const toolkit_workload_spec *spec, int64_t rows) {
+  if (kv_quantized(spec)) return rows * (int64_t)row_bytes_of(spec);
+  return rows * spec->preset->kv_heads * spec->preset->head_dim;
 }
 
 /* The seed of request r's K on layer `layer` (V: + 1), whatever the
@@ -364,15 +399,62 @@ static void fill_pages(const toolkit_workload *workload, int layer, void *k,
     const size_t offset =
         (size_t)workload->block_table[slot] * (size_t)page_size * row_bytes;
     const uint64_t seed = kv_seed(spec, layer, r);
+    (void)row_elements;
     fill_range((char *)k + offset, spec->kv_dtype,
-               i * page_size * row_elements, tokens * row_elements, seed);
+               stream_units(spec, i * page_size), stream_units(spec, tokens),
+               seed);
     fill_range((char *)v + offset, spec->kv_dtype,
-               i * page_size * row_elements, tokens * row_elements, seed + 1);
+               stream_units(spec, i * page_size), stream_units(spec, tokens),
+               seed + 1);
     const size_t filled = (size_t)tokens * row_bytes;
     const size_t rest = (size_t)(page_size - tokens) * row_bytes;
     memset((char *)k + offset + filled, 0, rest);
     memset((char *)v + offset + filled, 0, rest);
   }
+}
+
+/* Quantized K/V: each layer's scales (I8 0.01 and U8 0.01 with zero 128
+ * per token and head, F8 0.5 per tensor) and the views of them. */
+static int build_scales(toolkit_workload *workload, char *error,
+                        size_t error_size) {
+  const toolkit_workload_spec *spec = &workload->spec;
+  const flashcpu_dtype dtype = spec->kv_dtype;
+  if (!kv_quantized(spec) || dtype == FLASHCPU_DTYPE_Q8_0) return 0;
+  const bool per_token = dtype == FLASHCPU_DTYPE_I8 || dtype == FLASHCPU_DTYPE_U8;
+  const bool zeros = dtype == FLASHCPU_DTYPE_U8;
+  const int64_t H = spec->preset->kv_heads;
+  const int64_t tokens = spec->page_size > 0
+                             ? workload->num_pages * spec->page_size
+                             : spec->batch * spec->kv_rows;
+  const int64_t token_stride = spec->page_size > 0 ? spec->page_size : spec->kv_rows;
+  workload->scale_floats = per_token ? (size_t)(tokens * H) : 1;
+  const int count = workload->layer_count;
+  workload->scale_layers = calloc((size_t)count, sizeof(float *));
+  workload->k_scales = calloc((size_t)count, sizeof(flashcpu_kv_scales));
+  workload->v_scales = calloc((size_t)count, sizeof(flashcpu_kv_scales));
+  if (!workload->scale_layers || !workload->k_scales || !workload->v_scales)
+    return fail(workload, error, error_size, "the scale tables", 0);
+  for (int layer = 0; layer < count; layer++) {
+    const size_t n = workload->scale_floats;
+    float *all = malloc(4 * n * sizeof(float));
+    if (!all) return fail(workload, error, error_size, "scales", 4 * n * 4);
+    workload->scale_layers[layer] = all;
+    for (size_t i = 0; i < 2 * n; i++) all[i] = per_token ? 0.01f : 0.5f;
+    for (size_t i = 2 * n; i < 4 * n; i++) all[i] = 128.0f;
+    flashcpu_kv_scales *views[2] = {&workload->k_scales[layer],
+                                    &workload->v_scales[layer]};
+    for (int s = 0; s < 2; s++) {
+      views[s]->data = all + (size_t)s * n;
+      views[s]->dtype = FLASHCPU_DTYPE_F32;
+      if (per_token) {
+        views[s]->strides[0] = token_stride * H;
+        views[s]->strides[1] = H;
+        views[s]->strides[2] = 1;
+      }
+      views[s]->zero_points = zeros ? all + (size_t)(2 + s) * n : NULL;
+    }
+  }
+  return 0;
 }
 
 /* Layer tables, then each layer's K and V filled. */
@@ -407,9 +489,8 @@ static int build_layers(toolkit_workload *workload, char *error,
      * pages never touched cost no memory. */
     for (int64_t b = 0; b < spec->batch; b++) {
       const size_t offset = (size_t)(b * spec->kv_rows) * row_bytes;
-      const size_t elements = (size_t)(toolkit_workload_kv_length(workload, b) *
-                                       spec->preset->kv_heads *
-                                       spec->preset->head_dim);
+      const size_t elements = (size_t)stream_units(
+          spec, toolkit_workload_kv_length(workload, b));
       const uint64_t seed = kv_seed(spec, layer, b);
       fill_random((char *)workload->k_layers[layer] + offset, spec->kv_dtype,
                   elements, seed);
@@ -422,8 +503,8 @@ static int build_layers(toolkit_workload *workload, char *error,
     if (!workload->chunk_k_layers[layer] || !workload->chunk_v_layers[layer])
       return fail(workload, error, error_size, "a layer's chunk K and V",
                   2 * workload->chunk_kv_bytes);
-    const size_t elements = workload->chunk_kv_bytes /
-                            flashcpu_dtype_size(spec->kv_dtype);
+    const size_t elements =
+        (size_t)stream_units(spec, spec->prefix_rows + spec->q_rows);
     const uint64_t seed = kv_seed(spec, layer, spec->batch);
     fill_random(workload->chunk_k_layers[layer], spec->kv_dtype, elements,
                 seed);
@@ -494,6 +575,15 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   const bool serve = spec->phase == TOOLKIT_PHASE_SERVE;
   const bool paged = spec->page_size > 0;
   if (serve) workload->spec.tree_mask = false;
+  if (serve && !paged && kv_quantized(spec)) {
+    snprintf(error, error_size,
+             "a serving step on quantized K/V runs on pages (--page-size)");
+    return -1;
+  }
+  if (spec->kv_dtype == FLASHCPU_DTYPE_Q8_0 && preset->head_dim % 32 != 0) {
+    snprintf(error, error_size, "q8_0 needs a head_dim that is a multiple of 32");
+    return -1;
+  }
   const int64_t D = preset->head_dim;
   if (build_requests(workload) != 0)
     return fail(workload, error, error_size, "the request lengths", 0);
@@ -531,6 +621,7 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   /* Written once so its pages exist before timing; the library overwrites it. */
   memset(workload->out, 0, workload->out_bytes);
   if (build_layers(workload, error, error_size) != 0) return -1;
+  if (build_scales(workload, error, error_size) != 0) return -1;
 
   flashcpu_attention_params_init(&workload->params);
   workload->params.flags = spec->causal ? FLASHCPU_FLAG_CAUSAL : 0u;
@@ -555,7 +646,13 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
   }
   workload->visible_pairs =
       (int64_t)(all_pairs / (double)workload->num_requests);
-  workload->bytes_per_call = kv_rows_read * 2.0 * (double)row_bytes +
+  /* Quantized: the scales a row reads count too. */
+  const double scale_bytes =
+      workload->scale_floats > 1
+          ? (double)(preset->kv_heads * 4) *
+                (spec->kv_dtype == FLASHCPU_DTYPE_U8 ? 2.0 : 1.0)
+          : 0.0;
+  workload->bytes_per_call = kv_rows_read * 2.0 * ((double)row_bytes + scale_bytes) +
                              (double)workload->q_bytes +
                              (double)workload->out_bytes;
   workload->flops_per_call =
@@ -573,6 +670,9 @@ void toolkit_workload_free(toolkit_workload *workload) {
   free_layers(workload->v_layers, workload->layer_count);
   free_layers(workload->chunk_k_layers, workload->layer_count);
   free_layers(workload->chunk_v_layers, workload->layer_count);
+  free_layers((void **)workload->scale_layers, workload->layer_count);
+  free(workload->k_scales);
+  free(workload->v_scales);
   free(workload->q);
   free(workload->out);
   free(workload->tree);
@@ -675,6 +775,10 @@ void toolkit_workload_paged(const toolkit_workload *workload, int layer,
                               workload->v_layers[layer], spec->kv_dtype,
                               workload->num_pages, spec->page_size,
                               preset->kv_heads, preset->head_dim);
+  if (workload->k_scales) {
+    kv->k_scales = &workload->k_scales[layer];
+    kv->v_scales = &workload->v_scales[layer];
+  }
   if (!batch) return;
   flashcpu_batch_init(batch);
   batch->num_requests = workload->num_requests;
@@ -713,8 +817,13 @@ flashcpu_status toolkit_workload_call(flashcpu_context *ctx,
                                     &workload->params);
   }
   toolkit_workload_tensors(workload, layer, &q, &k, &v, &out);
+  flashcpu_attention_params params = workload->params;
+  if (workload->k_scales) {
+    params.k_scales = &workload->k_scales[layer % workload->layer_count];
+    params.v_scales = &workload->v_scales[layer % workload->layer_count];
+  }
   flashcpu_status status =
-      flashcpu_attention(ctx, &q, &k, &v, &out, NULL, &workload->params);
+      flashcpu_attention(ctx, &q, &k, &v, &out, NULL, &params);
   if (status != FLASHCPU_OK || workload->spec.phase != TOOLKIT_PHASE_SERVE)
     return status;
   toolkit_workload_chunk_tensors(workload, layer, &q, &k, &v, &out);
@@ -758,15 +867,39 @@ int toolkit_workload_request_view(const toolkit_workload *workload, int layer,
       packed_row(workload->out, spec->out_dtype, first, Hq, D),
       spec->out_dtype, 1, rows, Hq, D);
   const void *k, *v;
+  /* Per-token scales of the request: where its rows' scales start. */
+  const float *scales[4] = {NULL, NULL, NULL, NULL};
+  const size_t n = workload->scale_floats;
+  const bool per_token = n > 1;
   if (spec->page_size > 0) {
     const size_t bytes = (size_t)(keys > 0 ? keys : 1) * row_bytes;
-    view->gathered = malloc(2 * bytes);
+    const size_t scale_bytes =
+        per_token ? (size_t)(keys > 0 ? keys : 1) * (size_t)Hkv * sizeof(float)
+                  : 0;
+    view->gathered = malloc(2 * bytes + 4 * scale_bytes);
     if (!view->gathered) return -1;
     gather_pages(workload, workload->k_layers[layer], request, view->gathered);
     gather_pages(workload, workload->v_layers[layer], request,
                  (char *)view->gathered + bytes);
     k = view->gathered;
     v = (char *)view->gathered + bytes;
+    if (per_token) { /* the scales of the request's tokens, in order */
+      const int32_t *pages =
+          workload->block_table + request * workload->block_table_stride;
+      for (int a = 0; a < 4; a++) {
+        float *to = (float *)((char *)view->gathered + 2 * bytes +
+                              (size_t)a * scale_bytes);
+        const float *from = workload->scale_layers[layer] + (size_t)a * n;
+        for (int64_t j = 0; j < keys; j++)
+          memcpy(to + j * Hkv,
+                 from + ((size_t)pages[j / spec->page_size] *
+                             (size_t)spec->page_size +
+                         (size_t)(j % spec->page_size)) *
+                            (size_t)Hkv,
+                 (size_t)Hkv * sizeof(float));
+        scales[a] = to;
+      }
+    }
   } else if (spec->phase == TOOLKIT_PHASE_SERVE && request == spec->batch) {
     k = workload->chunk_k_layers[layer];
     v = workload->chunk_v_layers[layer];
@@ -774,10 +907,30 @@ int toolkit_workload_request_view(const toolkit_workload *workload, int layer,
     const size_t offset = (size_t)(request * spec->kv_rows) * row_bytes;
     k = (const char *)workload->k_layers[layer] + offset;
     v = (const char *)workload->v_layers[layer] + offset;
+    for (int a = 0; per_token && a < 4; a++)
+      scales[a] = workload->scale_layers[layer] + (size_t)a * n +
+                  (size_t)(request * spec->kv_rows * Hkv);
+  }
+  if (workload->k_scales) { /* strides of one request's rows */
+    view->k_scales = workload->k_scales[layer];
+    view->v_scales = workload->v_scales[layer];
+    if (per_token) {
+      view->k_scales.data = (void *)scales[0];
+      view->v_scales.data = (void *)scales[1];
+      view->k_scales.strides[0] = view->v_scales.strides[0] = 0;
+      if (view->k_scales.zero_points) {
+        view->k_scales.zero_points = (void *)scales[2];
+        view->v_scales.zero_points = (void *)scales[3];
+      }
+    }
   }
   view->k = flashcpu_tensor_bshd((void *)k, spec->kv_dtype, 1, keys, Hkv, D);
   view->v = flashcpu_tensor_bshd((void *)v, spec->kv_dtype, 1, keys, Hkv, D);
   view->params = workload->chunk_params; /* the masks, no kv lengths */
+  if (workload->k_scales) {
+    view->params.k_scales = &view->k_scales;
+    view->params.v_scales = &view->v_scales;
+  }
   if (workload->tree_num_keys) {
     view->tree.bits = workload->tree_bits + first * workload->tree_row_stride;
     view->tree.num_rows = rows;

@@ -103,6 +103,13 @@ typedef struct toolkit_workload {
   void **k_layers;
   void **v_layers;
   void **chunk_k_layers; /* serve, contiguous: [1, prefix + L, Hkv, D] */
+  /* Quantized K/V (kv_dtype I8, U8, F8_*; Q8_0 has its own): per layer,
+   * per-token scales [B, S, Hkv] (paged: [pages, page_size, Hkv]) for I8
+   * and U8 (U8 with zero points), one per-tensor scale for F8; the views
+   * the calls take. NULL / zero otherwise. */
+  float **scale_layers; /* [layer]: K's scales, V's, K's zeros, V's zeros */
+  flashcpu_kv_scales *k_scales, *v_scales; /* [layer] */
+  size_t scale_floats; /* per array */
   void **chunk_v_layers;
   /* kv_bytes: one K (or V) buffer of k_layers; chunk_kv_bytes: of
    * chunk_k_layers. */
@@ -144,6 +151,9 @@ typedef struct toolkit_workload {
 int toolkit_workload_build(const toolkit_workload_spec *spec,
                            toolkit_workload *workload, char *error,
                            size_t error_size);
+
+/* Bytes of one token's K (or V) row over every kv head, quantized or not. */
+size_t toolkit_kv_row_bytes(const toolkit_workload_spec *spec);
 
 /* Frees the buffers; accepts an empty (zeroed or failed) workload. */
 void toolkit_workload_free(toolkit_workload *workload);
@@ -196,6 +206,7 @@ typedef struct toolkit_request_view {
   flashcpu_tensor q, k, v, out;
   flashcpu_attention_params params;
   flashcpu_tree_mask tree;
+  flashcpu_kv_scales k_scales, v_scales; /* params' where quantized */
   void *gathered;
 } toolkit_request_view;
 /* Returns 0, or -1 when the copy cannot be allocated. */

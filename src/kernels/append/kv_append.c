@@ -20,21 +20,40 @@ typedef struct append_args {
   const fc_row_to_f32_fn *row_to_f32;
 } append_args;
 
+char *fc_append_target(const fc_append_side *side, int64_t page,
+                       int64_t offset, int64_t head,
+                       fc_row_scales_out *scales) {
+  if (scales) {
+    const int64_t at = page * side->scale_strides[0] +
+                       offset * side->scale_strides[1] +
+                       head * side->scale_strides[2];
+    const int64_t size = (int64_t)flashcpu_dtype_size(side->scale_dtype);
+    scales->scales = side->scales ? side->scales + at * size : NULL;
+    scales->zeros = side->zeros ? side->zeros + at * size : NULL;
+    scales->dtype = side->scale_dtype;
+    scales->stride = side->scale_strides[3];
+    scales->computed = side->scales_computed;
+  }
+  return side->cache + page * side->byte_strides[0] +
+         offset * side->byte_strides[1] + head * side->byte_strides[2];
+}
+
 static void copy_row(const append_args *args, const fc_append_side *side,
                      int64_t t, int64_t head, int64_t page, int64_t offset,
                      float *row) {
   const char *source = fc_view_row(&side->source, 0, t, head);
-  const size_t size = flashcpu_dtype_size(side->cache_dtype);
-  char *target = side->cache + (page * side->strides[0] +
-                                offset * side->strides[1] +
-                                head * side->strides[2]) *
-                                   (int64_t)size;
+  fc_row_scales_out scales;
+  char *target = fc_append_target(side, page, offset, head, &scales);
   if (side->source.dtype == side->cache_dtype) { /* bits as they are */
-    memcpy(target, source, (size_t)side->dim * size);
+    memcpy(target, source,
+           (size_t)side->dim * flashcpu_dtype_size(side->cache_dtype));
     return;
   }
   args->row_to_f32[side->source.dtype](source, side->dim, 1.0f, row);
-  fc_store_row(row, 1.0f, side->dim, side->cache_dtype, target);
+  if (fc_dtype_is_quantized(side->cache_dtype))
+    fc_quantize_row(side->cache_dtype, row, side->dim, &scales, target);
+  else
+    fc_store_row(row, 1.0f, side->dim, side->cache_dtype, target);
 }
 
 /* Tile = TOKENS_PER_TILE tokens; the team's threads share their rows. */

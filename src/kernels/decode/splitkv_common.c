@@ -147,10 +147,10 @@ void fc_splitkv_block_sweeps(const fc_splitkv_shared *s,
                 v_head = p->v.strides[2] * v_size;
   fc_sweep_init(k_sweep, n ? rows->k[0] + h0 * k_head : NULL, n,
                 s->heads_per_tile, p->k.strides[1] * k_size, k_head,
-                p->head_dim * k_size);
+                fc_view_row_bytes(&p->k, p->head_dim));
   fc_sweep_init(v_sweep, n ? rows->v[0] + h0 * v_head : NULL, n,
                 s->heads_per_tile, p->v.strides[1] * v_size, v_head,
-                p->v_head_dim * v_size);
+                fc_view_row_bytes(&p->v, p->v_head_dim));
   /* Pages break the fixed key step: the sweeps take the listed rows, at
    * the tile's first head. */
   if (p->k.pages) fc_sweep_use_rows(k_sweep, rows->k, h0 * k_head);

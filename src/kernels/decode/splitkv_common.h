@@ -52,6 +52,7 @@ typedef struct fc_splitkv_args {
   fc_splitkv_shared shared; /* plan, heads per tile, partial states */
   const fc_problem *p;
   const fc_row_to_f32_fn *row_to_f32;
+  fc_dequant_row_fn dequant_row;
   int64_t chunks;     /* ceil(slots / FC_SPLITKV_CHUNK) per kv head */
   int64_t padded_dim; /* head_dim up to whole loads: q rows zero-padded */
   int64_t padded_dv;  /* v_head_dim up to whole values passes */
@@ -59,6 +60,7 @@ typedef struct fc_splitkv_args {
    * where they are first copied (staged). */
   flashcpu_dtype k_read, v_read;
   int k_in_place, v_in_place;
+  int stages; /* some rows are staged: the thread scratch has room */
   int q_pairs, o_pairs; /* bf16 read widened: even/odd order per pair */
   /* bf16 q and K by dot products on the raw rows (q copied unscaled,
    * q_factor applied to the sums); NULL: K widened to f32 and FMA. */

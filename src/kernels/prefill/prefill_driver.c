@@ -201,6 +201,7 @@ flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
   fc_prefill_args a;
   a.p = p;
   a.row_to_f32 = env->row_to_f32;
+  a.dequant_row = env->dequant_row;
   a.plan = fc_prefill_plan_for(p, FC_PREFILL_TILE_SLOTS);
   a.shape = *shape;
   a.blocks_per_tile = (a.plan.slots_per_tile + shape->slots - 1) / shape->slots;

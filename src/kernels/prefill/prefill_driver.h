@@ -81,6 +81,7 @@ enum {
 typedef struct fc_prefill_args {
   const fc_problem *p;
   const fc_row_to_f32_fn *row_to_f32;
+  fc_dequant_row_fn dequant_row;
   fc_prefill_plan plan;
   fc_prefill_shape shape;
   int64_t blocks_per_tile; /* register blocks of shape.slots per tile */

@@ -35,6 +35,7 @@ enum {
 typedef struct ref_args {
   const fc_problem *p;
   const fc_row_to_f32_fn *row_to_f32;
+  fc_dequant_row_fn dequant_row;
   fc_prefill_plan plan;
 } ref_args;
 
@@ -137,10 +138,10 @@ static void load_block_shared(const ref_args *args, const fc_view *view,
                               int64_t b, int64_t kv_head, int64_t key_begin,
                               int64_t key_end, int64_t dim,
                               const fc_team_view *team, float *destination) {
-  fc_row_to_f32_fn convert = args->row_to_f32[view->dtype];
   for (int64_t j = key_begin + team->rank; j < key_end; j += team->size)
-    convert(fc_view_row(view, b, j, kv_head), dim, 1.0f,
-            destination + (j - key_begin) * dim);
+    fc_kv_row_to_f32(args->row_to_f32, args->dequant_row, view,
+                     fc_view_row(view, b, j, kv_head), b, j, kv_head, dim,
+                     destination + (j - key_begin) * dim);
 }
 
 /* Slot `slot` of a tile is (group head slot / rows, row slot % rows); this
@@ -224,7 +225,7 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
 
 flashcpu_status fc_prefill__scalar(const fc_kernel_env *env,
                                    const fc_problem *p) {
-  ref_args args = {p, env->row_to_f32,
+  ref_args args = {p, env->row_to_f32, env->dequant_row,
                    fc_prefill_plan_for(p, REF_ROWS_TIMES_HEADS)};
   flashcpu_status status =
       fc_kernel_reserve_scratch(env, scratch_for_team, &args);

@@ -1,0 +1,357 @@
+// Quantized K/V through the public API:
+//  - flashcpu_dequantize gives, bit for bit, the values the oracle decodes
+//    from the formats' definitions (every code of each 8-bit format, Q8_0
+//    blocks, scales per tensor, token, channel, zero points), on every ISA
+//    this CPU runs (each has its own row dequantizer);
+//  - flashcpu_quantize rounds to the nearest code of the scale it computes
+//    (I8, U8, F8, Q8_0 per token or block) or reads, saturates, and turns a
+//    row with NaN into a NaN scale;
+//  - errors: bad dtypes, scales, layouts and values leave dst untouched;
+//  - flashcpu_kv_append into quantized pages (per-token scales computed)
+//    writes the codes and scales flashcpu_quantize writes, and attention
+//    through a plan over those pages writes the contiguous call's bytes.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "fixtures.h"
+#include "flashcpu/flashcpu.h"
+#include "oracle.h"
+#include "test_tensor.h"
+
+namespace fctest {
+namespace {
+
+constexpr flashcpu_dtype I8 = FLASHCPU_DTYPE_I8, U8 = FLASHCPU_DTYPE_U8, E4M3 = FLASHCPU_DTYPE_F8_E4M3,
+                         E5M2 = FLASHCPU_DTYPE_F8_E5M2, Q8_0 = FLASHCPU_DTYPE_Q8_0, F32 = FLASHCPU_DTYPE_F32;
+
+bool SameValue(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+// A context per ISA this CPU runs.
+std::vector<flashcpu_context *> IsaContexts() {
+  static std::vector<flashcpu_context *> contexts;
+  if (contexts.empty())
+    for (flashcpu_isa isa : {FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_AVX512, FLASHCPU_ISA_NEON}) {
+      if (!flashcpu_isa_supported(isa)) continue;
+      flashcpu_context_options options;
+      flashcpu_context_options_init(&options);
+      options.max_isa = isa;
+      options.num_threads = 2;
+      flashcpu_context *ctx = nullptr;
+      if (flashcpu_context_create(&options, &ctx) == FLASHCPU_OK) contexts.push_back(ctx);
+    }
+  return contexts;
+}
+
+TEST(Dequantize, EveryCodeAsTheOracleDecodesIt) {
+  // [1, 256 tokens, 2 heads, 16]: token s holds code s in every element.
+  constexpr int64_t S = 256, H = 2, D = 16;
+  std::vector<unsigned char> codes(static_cast<size_t>(S * H * D));
+  for (size_t i = 0; i < codes.size(); i++) codes[i] = static_cast<unsigned char>(i / (H * D));
+  std::vector<float> scales(static_cast<size_t>(S * H)), zeros(scales.size()), channel(static_cast<size_t>(H * D));
+  Rng rng(7);
+  for (float &s : scales) s = static_cast<float>(rng.Uniform(0.001, 3.0));
+  for (float &z : zeros) z = static_cast<float>(rng.Uniform(0.0, 255.0));
+  for (float &c : channel) c = static_cast<float>(rng.Uniform(0.1, 2.0));
+  struct Variant {
+    flashcpu_dtype dtype;
+    int scales;  // 0 none, 1 per token, 2 per tensor, 3 per channel
+    bool zeros;
+  };
+  for (const Variant &variant : {Variant{I8, 0, false}, Variant{I8, 1, false}, Variant{I8, 3, false},
+                                 Variant{U8, 1, true}, Variant{U8, 2, false}, Variant{E4M3, 0, false},
+                                 Variant{E4M3, 2, false}, Variant{E5M2, 0, false}, Variant{E5M2, 1, false}})
+    for (flashcpu_context *ctx : IsaContexts()) {
+      flashcpu_kv_scales view{};
+      view.dtype = F32;
+      view.data = variant.scales == 3 ? channel.data() : scales.data();
+      const int64_t strides[4][4] = {{0, 0, 0, 0}, {S * H, H, 1, 0}, {0, 0, 0, 0}, {0, 0, D, 1}};
+      std::memcpy(view.strides, strides[variant.scales], sizeof view.strides);
+      if (variant.zeros) view.zero_points = zeros.data();
+      const flashcpu_kv_scales *use = variant.scales ? &view : nullptr;
+      const flashcpu_tensor src = flashcpu_tensor_bshd(codes.data(), variant.dtype, 1, S, H, D);
+      std::vector<float> out(codes.size(), -7.0f);
+      const flashcpu_tensor dst = flashcpu_tensor_bshd(out.data(), F32, 1, S, H, D);
+      ASSERT_EQ(flashcpu_dequantize(ctx, &src, use, &dst), FLASHCPU_OK) << flashcpu_last_error(ctx);
+      for (int64_t s = 0; s < S; s++)
+        for (int64_t h = 0; h < H; h++)
+          for (int64_t d = 0; d < D; d++) {
+            const double expected = flashcpu_oracle_load_quantized(&src, use, 0, s, h, d);
+            const double got = out[static_cast<size_t>((s * H + h) * D + d)];
+            ASSERT_TRUE(SameValue(got, expected))
+                << flashcpu_dtype_name(variant.dtype) << " code " << s << " head " << h << " d " << d
+                << " on " << flashcpu_isa_name(flashcpu_context_isa(ctx)) << ": " << got << " vs " << expected;
+          }
+    }
+}
+
+TEST(Dequantize, Q8_0BlocksAsTheOracleDecodesThem) {
+  constexpr int64_t S = 9, H = 3, D = 96;
+  std::vector<unsigned char> blocks(static_cast<size_t>(S * H * D / 32 * 34));
+  Rng rng(3);
+  for (size_t b = 0; b < blocks.size() / 34; b++) {
+    const uint16_t d = EncodeHalf(rng.Uniform(-0.1, 0.1));
+    std::memcpy(&blocks[b * 34], &d, 2);
+    for (int i = 0; i < 32; i++) blocks[b * 34 + 2 + i] = static_cast<unsigned char>(rng.Below(256));
+  }
+  const uint16_t nan = 0x7e00;  // a NaN scale reads as NaN
+  std::memcpy(&blocks[34 * 5], &nan, 2);
+  const flashcpu_tensor src = flashcpu_tensor_bshd(blocks.data(), Q8_0, 1, S, H, D);
+  for (flashcpu_context *ctx : IsaContexts()) {
+    std::vector<float> out(static_cast<size_t>(S * H * D));
+    const flashcpu_tensor dst = flashcpu_tensor_bshd(out.data(), F32, 1, S, H, D);
+    ASSERT_EQ(flashcpu_dequantize(ctx, &src, nullptr, &dst), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    for (int64_t s = 0; s < S; s++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t d = 0; d < D; d++)
+          ASSERT_TRUE(SameValue(out[static_cast<size_t>((s * H + h) * D + d)],
+                                flashcpu_oracle_load_quantized(&src, nullptr, 0, s, h, d)))
+              << s << " " << h << " " << d;
+  }
+}
+
+// Quantizes x [1, S, H, D] with per-token scales (Q8_0: its blocks) and
+// returns the dequantized values.
+std::vector<float> RoundTrip(flashcpu_context *ctx, flashcpu_dtype dtype, const std::vector<float> &x, int64_t S,
+                             int64_t H, int64_t D, std::vector<float> *scales, std::vector<float> *zeros) {
+  const size_t bytes = dtype == Q8_0 ? x.size() / 32 * 34 : x.size();
+  std::vector<unsigned char> codes(bytes);
+  scales->assign(static_cast<size_t>(S * H), -1.0f);
+  zeros->assign(scales->size(), -1.0f);
+  flashcpu_kv_scales view{scales->data(), F32, {S * H, H, 1, 0}, dtype == U8 ? zeros->data() : nullptr};
+  const flashcpu_kv_scales *use = dtype == Q8_0 ? nullptr : &view;
+  const flashcpu_tensor src = flashcpu_tensor_bshd(const_cast<float *>(x.data()), F32, 1, S, H, D);
+  const flashcpu_tensor q = flashcpu_tensor_bshd(codes.data(), dtype, 1, S, H, D);
+  EXPECT_EQ(flashcpu_quantize(ctx, &src, &q, use), FLASHCPU_OK) << flashcpu_last_error(ctx);
+  std::vector<float> back(x.size());
+  const flashcpu_tensor dst = flashcpu_tensor_bshd(back.data(), F32, 1, S, H, D);
+  EXPECT_EQ(flashcpu_dequantize(ctx, &q, use, &dst), FLASHCPU_OK) << flashcpu_last_error(ctx);
+  return back;
+}
+
+TEST(Quantize, PerTokenScalesRoundToTheNearestCode) {
+  flashcpu_context *ctx = IsaContexts().back();
+  constexpr int64_t S = 11, H = 2, D = 64;
+  std::vector<float> x(static_cast<size_t>(S * H * D));
+  Rng rng(11);
+  for (float &value : x) value = static_cast<float>(rng.Uniform(-3.0, 5.0));
+  x[70] = NAN;  // row (0, 1) reads as NaN
+  for (flashcpu_dtype dtype : {I8, U8, E4M3, E5M2, Q8_0}) {
+    std::vector<float> scales, zeros;
+    const std::vector<float> back = RoundTrip(ctx, dtype, x, S, H, D, &scales, &zeros);
+    for (int64_t row = 0; row < S * H; row++) {
+      double largest = 0.0, low = INFINITY, high = -INFINITY;
+      for (int64_t d = 0; d < D; d++) {
+        const double value = x[static_cast<size_t>(row * D + d)];
+        largest = std::fmax(largest, std::fabs(value));
+        low = std::fmin(low, value);
+        high = std::fmax(high, value);
+      }
+      for (int64_t d = 0; d < D; d++) {
+        const size_t e = static_cast<size_t>(row * D + d);
+        if (row == 1 && dtype != Q8_0) {
+          EXPECT_TRUE(std::isnan(back[e])) << flashcpu_dtype_name(dtype);
+          continue;
+        }
+        if (row == 1 && d < 32) {  // the NaN's block
+          EXPECT_TRUE(std::isnan(back[e]));
+          continue;
+        }
+        double bound;  // half a step of the code grid, plus f32 rounding
+        if (dtype == I8) bound = scales[static_cast<size_t>(row)] / 2;
+        else if (dtype == U8) bound = scales[static_cast<size_t>(row)] / 2 + 1e-6 * (high - low);
+        else if (dtype == E4M3) bound = std::fabs(x[e]) * std::ldexp(1.0, -4) + largest / 448 * std::ldexp(1.0, -10);
+        else if (dtype == E5M2) bound = std::fabs(x[e]) * std::ldexp(1.0, -3) + largest / 57344 * std::ldexp(1.0, -17);
+        else {
+          double block = 0.0;
+          for (int64_t i = d / 32 * 32; i < d / 32 * 32 + 32; i++)
+            block = std::fmax(block, std::fabs(x[static_cast<size_t>(row * D + i)]));
+          bound = block / 127 * 0.5 * (1 + 1e-3);
+        }
+        EXPECT_LE(std::fabs(back[e] - x[e]), bound * (1 + 1e-6))
+            << flashcpu_dtype_name(dtype) << " row " << row << " d " << d << ": " << x[e] << " -> " << back[e];
+      }
+      if (dtype == I8 && row != 1)
+        EXPECT_EQ(scales[static_cast<size_t>(row)], static_cast<float>(largest) / 127.0f);
+    }
+  }
+}
+
+TEST(Quantize, ReadScalesSaturate) {
+  flashcpu_context *ctx = IsaContexts().back();
+  const float x[32] = {1000.0f, -1000.0f, 0.5f, 1e30f, -1e30f, 3.0f};
+  float scale = 0.01f;
+  flashcpu_kv_scales view{&scale, F32, {0, 0, 0, 0}, nullptr};
+  const flashcpu_tensor src = flashcpu_tensor_bshd(const_cast<float *>(x), F32, 1, 1, 1, 32);
+  for (flashcpu_dtype dtype : {I8, E4M3, E5M2}) {
+    unsigned char codes[32];
+    const flashcpu_tensor q = flashcpu_tensor_bshd(codes, dtype, 1, 1, 1, 32);
+    ASSERT_EQ(flashcpu_quantize(ctx, &src, &q, &view), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    const double largest = dtype == I8 ? 127.0 : dtype == E4M3 ? 448.0 : 57344.0;
+    EXPECT_EQ(flashcpu_oracle_load_quantized(&q, nullptr, 0, 0, 0, 0), dtype == I8 ? 127.0 : 1000.0 / 0.01f > largest ? largest : 100000.0);
+    EXPECT_EQ(flashcpu_oracle_load_quantized(&q, nullptr, 0, 0, 0, 3), largest) << flashcpu_dtype_name(dtype);
+    EXPECT_EQ(flashcpu_oracle_load_quantized(&q, nullptr, 0, 0, 0, 4), -largest) << flashcpu_dtype_name(dtype);
+  }
+}
+
+TEST(QuantizeErrors, NothingWrittenOnError) {
+  flashcpu_context *ctx = IsaContexts().back();
+  float x[64];
+  for (int i = 0; i < 64; i++) x[i] = static_cast<float>(i) - 20.0f;
+  unsigned char codes[64];
+  const flashcpu_tensor src = flashcpu_tensor_bshd(x, F32, 1, 2, 1, 32);
+  float scale = 0.5f, zero_scale = 0.0f, zero_points[2] = {1, 2};
+  struct Case {
+    const char *what;
+    flashcpu_dtype dtype;
+    flashcpu_kv_scales scales;
+    bool with_scales;
+    flashcpu_status status;
+    const char *message;
+  } cases[] = {
+      {"a float dst", F32, {}, false, FLASHCPU_ERROR_UNSUPPORTED_DTYPE, "must be quantized"},
+      {"scales for Q8_0", Q8_0, {&scale, F32, {0, 0, 0, 0}, nullptr}, true, FLASHCPU_ERROR_INVALID_ARGUMENT, "Q8_0"},
+      {"zero points for I8", I8, {&scale, F32, {0, 0, 0, 0}, zero_points}, true, FLASHCPU_ERROR_INVALID_ARGUMENT, "zero points"},
+      {"a zero scale", I8, {&zero_scale, F32, {0, 0, 0, 0}, nullptr}, true, FLASHCPU_ERROR_INVALID_ARGUMENT, "scale"},
+      {"scales of an odd dtype", I8, {&scale, I8, {0, 0, 0, 0}, nullptr}, true, FLASHCPU_ERROR_UNSUPPORTED_DTYPE, "f32, f16 or bf16"},
+      {"negative scale strides", I8, {&scale, F32, {0, -1, 0, 0}, nullptr}, true, FLASHCPU_ERROR_BAD_LAYOUT, "non-negative"},
+      {"U8 per token without zero points", U8, {zero_points, F32, {2, 1, 1, 0}, nullptr}, true, FLASHCPU_ERROR_INVALID_ARGUMENT, "zero_points"},
+  };
+  for (const Case &c : cases) {
+    std::memset(codes, 0x5a, sizeof codes);
+    const flashcpu_tensor q = flashcpu_tensor_bshd(codes, c.dtype, 1, 2, 1, 32);
+    const flashcpu_kv_scales *use = c.with_scales ? &c.scales : nullptr;
+    EXPECT_EQ(flashcpu_quantize(ctx, &src, &q, use), c.status) << c.what;
+    EXPECT_NE(std::string(flashcpu_last_error(ctx)).find(c.message), std::string::npos)
+        << c.what << ": " << flashcpu_last_error(ctx);
+    for (unsigned char byte : codes) ASSERT_EQ(byte, 0x5a) << c.what;
+  }
+  // NaN cannot be held by I8 with a read scale: refused before writing.
+  x[40] = NAN;
+  std::memset(codes, 0x5a, sizeof codes);
+  flashcpu_kv_scales read{&scale, F32, {0, 0, 0, 0}, nullptr};
+  const flashcpu_tensor q = flashcpu_tensor_bshd(codes, I8, 1, 2, 1, 32);
+  EXPECT_EQ(flashcpu_quantize(ctx, &src, &q, &read), FLASHCPU_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashcpu_last_error(ctx)).find("src[0, 1, 0, 8]"), std::string::npos)
+      << flashcpu_last_error(ctx);
+  for (unsigned char byte : codes) ASSERT_EQ(byte, 0x5a);
+  // Q8_0 layouts are whole blocks.
+  unsigned char blocks[3 * 34];
+  flashcpu_tensor odd = flashcpu_tensor_bshd(blocks, Q8_0, 1, 1, 1, 48);
+  const flashcpu_tensor src48 = flashcpu_tensor_bshd(x, F32, 1, 1, 1, 48);
+  EXPECT_EQ(flashcpu_quantize(ctx, &src48, &odd, nullptr), FLASHCPU_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashcpu_last_error(ctx)).find("whole blocks"), std::string::npos);
+}
+
+TEST(QuantizeErrors, QuantizedQAndScalesOfAFloatKAreRefused) {
+  flashcpu_context *ctx = IsaContexts().back();
+  unsigned char q_codes[32] = {};
+  float k[32] = {}, v[32] = {}, out[32];
+  const flashcpu_tensor q = flashcpu_tensor_bshd(q_codes, I8, 1, 1, 1, 32);
+  const flashcpu_tensor kt = flashcpu_tensor_bshd(k, F32, 1, 1, 1, 32);
+  const flashcpu_tensor vt = flashcpu_tensor_bshd(v, F32, 1, 1, 1, 32);
+  const flashcpu_tensor ot = flashcpu_tensor_bshd(out, F32, 1, 1, 1, 32);
+  EXPECT_EQ(flashcpu_attention(ctx, &q, &kt, &vt, &ot, nullptr, nullptr), FLASHCPU_ERROR_UNSUPPORTED_DTYPE);
+  EXPECT_NE(std::string(flashcpu_last_error(ctx)).find("K and V only"), std::string::npos);
+  const flashcpu_tensor qf = flashcpu_tensor_bshd(k, F32, 1, 1, 1, 32);
+  float scale = 1.0f;
+  flashcpu_kv_scales scales{&scale, F32, {0, 0, 0, 0}, nullptr};
+  flashcpu_attention_params params;
+  flashcpu_attention_params_init(&params);
+  params.k_scales = &scales;
+  EXPECT_EQ(flashcpu_attention(ctx, &qf, &kt, &vt, &ot, nullptr, &params), FLASHCPU_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashcpu_last_error(ctx)).find("f32 tensor"), std::string::npos)
+      << flashcpu_last_error(ctx);
+  // out may not overlap the scales (an input).
+  unsigned char k_codes[32] = {};
+  const flashcpu_tensor kq = flashcpu_tensor_bshd(k_codes, I8, 1, 1, 1, 32);
+  flashcpu_kv_scales inside{out + 3, F32, {0, 0, 0, 0}, nullptr};
+  params.k_scales = &inside;
+  EXPECT_EQ(flashcpu_attention(ctx, &qf, &kq, &vt, &ot, nullptr, &params), FLASHCPU_ERROR_OVERLAP);
+}
+
+TEST(QuantizedPages, AppendThenAttentionMatchesTheContiguousCache) {
+  constexpr int64_t S = 45, Hq = 4, H = 2, D = 64, page = 8, pages = 8;
+  for (flashcpu_dtype dtype : {I8, U8, E4M3, Q8_0}) {
+    flashcpu_context *ctx = IsaContexts().back();
+    Rng rng(static_cast<uint64_t>(dtype) + 5);
+    std::vector<float> k(static_cast<size_t>(S * H * D)), v(k.size()), q(static_cast<size_t>(Hq * D));
+    for (float &x : k) x = static_cast<float>(rng.Uniform(-2, 2));
+    for (float &x : v) x = static_cast<float>(rng.Uniform(-2, 2));
+    for (float &x : q) x = static_cast<float>(rng.Uniform(-1, 1));
+    const size_t row_bytes = dtype == Q8_0 ? D / 32 * 34 : D;
+    // Contiguous: flashcpu_quantize with per-token scales.
+    std::vector<unsigned char> kc(static_cast<size_t>(S * H) * row_bytes), vc(kc.size());
+    std::vector<float> ks(static_cast<size_t>(S * H)), vs(ks.size()), kz(ks.size()), vz(ks.size());
+    const bool scaled = dtype != Q8_0, zeros = dtype == U8;
+    flashcpu_kv_scales k_view{ks.data(), F32, {S * H, H, 1, 0}, zeros ? kz.data() : nullptr};
+    flashcpu_kv_scales v_view{vs.data(), F32, {S * H, H, 1, 0}, zeros ? vz.data() : nullptr};
+    const flashcpu_tensor ksrc = flashcpu_tensor_bshd(k.data(), F32, 1, S, H, D);
+    const flashcpu_tensor vsrc = flashcpu_tensor_bshd(v.data(), F32, 1, S, H, D);
+    const flashcpu_tensor kq = flashcpu_tensor_bshd(kc.data(), dtype, 1, S, H, D);
+    const flashcpu_tensor vq = flashcpu_tensor_bshd(vc.data(), dtype, 1, S, H, D);
+    ASSERT_EQ(flashcpu_quantize(ctx, &ksrc, &kq, scaled ? &k_view : nullptr), FLASHCPU_OK);
+    ASSERT_EQ(flashcpu_quantize(ctx, &vsrc, &vq, scaled ? &v_view : nullptr), FLASHCPU_OK);
+    // Paged: pages in reverse order, filled by kv_append in two steps.
+    std::vector<unsigned char> kp(static_cast<size_t>(pages * page * H) * row_bytes, 0x5a), vp(kp);
+    std::vector<float> kps(static_cast<size_t>(pages * page * H), -1), vps(kps), kpz(kps), vpz(kps);
+    flashcpu_paged_kv cache = flashcpu_paged_kv_nhd(kp.data(), vp.data(), dtype, pages, page, H, D);
+    flashcpu_kv_scales kp_view{kps.data(), F32, {page * H, H, 1, 0}, zeros ? kpz.data() : nullptr};
+    flashcpu_kv_scales vp_view{vps.data(), F32, {page * H, H, 1, 0}, zeros ? vpz.data() : nullptr};
+    if (scaled) {
+      cache.k_scales = &kp_view;
+      cache.v_scales = &vp_view;
+    }
+    std::vector<int32_t> table(static_cast<size_t>(pages));
+    for (int64_t p = 0; p < pages; p++) table[static_cast<size_t>(p)] = static_cast<int32_t>(pages - 1 - p);
+    std::vector<int64_t> slots(static_cast<size_t>(S));
+    for (int64_t j = 0; j < S; j++) slots[static_cast<size_t>(j)] = table[static_cast<size_t>(j / page)] * page + j % page;
+    for (int64_t begin : {int64_t{0}, int64_t{30}}) {
+      const int64_t count = begin == 0 ? 30 : S - 30;
+      flashcpu_tensor kn = flashcpu_tensor_bshd(k.data() + begin * H * D, F32, 1, count, H, D);
+      flashcpu_tensor vn = flashcpu_tensor_bshd(v.data() + begin * H * D, F32, 1, count, H, D);
+      ASSERT_EQ(flashcpu_kv_append(ctx, &kn, &vn, slots.data() + begin, &cache), FLASHCPU_OK)
+          << flashcpu_last_error(ctx);
+    }
+    for (int64_t j = 0; j < S; j++)
+      for (int64_t h = 0; h < H; h++) {
+        const size_t at = static_cast<size_t>((slots[static_cast<size_t>(j)] * H + h)) * row_bytes;
+        ASSERT_EQ(std::memcmp(&kp[at], &kc[static_cast<size_t>(j * H + h) * row_bytes], row_bytes), 0) << j;
+        ASSERT_EQ(std::memcmp(&vp[at], &vc[static_cast<size_t>(j * H + h) * row_bytes], row_bytes), 0) << j;
+        if (scaled)
+          ASSERT_EQ(kps[static_cast<size_t>(slots[static_cast<size_t>(j)] * H + h)], ks[static_cast<size_t>(j * H + h)]);
+      }
+    // Attention: contiguous vs paged, one decode row.
+    std::vector<float> out_c(static_cast<size_t>(Hq * D), NAN), out_p(out_c);
+    const flashcpu_tensor qt = flashcpu_tensor_bshd(q.data(), F32, 1, 1, Hq, D);
+    const flashcpu_tensor oc = flashcpu_tensor_bshd(out_c.data(), F32, 1, 1, Hq, D);
+    const flashcpu_tensor op = flashcpu_tensor_bshd(out_p.data(), F32, 1, 1, Hq, D);
+    flashcpu_attention_params params;
+    flashcpu_attention_params_init(&params);
+    params.k_scales = scaled ? &k_view : nullptr;
+    params.v_scales = scaled ? &v_view : nullptr;
+    ASSERT_EQ(flashcpu_attention(ctx, &qt, &kq, &vq, &oc, nullptr, &params), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    flashcpu_batch batch;
+    flashcpu_batch_init(&batch);
+    const int32_t cu[2] = {0, 1}, lens[1] = {static_cast<int32_t>(S)};
+    batch.num_requests = 1;
+    batch.cu_seqlens_q = cu;
+    batch.seq_lens_kv = lens;
+    batch.block_table = table.data();
+    batch.block_table_stride = pages;
+    flashcpu_plan *plan = nullptr;
+    ASSERT_EQ(flashcpu_plan_create(ctx, &batch, Hq, &cache, &plan), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    EXPECT_EQ(flashcpu_attention_paged(ctx, plan, &qt, &cache, &op, nullptr, nullptr), FLASHCPU_OK)
+        << flashcpu_last_error(ctx);
+    flashcpu_plan_destroy(plan);
+    EXPECT_EQ(std::memcmp(out_c.data(), out_p.data(), out_c.size() * sizeof(float)), 0)
+        << flashcpu_dtype_name(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace fctest

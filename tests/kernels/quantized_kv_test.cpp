@@ -1,0 +1,177 @@
+// Quantized K/V on every registry kernel: attention over I8, U8, F8_E4M3,
+// F8_E5M2 and Q8_0 caches (scales per token, per head, per tensor, per
+// channel; zero points) must write the very bytes the same kernel writes
+// for the dequantized f32 K/V (flashcpu_dequantize, itself checked
+// against the oracle's decoding in tests/api/quantize_test.cpp), the f32
+// path being checked against the oracle by the other suites. The same for
+// the paged path, with the cache written by flashcpu_kv_append.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernel_tester.h"
+
+namespace fctest {
+namespace {
+
+enum class Scales { kNone, kPerToken, kPerHead, kPerTensor, kPerChannel };
+
+struct QuantCase {
+  const char *name;
+  flashcpu_dtype k, v;
+  Scales k_scales, v_scales;
+  bool zero_points;
+  int64_t q_len, kv_len, head_dim;
+};
+
+const QuantCase kCases[] = {
+    {"i8_token_decode", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken, Scales::kPerToken, false, 1, 300, 128},
+    {"i8_token_verify", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken, Scales::kPerToken, false, 5, 77, 72},
+    {"i8_token_prefill", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken, Scales::kPerToken, false, 37, 101, 64},
+    {"u8_zero_decode", FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_U8, Scales::kPerToken, Scales::kPerToken, true, 1, 130, 64},
+    {"u8_zero_prefill", FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_U8, Scales::kPerToken, Scales::kPerToken, true, 20, 45, 40},
+    {"e4m3_tensor_decode", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3, Scales::kPerTensor, Scales::kPerTensor, false, 1, 200, 128},
+    {"e4m3_head_prefill", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3, Scales::kPerHead, Scales::kNone, false, 33, 70, 48},
+    {"e5m2_head_decode", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2, Scales::kPerHead, Scales::kPerHead, false, 2, 90, 80},
+    {"e5m2_tensor_prefill", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2, Scales::kPerTensor, Scales::kPerTensor, false, 19, 40, 64},
+    {"q8_0_decode", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone, Scales::kNone, false, 1, 260, 128},
+    {"q8_0_prefill", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone, Scales::kNone, false, 24, 50, 64},
+    {"i8_channel_k_bf16_v", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_BF16, Scales::kPerChannel, Scales::kNone, false, 1, 150, 64},
+    {"i8_channel_k_prefill", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_F16, Scales::kPerChannel, Scales::kNone, false, 17, 66, 96},
+};
+
+constexpr int64_t kBatch = 2, kQHeads = 8, kKvHeads = 2;
+
+// Element strides of a [B, S, H, D] scales view of a granularity.
+void ScaleStrides(Scales kind, int64_t S, int64_t H, int64_t D, int64_t strides[4]) {
+  const int64_t token[4] = {S * H, H, 1, 0}, head[4] = {0, 0, 1, 0}, tensor[4] = {0, 0, 0, 0},
+                channel[4] = {0, 0, D, 1};
+  const int64_t *from = kind == Scales::kPerToken ? token
+                        : kind == Scales::kPerHead ? head
+                        : kind == Scales::kPerChannel ? channel
+                                                      : tensor;
+  std::memcpy(strides, from, 4 * sizeof(int64_t));
+}
+
+int64_t ScaleCount(Scales kind, int64_t S, int64_t H, int64_t D) {
+  switch (kind) {
+    case Scales::kPerToken: return kBatch * S * H;
+    case Scales::kPerHead: return H;
+    case Scales::kPerChannel: return H * D;
+    default: return 1;
+  }
+}
+
+// One side (K or V): f32 source, its quantized form and scales, and the
+// dequantized f32 values.
+struct Side {
+  flashcpu_dtype dtype;
+  std::vector<float> source, dequantized, scales, zeros;
+  std::vector<unsigned char> codes;
+  flashcpu_kv_scales view{};
+  bool scaled = false;
+
+  void Make(flashcpu_context *ctx, flashcpu_dtype storage, Scales kind, bool zero_points, int64_t S,
+            int64_t D, Rng &rng) {
+    dtype = storage;
+    const int64_t count = kBatch * S * kKvHeads * D;
+    source.resize(static_cast<size_t>(count));
+    for (float &x : source) x = static_cast<float>(rng.Uniform(-2.0, 2.5));
+    dequantized.assign(source.size(), 0.0f);
+    const flashcpu_tensor src = flashcpu_tensor_bshd(source.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+    flashcpu_tensor deq = flashcpu_tensor_bshd(dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+    if (storage == FLASHCPU_DTYPE_F16 || storage == FLASHCPU_DTYPE_BF16) {  // plain V beside a quantized K
+      codes.resize(static_cast<size_t>(count) * 2);
+      for (int64_t i = 0; i < count; i++) {
+        StoreAs(&codes[static_cast<size_t>(i) * 2], storage, source[static_cast<size_t>(i)]);
+        dequantized[static_cast<size_t>(i)] = static_cast<float>(
+            RoundToDtype(source[static_cast<size_t>(i)], storage));
+      }
+      return;
+    }
+    const size_t bytes = storage == FLASHCPU_DTYPE_Q8_0 ? static_cast<size_t>(count / 32 * 34)
+                                                        : static_cast<size_t>(count);
+    codes.assign(bytes, 0);
+    scaled = kind != Scales::kNone;
+    if (scaled) {
+      // Scales the library reads (per head, tensor, channel) are drawn
+      // here; per-token ones flashcpu_quantize computes.
+      scales.resize(static_cast<size_t>(ScaleCount(kind, S, kKvHeads, D)));
+      for (float &s : scales) s = static_cast<float>(storage == FLASHCPU_DTYPE_I8 ? rng.Uniform(0.01, 0.03)
+                                                     : storage == FLASHCPU_DTYPE_U8 ? rng.Uniform(0.01, 0.02)
+                                                                                    : rng.Uniform(0.5, 2.0));
+      view.data = scales.data();
+      view.dtype = FLASHCPU_DTYPE_F32;
+      ScaleStrides(kind, S, kKvHeads, D, view.strides);
+      if (zero_points) {
+        zeros.assign(scales.size(), 0.0f);
+        view.zero_points = zeros.data();
+      }
+    }
+    const flashcpu_tensor q = View(S, D);
+    ASSERT_EQ(flashcpu_quantize(ctx, &src, &q, scaled ? &view : nullptr), FLASHCPU_OK)
+        << flashcpu_last_error(ctx);
+    ASSERT_EQ(flashcpu_dequantize(ctx, &q, scaled ? &view : nullptr, &deq), FLASHCPU_OK)
+        << flashcpu_last_error(ctx);
+  }
+  flashcpu_tensor View(int64_t S, int64_t D) {
+    return flashcpu_tensor_bshd(codes.data(), dtype, kBatch, S, kKvHeads, D);
+  }
+  const flashcpu_kv_scales *Scaled() const { return scaled ? &view : nullptr; }
+};
+
+using QuantSuite = KernelSuite<QuantCase>;
+
+TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
+  const QuantCase &c = test_case();
+  flashcpu_context *context = ctx();
+  ASSERT_NE(context, nullptr);
+  const int64_t S = c.kv_len, D = c.head_dim, L = c.q_len;
+  Rng rng(static_cast<uint64_t>(S * 131 + D * 7 + L));
+  Side k, v;
+  k.Make(context, c.k, c.k_scales, c.zero_points, S, D, rng);
+  v.Make(context, c.v, c.v_scales, c.zero_points, S, D, rng);
+  if (HasFatalFailure()) return;
+  std::vector<float> q_data(static_cast<size_t>(kBatch * L * kQHeads * D));
+  for (float &x : q_data) x = static_cast<float>(rng.Uniform(-1.0, 1.0));
+  const flashcpu_tensor q = flashcpu_tensor_bshd(q_data.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+  const int64_t out_count = kBatch * L * kQHeads * D;
+  std::vector<float> out_q(static_cast<size_t>(out_count), NAN), out_f(out_q);
+  std::vector<float> lse_q(static_cast<size_t>(kBatch * kQHeads * L), NAN), lse_f(lse_q);
+  const flashcpu_tensor oq = flashcpu_tensor_bshd(out_q.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+  const flashcpu_tensor of = flashcpu_tensor_bshd(out_f.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+  const flashcpu_tensor kq = k.View(S, D), vq = v.View(S, D);
+  const flashcpu_tensor kf = flashcpu_tensor_bshd(k.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+  const flashcpu_tensor vf = flashcpu_tensor_bshd(v.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+  flashcpu_attention_params params;
+  flashcpu_attention_params_init(&params);
+  params.flags = FLASHCPU_FLAG_CAUSAL;
+  const int64_t lengths[kBatch] = {S, S - 3};
+  params.kv_lengths = lengths;
+  const flashcpu_status plain = flashcpu_attention(context, &q, &kf, &vf, &of, lse_f.data(), &params);
+  if (plain == FLASHCPU_ERROR_INVALID_ARGUMENT &&
+      std::string(flashcpu_last_error(context)).find("cannot take") != std::string::npos)
+    GTEST_SKIP() << kernel()->name << " does not take this shape: " << flashcpu_last_error(context);
+  ASSERT_EQ(plain, FLASHCPU_OK) << flashcpu_last_error(context);
+  params.k_scales = k.Scaled();
+  params.v_scales = v.Scaled();
+  const flashcpu_status quantized = flashcpu_attention(context, &q, &kq, &vq, &oq, lse_q.data(), &params);
+  if (quantized == FLASHCPU_ERROR_INVALID_ARGUMENT &&
+      std::string(flashcpu_last_error(context)).find("cannot take") != std::string::npos)
+    GTEST_SKIP() << kernel()->name << " does not take quantized K/V: " << flashcpu_last_error(context);
+  ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
+  EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
+  for (size_t i = 0; i < out_q.size(); i++)
+    ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, QuantSuite,
+    testing::ValuesIn(ForEveryKernel(std::vector<QuantCase>(std::begin(kCases), std::end(kCases)))),
+    KernelParamName<QuantCase>([](const QuantCase &c) { return std::string(c.name); }));
+
+}  // namespace
+}  // namespace fctest
