@@ -65,10 +65,29 @@ TEST(Dtype, NamesAndSizes) {
   EXPECT_EQ(flashcpu_dtype_size(FLASHCPU_DTYPE_F32), 4u);
   EXPECT_EQ(flashcpu_dtype_size(FLASHCPU_DTYPE_F16), 2u);
   EXPECT_EQ(flashcpu_dtype_size(FLASHCPU_DTYPE_BF16), 2u);
+  // Quantized K/V storage: one byte per element, Q8_0 34 bytes per 32.
+  const struct {
+    flashcpu_dtype dtype;
+    int value;
+    const char *name;
+    size_t size;
+    int64_t block;
+  } quantized[] = {{FLASHCPU_DTYPE_I8, 3, "i8", 1, 1},
+                   {FLASHCPU_DTYPE_U8, 4, "u8", 1, 1},
+                   {FLASHCPU_DTYPE_F8_E4M3, 5, "f8_e4m3", 1, 1},
+                   {FLASHCPU_DTYPE_F8_E5M2, 6, "f8_e5m2", 1, 1},
+                   {FLASHCPU_DTYPE_Q8_0, 7, "q8_0", 34, 32}};
+  for (const auto &q : quantized) {
+    EXPECT_EQ(static_cast<int>(q.dtype), q.value);
+    EXPECT_STREQ(flashcpu_dtype_name(q.dtype), q.name);
+    EXPECT_EQ(flashcpu_dtype_size(q.dtype), q.size);
+    EXPECT_EQ(flashcpu_dtype_block(q.dtype), q.block);
+  }
+  EXPECT_EQ(flashcpu_dtype_block(FLASHCPU_DTYPE_BF16), 1);
 }
 
 TEST(Dtype, UnknownValuesGetUnknownAndZeroSize) {
-  for (int value : {-1, 3, 7, 255}) {
+  for (int value : {-1, 8, 9, 255}) {
     EXPECT_STREQ(fctest_dtype_name_of(value), "unknown") << value;
     EXPECT_EQ(fctest_dtype_size_of(value), 0u) << value;
   }

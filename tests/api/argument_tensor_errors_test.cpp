@@ -195,7 +195,7 @@ std::vector<BadCallCase> OverflowCases() {
 std::vector<BadCallCase> DtypeCases() {
   std::vector<BadCallCase> cases;
   for (const Named &t : kTensors)
-    for (int value : {3, -1, 255})
+    for (int value : {8, -1, 255})
       cases.push_back({std::string(t.name) + "_dtype_" + (value < 0 ? "minus1" : std::to_string(value)),
                        [t, value](BadCall &c) { fctest_set_dtype(&(c.*t.tensor), value); },
                        kDtype,

@@ -326,7 +326,7 @@ static ALWAYS_INLINE void ds_block_scores(const fc_splitkv_args *a,
     for (int c = 0; c < CHUNK; c++)
       scores->slot[c] = _mm512_loadu_ps(buffer + c * KEY_BLOCK);
   } else {
-    chunk_scores_dispatch(k_rows, a->p->k.dtype, q, a->padded_dim,
+    chunk_scores_dispatch(k_rows, a->k_read, q, a->padded_dim,
                           a->p->head_dim, n, sweep, scores->slot);
   }
 }
@@ -355,7 +355,7 @@ static ALWAYS_INLINE void ds_values(const fc_splitkv_args *a,
                                     float *o, const float *weights,
                                     const float *alpha, const ds_seen *seen,
                                     fc_prefetch_sweep *sweep) {
-  accumulate_dispatch(v_rows, a->p->v.dtype, a->p->v_head_dim, a->padded_dv,
+  accumulate_dispatch(v_rows, a->v_read, a->p->v_head_dim, a->padded_dv,
                       n, o, weights, alpha, seen, sweep);
 }
 
