@@ -139,6 +139,16 @@ void AddDecodeCases(std::vector<BenchCase> &cases,
               kv == kDefaultPagedKv && page_size == kDefaultPageSize;
           AddEnds(cases, paged, thread_counts);
         }
+        // The same case on each quantized KV cache (bf16 q and out).
+        for (flashcpu_dtype kv_dtype :
+             {FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_F8_E4M3,
+              FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_Q8_0}) {
+          BenchCase quantized = contiguous;
+          quantized.kv_quantized = true;
+          quantized.kv_dtype = kv_dtype;
+          quantized.in_default_set = false;
+          AddEnds(cases, quantized, thread_counts);
+        }
       }
 }
 
@@ -242,6 +252,9 @@ std::string BenchCaseName(const BenchCase &bench_case) {
                                     : "kernel:" + bench_case.kernel + "/") +
          toolkit_phase_name(bench_case.phase) + "/" +
          bench_case.preset->name + "/" + flashcpu_dtype_name(bench_case.dtype) +
+         (bench_case.kv_quantized
+              ? std::string("/kv:") + flashcpu_dtype_name(bench_case.kv_dtype)
+              : std::string()) +
          "/L:" + std::to_string(bench_case.rows) +
          (bench_case.phase == TOOLKIT_PHASE_SERVE
               ? "/prefix:" + std::to_string(bench_case.prefix)
@@ -260,6 +273,7 @@ toolkit_workload_spec BenchCaseSpec(const BenchCase &bench_case) {
       bench_case.preset, bench_case.phase, bench_case.rows, bench_case.kv,
       bench_case.dtype);
   spec.batch = bench_case.batch;
+  if (bench_case.kv_quantized) spec.kv_dtype = bench_case.kv_dtype;
   spec.mixed_kv_lengths =
       bench_case.batch > 1 && bench_case.phase != TOOLKIT_PHASE_SERVE;
   spec.page_size = bench_case.page_size;

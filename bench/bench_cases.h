@@ -1,6 +1,7 @@
 // The benchmark cases: model presets x phase x dtype x shape x batch x mask
 // x threads, named
 //   <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
+// (decode on a quantized KV cache: <dtype>/kv:<kv dtype>/L:...)
 // with the kernel chosen per call; paged K/V (flashcpu_attention_paged)
 // add /page:<tokens> before threads, and the serving step (an engine's
 // ragged step of decode requests and a prefill chunk) names the chunk's
@@ -43,6 +44,11 @@ struct BenchCase {
   std::string kernel;  // forced kernel; empty: the context chooses
   int64_t page_size = 0; // 0: contiguous K/V; else pages of this many tokens
   int64_t prefix = 0;    // serve: keys cached before the chunk
+  // K/V stored as this dtype instead (a quantized cache: i8, u8 with
+  // per-token scales, f8 with a per-tensor scale, q8_0); named /kv:<dtype>
+  // after the dtype. FLASHCPU_DTYPE_F32 with kv_quantized false: dtype.
+  bool kv_quantized = false;
+  flashcpu_dtype kv_dtype = FLASHCPU_DTYPE_F32;
 };
 
 std::string BenchCaseName(const BenchCase &bench_case);
