@@ -25,6 +25,7 @@
 
 #include "bad_call.h"
 #include "fixtures.h"
+#include "paged_call.h"
 #include "test_tensor.h"
 
 namespace fctest {
@@ -350,14 +351,7 @@ struct AppendCall {
   int64_t *slots;
 };
 
-// Scales for a cache that has none to scale (f32/f16/bf16 pages).
-float kUnitScale = 1.0f;
-const flashcpu_kv_scales kFloatCacheScales = {&kUnitScale, FLASHCPU_DTYPE_F32, {0, 0, 0, 0}, nullptr};
-
-void SetRawDtype(flashcpu_dtype *field, int value) {
-  static_assert(sizeof(flashcpu_dtype) == sizeof(int), "enum is an int");
-  std::memcpy(field, &value, sizeof value);
-}
+// SetRawDtype and kFloatCacheScales: paged_call.h.
 
 TEST(AppendBaseline, ValidAppendWritesThePages) {
   AppendCall call;
