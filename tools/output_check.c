@@ -40,12 +40,16 @@ static uint64_t next_random(uint64_t *state) {
   return *state >> 33;
 }
 
-static double max_abs_visible_v(const flashcpu_tensor *v, int64_t kv_head,
-                                int64_t begin, int64_t end) {
+/* A quantized V is read as the oracle reads it: dequantized with scales. */
+static double max_abs_visible_v(const flashcpu_tensor *v,
+                                const flashcpu_kv_scales *scales,
+                                int64_t kv_head, int64_t begin, int64_t end) {
   double largest = 0.0;
   for (int64_t j = begin; j < end; j++)
     for (int64_t d = 0; d < v->dims[3]; d++) {
-      double value = fabs(flashcpu_oracle_load(v, 0, j, kv_head, d));
+      double value = fabs(
+          scales ? flashcpu_oracle_load_quantized(v, scales, 0, j, kv_head, d)
+                 : flashcpu_oracle_load(v, 0, j, kv_head, d));
       if (value > largest) largest = value;
     }
   return largest;
@@ -103,7 +107,8 @@ output_check_result output_check_rows(const toolkit_workload *workload,
                         expected, &lse);
     const double visible = (double)(end - begin);
     const double tolerance =
-        max_abs_visible_v(&view.v, h / group, begin, end) *
+        max_abs_visible_v(&view.v, view.params.v_scales, h / group, begin,
+                          end) *
         (u_out + 4.0 * u32 *
                      (3.0 * (double)D + 2.0 * spec->softcap +
                       2.0 * sqrt(visible) + 8.0));
