@@ -43,21 +43,20 @@ static flashcpu_status check_pair(flashcpu_context *ctx, const char *call,
                                    quantized->dims, &spans[2], &spans[3])))
     return status;
   /* spans: src, dst, scales, zero points. Quantizing writes dst and the
-   * scales it computes and reads src; dequantizing writes dst and reads
-   * the rest. What is written must not overlap what is read, nor dst the
-   * scales. */
+   * scales (reading src); dequantizing writes dst (reading the rest). What
+   * is written must not overlap what is read, nor dst the scales. */
   static const char *const names[4] = {"src", "dst", "the scales",
                                        "the zero points"};
-  for (int w = 1; w < 4; w++)
-    for (int r = 0; r < 4; r++) {
-      const bool written = w == 1 || quantize;
-      const bool other = r != w && (r == 0 || (!quantize && r > 1) ||
-                                    (quantize && w == 1 && r > 1));
-      if (written && other && fc_spans_overlap(spans[w], spans[r]))
-        return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                       "%s: %s overlaps %s in memory", call, names[w],
-                       names[r]);
-    }
+  static const int quantize_pairs[5][2] = {{1, 0}, {2, 0}, {3, 0}, {1, 2},
+                                           {1, 3}};
+  static const int dequantize_pairs[3][2] = {{1, 0}, {1, 2}, {1, 3}};
+  const int (*pairs)[2] = quantize ? quantize_pairs : dequantize_pairs;
+  const int count = quantize ? 5 : 3;
+  for (int p = 0; p < count; p++)
+    if (fc_spans_overlap(spans[pairs[p][0]], spans[pairs[p][1]]))
+      return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
+                     "%s: %s overlaps %s in memory", call,
+                     names[pairs[p][0]], names[pairs[p][1]]);
   return FLASHCPU_OK;
 }
 

@@ -172,6 +172,7 @@ void fc_fill_view_scales(const flashcpu_kv_scales *scales, fc_view *view) {
   view->scales = (const char *)scales->data;
   view->zeros = (const char *)scales->zero_points;
   view->scale_dtype = scales->dtype;
+  view->scale_size = (int64_t)flashcpu_dtype_size(scales->dtype);
   memcpy(view->scale_strides, scales->strides, sizeof view->scale_strides);
 }
 

@@ -38,6 +38,7 @@ typedef struct fc_view {
   bool quantized;
   const char *scales, *zeros;
   flashcpu_dtype scale_dtype;
+  int64_t scale_size; /* bytes of one scale */
   int64_t scale_strides[4];
 } fc_view;
 

@@ -101,6 +101,18 @@ typedef struct fc_row_scales {
   int64_t stride;
 } fc_row_scales;
 
+/* The scale and zero of a row whose scales do not vary along it (stride
+ * 0): false when they do, and the row takes fc_dequant_row_portable. */
+static inline bool fc_row_scales_uniform(const fc_row_scales *scales,
+                                         float *scale, float *zero) {
+  if (scales->stride != 0 && (scales->scales || scales->zeros)) return false;
+  *scale = scales->scales ? fc_scale_load(scales->scales, scales->dtype, 0)
+                          : 1.0f;
+  *zero = scales->zeros ? fc_scale_load(scales->zeros, scales->dtype, 0)
+                        : 0.0f;
+  return true;
+}
+
 /* A Q8_0 block's scale d. */
 static inline float fc_q8_0_scale(const char *block) {
   uint16_t half;
@@ -140,7 +152,7 @@ static inline void fc_dequant_row_portable(flashcpu_dtype dtype,
   }
 }
 
-/* One row's quantization, given (or computed) scale and zero. */
+/* x rounded to the nearest integer (even on ties) within [low, high]. */
 static inline int64_t fc_quant_clamp(float x, float low, float high) {
   if (!(x >= low)) return (int64_t)low; /* NaN cannot reach here */
   if (x > high) return (int64_t)high;
@@ -152,10 +164,9 @@ static inline uint8_t fc_quant_encode(flashcpu_dtype dtype, float x,
                                       float scale, float zero) {
   switch (dtype) {
   case FLASHCPU_DTYPE_I8:
-    return (uint8_t)(int8_t)fc_quant_clamp(nearbyintf(x / scale), -127.0f,
-                                           127.0f);
+    return (uint8_t)(int8_t)fc_quant_clamp(x / scale, -127.0f, 127.0f);
   case FLASHCPU_DTYPE_U8:
-    return (uint8_t)fc_quant_clamp(nearbyintf(x / scale + zero), 0.0f, 255.0f);
+    return (uint8_t)fc_quant_clamp(x / scale + zero, 0.0f, 255.0f);
   case FLASHCPU_DTYPE_F8_E4M3: return fc_f32_to_e4m3(x / scale);
   default: return fc_f32_to_e5m2(x / scale);
   }
@@ -175,8 +186,7 @@ static inline void fc_q8_0_encode_block(const float *x, char *block) {
   const float d = fc_f16_to_f32(half);
   for (int i = 0; i < FC_Q8_0_BLOCK; i++)
     block[2 + i] = (char)(int8_t)(finite && d > 0.0f
-                                      ? fc_quant_clamp(nearbyintf(x[i] / d),
-                                                       -127.0f, 127.0f)
+                                      ? fc_quant_clamp(x[i] / d, -127.0f, 127.0f)
                                       : 0);
 }
 

@@ -48,8 +48,7 @@ static inline fc_row_scales fc_view_row_scales(const fc_view *view, int64_t b,
   fc_row_scales scales = {NULL, NULL, view->scale_dtype,
                           view->scale_strides[3]};
   if (view->scales || view->zeros) {
-    const int64_t at = fc_view_scale_offset(view, b, s, h) *
-                       (int64_t)flashcpu_dtype_size(view->scale_dtype);
+    const int64_t at = fc_view_scale_offset(view, b, s, h) * view->scale_size;
     if (view->scales) scales.scales = view->scales + at;
     if (view->zeros) scales.zeros = view->zeros + at;
   }

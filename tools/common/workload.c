@@ -379,7 +379,6 @@ static void fill_pages(const toolkit_workload *workload, int layer, void *k,
   const toolkit_workload_spec *spec = &workload->spec;
   const int64_t page_size = spec->page_size;
   const int64_t stride = workload->block_table_stride;
-  const int64_t row_elements = spec->preset->kv_heads * spec->preset->head_dim;
   const size_t row_bytes = toolkit_kv_row_bytes(spec);
   const int64_t slots = workload->num_requests * stride;
   /* One task per block-table slot: pages are small (page_size 1 is one
@@ -395,7 +394,6 @@ static void fill_pages(const toolkit_workload *workload, int layer, void *k,
     const size_t offset =
         (size_t)workload->block_table[slot] * (size_t)page_size * row_bytes;
     const uint64_t seed = kv_seed(spec, layer, r);
-    (void)row_elements;
     fill_range((char *)k + offset, spec->kv_dtype,
                stream_units(spec, i * page_size), stream_units(spec, tokens),
                seed);

@@ -45,15 +45,14 @@ static inline __m256 codes_f32(flashcpu_dtype dtype, const char *row,
 void fc_dequant_row__avx2(flashcpu_dtype dtype, const char *row,
                           int64_t count, const fc_row_scales *scales,
                           float *destination) {
-  if (scales->stride != 0) {
+  float scale_value, zero_value;
+  if (!fc_row_scales_uniform(scales, &scale_value, &zero_value)) {
     fc_dequant_row_portable(dtype, row, count, scales, destination);
     return;
   }
   const int has_scale = scales->scales != NULL, has_zero = scales->zeros != NULL;
-  const __m256 scale = _mm256_set1_ps(
-      has_scale ? fc_scale_load(scales->scales, scales->dtype, 0) : 1.0f);
-  const __m256 zero = _mm256_set1_ps(
-      has_zero ? fc_scale_load(scales->zeros, scales->dtype, 0) : 0.0f);
+  const __m256 scale = _mm256_set1_ps(scale_value);
+  const __m256 zero = _mm256_set1_ps(zero_value);
   int64_t d = 0;
   for (; d + 8 <= count; d += 8) {
     __m256 value = codes_f32(dtype, row, d);
