@@ -31,20 +31,27 @@ constexpr flashcpu_dtype I8 = FLASHCPU_DTYPE_I8, U8 = FLASHCPU_DTYPE_U8, E4M3 = 
 
 bool SameValue(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
 
-// A context per ISA this CPU runs.
+// A context per ISA this CPU runs, made once and destroyed at exit.
 std::vector<flashcpu_context *> IsaContexts() {
-  static std::vector<flashcpu_context *> contexts;
-  if (contexts.empty())
-    for (flashcpu_isa isa : {FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_AVX512, FLASHCPU_ISA_NEON}) {
-      if (!flashcpu_isa_supported(isa)) continue;
-      flashcpu_context_options options;
-      flashcpu_context_options_init(&options);
-      options.max_isa = isa;
-      options.num_threads = 2;
-      flashcpu_context *ctx = nullptr;
-      if (flashcpu_context_create(&options, &ctx) == FLASHCPU_OK) contexts.push_back(ctx);
+  struct Contexts {
+    std::vector<flashcpu_context *> list;
+    Contexts() {
+      for (flashcpu_isa isa : {FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_AVX512, FLASHCPU_ISA_NEON}) {
+        if (!flashcpu_isa_supported(isa)) continue;
+        flashcpu_context_options options;
+        flashcpu_context_options_init(&options);
+        options.max_isa = isa;
+        options.num_threads = 2;
+        flashcpu_context *ctx = nullptr;
+        if (flashcpu_context_create(&options, &ctx) == FLASHCPU_OK) list.push_back(ctx);
+      }
     }
-  return contexts;
+    ~Contexts() {
+      for (flashcpu_context *ctx : list) flashcpu_context_destroy(ctx);
+    }
+  };
+  static const Contexts contexts;
+  return contexts.list;
 }
 
 TEST(Dequantize, EveryCodeAsTheOracleDecodesIt) {
@@ -147,9 +154,11 @@ TEST(Quantize, PerTokenScalesRoundToTheNearestCode) {
       double largest = 0.0, low = INFINITY, high = -INFINITY;
       for (int64_t d = 0; d < D; d++) {
         const double value = x[static_cast<size_t>(row * D + d)];
-        largest = std::fmax(largest, std::fabs(value));
-        low = std::fmin(low, value);
-        high = std::fmax(high, value);
+        // Comparisons, not fmin/fmax: gcc 12 for aarch64 crashes vectorizing
+        // three fmin/fmax reductions in one loop. NaN is skipped either way.
+        if (std::fabs(value) > largest) largest = std::fabs(value);
+        if (value < low) low = value;
+        if (value > high) high = value;
       }
       for (int64_t d = 0; d < D; d++) {
         const size_t e = static_cast<size_t>(row * D + d);
@@ -169,14 +178,15 @@ TEST(Quantize, PerTokenScalesRoundToTheNearestCode) {
         else {
           double block = 0.0;
           for (int64_t i = d / 32 * 32; i < d / 32 * 32 + 32; i++)
-            block = std::fmax(block, std::fabs(x[static_cast<size_t>(row * D + i)]));
+            if (std::fabs(x[static_cast<size_t>(row * D + i)]) > block) block = std::fabs(x[static_cast<size_t>(row * D + i)]);
           bound = block / 127 * 0.5 * (1 + 1e-3);
         }
         EXPECT_LE(std::fabs(back[e] - x[e]), bound * (1 + 1e-6))
             << flashcpu_dtype_name(dtype) << " row " << row << " d " << d << ": " << x[e] << " -> " << back[e];
       }
-      if (dtype == I8 && row != 1)
+      if (dtype == I8 && row != 1) {
         EXPECT_EQ(scales[static_cast<size_t>(row)], static_cast<float>(largest) / 127.0f);
+      }
     }
   }
 }
@@ -322,8 +332,9 @@ TEST(QuantizedPages, AppendThenAttentionMatchesTheContiguousCache) {
         const size_t at = static_cast<size_t>((slots[static_cast<size_t>(j)] * H + h)) * row_bytes;
         ASSERT_EQ(std::memcmp(&kp[at], &kc[static_cast<size_t>(j * H + h) * row_bytes], row_bytes), 0) << j;
         ASSERT_EQ(std::memcmp(&vp[at], &vc[static_cast<size_t>(j * H + h) * row_bytes], row_bytes), 0) << j;
-        if (scaled)
+        if (scaled) {
           ASSERT_EQ(kps[static_cast<size_t>(slots[static_cast<size_t>(j)] * H + h)], ks[static_cast<size_t>(j * H + h)]);
+        }
       }
     // Attention: contiguous vs paged, one decode row.
     std::vector<float> out_c(static_cast<size_t>(Hq * D), NAN), out_p(out_c);
