@@ -5,7 +5,7 @@
 # and the caller must check the CPU (and OS) at run time before calling into
 # them.
 #
-#   flashcpu_isa_flags(ISA <avx2|avx512|avx512bf16> SOURCES <files...>)
+#   flashcpu_isa_flags(ISA <avx2|avx512|avx512bf16|...> SOURCES <files...>)
 #
 # Appends the ISA's flags to each source's COMPILE_OPTIONS (a source-file
 # property, so it must be called from the directory whose target lists the
@@ -13,6 +13,7 @@
 #   avx2       -mavx2 -mfma -mf16c
 #   avx512     -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma -mf16c
 #   avx512bf16 the avx512 flags + -mavx512bf16
+#   avx512vnni the avx512 flags + -mavx512vnni
 #   amxbf16    the avx512bf16 flags + -mamx-tile -mamx-bf16
 #
 # flashcpu_isa_supported(<ISA> <out-var>) sets <out-var> to TRUE when the
@@ -47,13 +48,15 @@ function(flashcpu_isa_compile_flags isa out_var)
     set(flags ${avx512})
   elseif(isa STREQUAL "avx512bf16")
     set(flags ${avx512} -mavx512bf16)
+  elseif(isa STREQUAL "avx512vnni")
+    set(flags ${avx512} -mavx512vnni)
   elseif(isa STREQUAL "amxbf16")
     set(flags ${avx512} -mavx512bf16 -mamx-tile -mamx-bf16)
   elseif(isa STREQUAL "neon")
     set(flags "") # the aarch64 baseline
   else()
     message(FATAL_ERROR "flashcpu: unknown ISA '${isa}' "
-                        "(expected avx2, avx512, avx512bf16, amxbf16 or neon)")
+                        "(expected avx2, avx512, avx512bf16, avx512vnni, amxbf16 or neon)")
   endif()
   set(${out_var} ${flags} PARENT_SCOPE)
 endfunction()
@@ -112,6 +115,7 @@ function(flashcpu_isa_available isa out_var)
   set(probe_avx2 "__m256 x = _mm256_fmadd_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(2.0f), _mm256_setzero_ps()); return (int)_mm256_cvtss_f32(x);")
   set(probe_avx512 "__m512 x = _mm512_set1_ps(1.0f); return (int)_mm512_reduce_add_ps(x);")
   set(probe_avx512bf16 "__m512bh a = (__m512bh)_mm512_setzero_si512(); __m512 x = _mm512_dpbf16_ps(_mm512_setzero_ps(), a, a); return (int)_mm512_reduce_add_ps(x);")
+  set(probe_avx512vnni "__m512i x = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_set1_epi16(1), _mm512_set1_epi16(2)); return _mm512_reduce_add_epi32(x);")
   set(probe_amxbf16 "_tile_zero(0); _tile_dpbf16ps(0, 1, 2); _tile_release(); return 0;")
   string(MAKE_C_IDENTIFIER "FLASHCPU_CC_HAS_${isa}" result_var)
   set(CMAKE_REQUIRED_QUIET ON)

@@ -413,7 +413,12 @@ typedef struct flashcpu_tensor {
  *   value(b, s, h, d) = (code - zero(b, s, h, d)) * scale(b, s, h, d)
  *
  * the zero point only for U8 (0 for the others, and for U8 without zero
- * points). The scales of a tensor are a view of their own:
+ * points). One exception, for speed: decode with an I8 or U8 K whose
+ * scales do not vary along a row, on CPUs with AVX512-VNNI, rounds each q
+ * row to 15-bit integers (to within 2^-15 of its largest element) for the
+ * dot products with K's codes; the kernel option or tune key
+ * `kernel = fc_decode_splitkv__avx512` keeps q in f32 there. The scales
+ * of a tensor are a view of their own:
  *   scale(b, s, h, d) = data[b * strides[0] + s * strides[1] +
  *                            h * strides[2] + d * strides[3]]
  * (a paged cache's: [page, slot, kv head, channel]), strides in elements,

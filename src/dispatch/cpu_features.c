@@ -62,7 +62,7 @@ static void detect(void) {
   unsigned int max_leaf = __get_cpuid_max(0, NULL);
   if (max_leaf < 7) return;
   __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  unsigned int leaf7_ebx = ebx, leaf7_edx = edx;
+  unsigned int leaf7_ebx = ebx, leaf7_ecx = ecx, leaf7_edx = edx;
   __cpuid_count(7, 1, eax, ebx, ecx, edx);
   unsigned int leaf7_1_eax = eax;
 
@@ -76,6 +76,7 @@ static void detect(void) {
     detected.avx512vl = leaf7_ebx & (1u << 31);
     detected.avx512_bf16 = detected.avx512f && (leaf7_1_eax & (1u << 5));
     detected.avx512_fp16 = detected.avx512f && (leaf7_edx & (1u << 23));
+    detected.avx512_vnni = detected.avx512f && (leaf7_ecx & (1u << 11));
   }
   bool amx_tile = leaf7_edx & (1u << 24), amx_bf16 = leaf7_edx & (1u << 22);
   detected.amx_bf16 = amx_tile && amx_bf16 && (xcr0 & XCR0_AMX) == XCR0_AMX;
@@ -108,7 +109,8 @@ size_t fc_cpu_features_describe(const fc_cpu_features *f, char *buffer,
       {f->f16c, "f16c"},           {f->avx512f, "avx512f"},
       {f->avx512bw, "avx512bw"},   {f->avx512vl, "avx512vl"},
       {f->avx512dq, "avx512dq"},   {f->avx512_bf16, "avx512_bf16"},
-      {f->avx512_fp16, "avx512_fp16"}, {f->amx_bf16, "amx_bf16"},
+      {f->avx512_fp16, "avx512_fp16"}, {f->avx512_vnni, "avx512_vnni"},
+      {f->amx_bf16, "amx_bf16"},
       {f->amx_permitted, "amx_permitted"}, {f->neon, "neon"},
       {f->sve, "sve"},             {f->arm_bf16, "bf16"},
       {f->arm_fp16, "fp16"},

@@ -7,6 +7,7 @@ int fc_kernel_need_met(const fc_cpu_features *cpu, fc_cpu_need need) {
   switch (need) {
   case FC_NEED_NONE: return 1;
   case FC_NEED_AVX512_BF16: return cpu->avx512_bf16;
+  case FC_NEED_AVX512_VNNI: return cpu->avx512_vnni;
   case FC_NEED_AMX_BF16:
     return cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16;
   }

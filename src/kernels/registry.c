@@ -71,6 +71,24 @@ bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size) {
   return false;
 }
 
+bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size) {
+  if (!fc_takes_splitkv(p, why, size)) return false;
+  const fc_view *k = &p->k;
+  if (k->dtype != FLASHCPU_DTYPE_I8 && k->dtype != FLASHCPU_DTYPE_U8) {
+    snprintf(why, size, "k is not i8 or u8");
+    return false;
+  }
+  if (k->scale_strides[3] != 0 && (k->scales || k->zeros)) {
+    snprintf(why, size, "k's scales vary along the row");
+    return false;
+  }
+  if (p->head_dim > 256) {
+    snprintf(why, size, "head_dim %lld > 256", (long long)p->head_dim);
+    return false;
+  }
+  return true;
+}
+
 static bool is_bf16_qkv(const fc_problem *p, char *why, size_t size) {
   if (is_bf16_qk(p) && p->v.dtype == FLASHCPU_DTYPE_BF16) return true;
   snprintf(why, size, "q, k and v are not all bf16");

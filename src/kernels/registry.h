@@ -21,6 +21,7 @@ typedef enum fc_kernel_family {
 typedef enum fc_cpu_need {
   FC_NEED_NONE,
   FC_NEED_AVX512_BF16,
+  FC_NEED_AVX512_VNNI,
   FC_NEED_AMX_BF16 /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
 } fc_cpu_need;
 
@@ -86,6 +87,9 @@ bool fc_kernel_takes(const fc_attention_kernel *kernel, const fc_problem *p,
 /* The predicates the rows name. */
 bool fc_takes_splitkv(const fc_problem *p, char *why, size_t size);
 bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size);
+/* I8 or U8 K read in place with one scale per row, head_dim <= 256 (the
+ * int32 sums of 15-bit q and 8-bit codes cannot overflow). */
+bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size);
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,

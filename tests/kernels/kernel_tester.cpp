@@ -35,6 +35,10 @@ bool KernelRunsHere(Kernel kernel, std::string *why) {
       if (cpu->avx512_bf16) return true;
       *why = "this CPU (or its OS) lacks AVX512-BF16";
       return false;
+    case FC_NEED_AVX512_VNNI:
+      if (cpu->avx512_vnni) return true;
+      *why = "this CPU (or its OS) lacks AVX512-VNNI";
+      return false;
     case FC_NEED_AMX_BF16:
       if (cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16) return true;
       *why = cpu->amx_bf16 ? "the OS did not grant this process AMX tile data"

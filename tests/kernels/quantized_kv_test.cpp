@@ -4,7 +4,11 @@
 // for the dequantized f32 K/V (flashcpu_dequantize, itself checked
 // against the oracle's decoding in tests/api/quantize_test.cpp), the f32
 // path being checked against the oracle by the other suites. The same for
-// the paged path, with the cache written by flashcpu_kv_append.
+// the paged path, with the cache written by flashcpu_kv_append. Kernels
+// whose scores round q to integers are held to a bound on that rounding
+// against the exact kernel of their ISA instead.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -124,48 +128,124 @@ struct Side {
 
 using QuantSuite = KernelSuite<QuantCase>;
 
+// A case's inputs: K and V quantized, their dequantized f32 copies, q, and
+// the call's parameters.
+struct Inputs {
+  Side k, v;
+  std::vector<float> q_data;
+  int64_t S = 0, D = 0, L = 0;
+  int64_t lengths[kBatch] = {0, 0};
+  flashcpu_attention_params params{};
+
+  void Make(flashcpu_context *context, const QuantCase &c) {
+    S = c.kv_len;
+    D = c.head_dim;
+    L = c.q_len;
+    Rng rng(static_cast<uint64_t>(S * 131 + D * 7 + L));
+    k.Make(context, c.k, c.k_scales, c.zero_points, S, D, rng);
+    v.Make(context, c.v, c.v_scales, c.zero_points, S, D, rng);
+    q_data.resize(static_cast<size_t>(kBatch * L * kQHeads * D));
+    for (float &x : q_data) x = static_cast<float>(rng.Uniform(-1.0, 1.0));
+    flashcpu_attention_params_init(&params);
+    params.flags = FLASHCPU_FLAG_CAUSAL;
+    lengths[0] = S;
+    lengths[1] = S - 3;
+    params.kv_lengths = lengths;
+  }
+  size_t OutCount() const { return static_cast<size_t>(kBatch * L * kQHeads * D); }
+  // Runs attention on the quantized (or, with dequantized, the f32) cache
+  // into out and lse; "cannot take" comes back as a skip reason.
+  flashcpu_status Run(flashcpu_context *context, bool dequantized, std::vector<float> *out,
+                      std::vector<float> *lse) {
+    out->assign(OutCount(), NAN);
+    lse->assign(static_cast<size_t>(kBatch * kQHeads * L), NAN);
+    const flashcpu_tensor q = flashcpu_tensor_bshd(q_data.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+    const flashcpu_tensor o = flashcpu_tensor_bshd(out->data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+    flashcpu_attention_params use = params;
+    if (dequantized) {
+      const flashcpu_tensor kf = flashcpu_tensor_bshd(k.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+      const flashcpu_tensor vf = flashcpu_tensor_bshd(v.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+      return flashcpu_attention(context, &q, &kf, &vf, &o, lse->data(), &use);
+    }
+    use.k_scales = k.Scaled();
+    use.v_scales = v.Scaled();
+    const flashcpu_tensor kq = k.View(S, D), vq = v.View(S, D);
+    return flashcpu_attention(context, &q, &kq, &vq, &o, lse->data(), &use);
+  }
+};
+
+bool CannotTake(flashcpu_status status, flashcpu_context *context) {
+  return status == FLASHCPU_ERROR_INVALID_ARGUMENT &&
+         std::string(flashcpu_last_error(context)).find("cannot take") != std::string::npos;
+}
+
+// Kernels whose scores round q to integers (registry rows named "i16dot").
+bool RoundsQ(Kernel kernel) { return std::string(kernel->name).find("i16dot") != std::string::npos; }
+
 TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   const QuantCase &c = test_case();
   flashcpu_context *context = ctx();
   ASSERT_NE(context, nullptr);
-  const int64_t S = c.kv_len, D = c.head_dim, L = c.q_len;
-  Rng rng(static_cast<uint64_t>(S * 131 + D * 7 + L));
-  Side k, v;
-  k.Make(context, c.k, c.k_scales, c.zero_points, S, D, rng);
-  v.Make(context, c.v, c.v_scales, c.zero_points, S, D, rng);
+  if (RoundsQ(kernel())) GTEST_SKIP() << "rounds q: IntegerScoresTrackTheExactKernel checks it";
+  Inputs in;
+  in.Make(context, c);
   if (HasFatalFailure()) return;
-  std::vector<float> q_data(static_cast<size_t>(kBatch * L * kQHeads * D));
-  for (float &x : q_data) x = static_cast<float>(rng.Uniform(-1.0, 1.0));
-  const flashcpu_tensor q = flashcpu_tensor_bshd(q_data.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
-  const int64_t out_count = kBatch * L * kQHeads * D;
-  std::vector<float> out_q(static_cast<size_t>(out_count), NAN), out_f(out_q);
-  std::vector<float> lse_q(static_cast<size_t>(kBatch * kQHeads * L), NAN), lse_f(lse_q);
-  const flashcpu_tensor oq = flashcpu_tensor_bshd(out_q.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
-  const flashcpu_tensor of = flashcpu_tensor_bshd(out_f.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
-  const flashcpu_tensor kq = k.View(S, D), vq = v.View(S, D);
-  const flashcpu_tensor kf = flashcpu_tensor_bshd(k.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
-  const flashcpu_tensor vf = flashcpu_tensor_bshd(v.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
-  flashcpu_attention_params params;
-  flashcpu_attention_params_init(&params);
-  params.flags = FLASHCPU_FLAG_CAUSAL;
-  const int64_t lengths[kBatch] = {S, S - 3};
-  params.kv_lengths = lengths;
-  const flashcpu_status plain = flashcpu_attention(context, &q, &kf, &vf, &of, lse_f.data(), &params);
-  if (plain == FLASHCPU_ERROR_INVALID_ARGUMENT &&
-      std::string(flashcpu_last_error(context)).find("cannot take") != std::string::npos)
+  std::vector<float> out_q, out_f, lse_q, lse_f;
+  const flashcpu_status plain = in.Run(context, true, &out_f, &lse_f);
+  if (CannotTake(plain, context))
     GTEST_SKIP() << kernel()->name << " does not take this shape: " << flashcpu_last_error(context);
   ASSERT_EQ(plain, FLASHCPU_OK) << flashcpu_last_error(context);
-  params.k_scales = k.Scaled();
-  params.v_scales = v.Scaled();
-  const flashcpu_status quantized = flashcpu_attention(context, &q, &kq, &vq, &oq, lse_q.data(), &params);
-  if (quantized == FLASHCPU_ERROR_INVALID_ARGUMENT &&
-      std::string(flashcpu_last_error(context)).find("cannot take") != std::string::npos)
+  const flashcpu_status quantized = in.Run(context, false, &out_q, &lse_q);
+  if (CannotTake(quantized, context))
     GTEST_SKIP() << kernel()->name << " does not take quantized K/V: " << flashcpu_last_error(context);
   ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
   EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
   for (size_t i = 0; i < out_q.size(); i++)
     ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
+}
+
+// A kernel that rounds q to 15-bit integers for its scores against the
+// exact kernel of its ISA on the same quantized cache: q's rounding moves
+// each (natural-log) score by at most max|q| * scale / 32766 * ||k_j||_1,
+// and a softmax whose scores move by at most e moves the output by at most
+// 2 e max|v| (to first order; twice that allowed).
+TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
+  const QuantCase &c = test_case();
+  if (!RoundsQ(kernel())) GTEST_SKIP() << "exact scores: SameBytesAsTheDequantizedCache checks it";
+  flashcpu_context *context = ctx();
+  ASSERT_NE(context, nullptr);
+  const fc_attention_kernel *exact = fc_attention_kernel_find("fc_decode_splitkv__avx512");
+  ASSERT_NE(exact, nullptr);
+  flashcpu_context *exact_context = KernelContext(exact);
+  ASSERT_NE(exact_context, nullptr);
+  Inputs in;
+  in.Make(context, c);
+  if (HasFatalFailure()) return;
+  std::vector<float> out, lse, want, want_lse;
+  const flashcpu_status status = in.Run(context, false, &out, &lse);
+  if (CannotTake(status, context))
+    GTEST_SKIP() << kernel()->name << " does not take this case: " << flashcpu_last_error(context);
+  ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context);
+  ASSERT_EQ(in.Run(exact_context, false, &want, &want_lse), FLASHCPU_OK) << flashcpu_last_error(exact_context);
+  double q_max = 0.0, v_max = 0.0, k_l1 = 0.0;
+  for (float x : in.q_data) q_max = std::max(q_max, std::fabs(static_cast<double>(x)));
+  for (float x : in.v.dequantized) v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
+  for (size_t row = 0; row < in.k.dequantized.size() / static_cast<size_t>(in.D); row++) {
+    double l1 = 0.0;
+    for (int64_t d = 0; d < in.D; d++)
+      l1 += std::fabs(static_cast<double>(in.k.dequantized[row * static_cast<size_t>(in.D) + static_cast<size_t>(d)]));
+    k_l1 = std::max(k_l1, l1);
+  }
+  const double score_error = q_max / std::sqrt(static_cast<double>(in.D)) / 32766.0 * k_l1;
+  const double bound = 4.0 * score_error * v_max + 1e-6;
+  double worst = 0.0;
+  for (size_t i = 0; i < out.size(); i++) {
+    ASSERT_TRUE(std::isfinite(out[i])) << "element " << i;
+    worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - want[i]));
+  }
+  EXPECT_LE(worst, bound) << "score error bound " << score_error;
+  EXPECT_GT(worst, 0.0) << "no rounding at all: is q rounded?";
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -4,44 +4,8 @@
 #include <math.h>
 
 #include "kernels/convert/convert.h"
+#include "simd/quant_codes_avx512.h"
 #include "simd/simd_avx512.h"
-
-/* 16 codes from element d as f32 (Q8_0: times its block's d). */
-static inline __m512 codes_f32(flashcpu_dtype dtype, const char *row,
-                               int64_t d, __mmask16 mask) {
-  if (dtype == FLASHCPU_DTYPE_Q8_0) {
-    const char *block = row + d / FC_Q8_0_BLOCK * FC_Q8_0_BYTES;
-    const __m128i raw =
-        _mm_loadu_si128((const __m128i *)(block + 2 + d % FC_Q8_0_BLOCK));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)),
-                         _mm512_set1_ps(fc_q8_0_scale(block)));
-  }
-  const __m128i raw = _mm_maskz_loadu_epi8(mask, row + d);
-  switch (dtype) {
-  case FLASHCPU_DTYPE_I8:
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw));
-  case FLASHCPU_DTYPE_U8:
-    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(raw));
-  case FLASHCPU_DTYPE_F8_E5M2: /* an f16's upper byte */
-    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(raw), 8));
-  default: { /* E4M3 as an f16 of value * 2^-8 (exact), times 2^8 */
-    const __m256i wide = _mm256_cvtepu8_epi16(raw);
-    const __m256i magnitude = _mm256_and_si256(wide, _mm256_set1_epi16(0x7f));
-    const __m256i half = _mm256_or_si256(
-        _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x80)), 8),
-        _mm256_slli_epi16(magnitude, 7));
-    const __m512 value =
-        _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(256.0f));
-    const __mmask16 nan =
-        _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f));
-    const __m512i quiet = _mm512_or_si512(
-        _mm512_and_si512(_mm512_castps_si512(value),
-                         _mm512_set1_epi32((int)0x80000000u)),
-        _mm512_set1_epi32(0x7fc00000));
-    return _mm512_mask_mov_ps(value, nan, _mm512_castsi512_ps(quiet));
-  }
-  }
-}
 
 void fc_dequant_row__avx512(flashcpu_dtype dtype, const char *row,
                             int64_t count, const fc_row_scales *scales,
@@ -56,7 +20,7 @@ void fc_dequant_row__avx512(flashcpu_dtype dtype, const char *row,
   const __m512 zero = _mm512_set1_ps(zero_value);
   for (int64_t d = 0; d < count; d += 16) {
     const __mmask16 mask = fc512_tail_mask(count - d);
-    __m512 value = codes_f32(dtype, row, d, mask);
+    __m512 value = fc512_quant_codes(dtype, row, d, mask);
     if (has_zero) value = _mm512_sub_ps(value, zero);
     if (has_scale) value = _mm512_mul_ps(value, scale);
     _mm512_mask_storeu_ps(destination + d, mask, value);

@@ -61,4 +61,32 @@ flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
                                       const fc_problem *p,
                                       fc_splitkv_bf16_scores_fn bf16_scores);
 
+/* A chunk's q rounded to integers for integer dot-product scores: slot s's
+ * row is codes + s * stride (int16, |code| <= 16383, zero-padded to a
+ * multiple of 32 elements), q_s[d] ~ codes[d] * scale[s], and sum[s] is
+ * the sum of its codes (for U8 zero points). */
+typedef struct fc_splitkv_int_q {
+  const int16_t *codes;
+  int64_t stride;
+  float scale[FC_SPLITKV_CHUNK], sum[FC_SPLITKV_CHUNK];
+} fc_splitkv_int_q;
+
+/* Split-KV scores of a chunk's 4 slots for a 16-key block of I8 or U8 K
+ * rows read in place (k: rows with their scales and zero points):
+ * scores[16 * s + j] = q_s . k_j with q from q. sweep as for bf16. */
+struct fc_splitkv_rows;
+typedef void (*fc_splitkv_int_scores_fn)(const struct fc_splitkv_rows *k,
+                                         flashcpu_dtype k_dtype,
+                                         const fc_splitkv_int_q *q,
+                                         int64_t dim, int64_t n,
+                                         struct fc_prefetch_sweep *sweep,
+                                         float *scores);
+
+/* The AVX-512 split-KV kernel with its scores from int_scores where K is
+ * I8 or U8 read in place and q is finite (else as fc_splitkv_run_avx512
+ * without bf16 scores). */
+flashcpu_status fc_splitkv_run_avx512_int(const fc_kernel_env *env,
+                                          const fc_problem *p,
+                                          fc_splitkv_int_scores_fn int_scores);
+
 #endif

@@ -2,18 +2,37 @@
  * (decode_splitkv_vec.inc) with 8-lane vectors (2 keys x 4 slots of dot
  * products reduce together) and 2 vectors of output columns x 4 slots in
  * registers (8 accumulators of 16 registers); rows are read where they
- * lie, 16 elements at a time. */
+ * lie, 16 elements at a time, quantized ones dequantized in registers. */
 #include <stdint.h>
 
 #include "flashcpu/flashcpu.h"
+#include "simd/quant_codes_avx2.h"
 #include "simd/vec_lanes_avx2.h"
 
-/* Elements d .. d + 15 of a row as f32: f32 and f16 in order, bf16 even
- * elements in lo and odd ones in hi (a shift and an and, no shuffle). */
+/* 8 elements of a quantized row from d as f32: (code - zero) * scale, the
+ * staged rows' bits (zero and scale are 0 and 1 where the view has none:
+ * the same values). */
+static inline __attribute__((always_inline)) fcv
+quantized_lanes(const char *row, flashcpu_dtype dtype, int64_t d, float scale,
+                float zero) {
+  fcv value = fc256_quant_codes(dtype, row, d);
+  if (dtype == FLASHCPU_DTYPE_U8)
+    value = _mm256_sub_ps(value, _mm256_set1_ps(zero));
+  if (dtype != FLASHCPU_DTYPE_Q8_0)
+    value = _mm256_mul_ps(value, _mm256_set1_ps(scale));
+  return value;
+}
+
+/* Elements d .. d + 15 of a row as f32: f32, f16 and quantized rows in
+ * order, bf16 even elements in lo and odd ones in hi (a shift and an and,
+ * no shuffle). */
 static inline __attribute__((always_inline)) void
-ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, fcv *lo,
-             fcv *hi) {
-  if (dtype == FLASHCPU_DTYPE_BF16) {
+ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, float scale,
+             float zero, fcv *lo, fcv *hi) {
+  if (fc_dtype_is_quantized(dtype)) {
+    *lo = quantized_lanes(row, dtype, d, scale, zero);
+    *hi = quantized_lanes(row, dtype, d + 8, scale, zero);
+  } else if (dtype == FLASHCPU_DTYPE_BF16) {
     const __m256i raw =
         _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));
     *lo = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
@@ -30,6 +49,7 @@ ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, fcv *lo,
 }
 
 #define DS_VALUE_VECTORS 2
+#define DS_VEC_READS_QUANTIZED 1
 #define DS_NAME(what) fc_splitkv_##what##__avx2
 #define DS_KERNEL fc_decode_splitkv__avx2
 

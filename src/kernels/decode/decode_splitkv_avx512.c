@@ -4,7 +4,8 @@
  *
  * Scores: for 4 keys x 4 slots, 16 accumulators stay in registers across
  * head_dim (q padded to 32, the tail of K masked in the loads, nothing
- * staged); a transpose/add tree sums all 16 at once, and a 128-bit-lane
+ * staged; quantized rows are dequantized in the loads, with the row's
+ * scale and zero, except per-channel ones); a transpose/add tree sums all 16 at once, and a 128-bit-lane
  * transpose gives each slot its 16 scores in one vector. bf16 rows are
  * widened 32 elements at a time with one shift (even elements) and one
  * and (odd elements): q and the output accumulators are kept in that
@@ -27,6 +28,7 @@
 #include "kernels/kernel_support.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
+#include "simd/quant_codes_avx512.h"
 #include "simd/simd_avx512.h"
 
 enum {
@@ -59,13 +61,41 @@ static ALWAYS_INLINE span32 span_of(int64_t d, int64_t dim) {
   return m;
 }
 
+/* 16 elements of a quantized row from d as f32: (code - zero) * scale,
+ * the staged rows' bits (zero and scale are 0 and 1 where the view has
+ * none: the same values); lanes outside mask are zero. */
+static ALWAYS_INLINE __m512 quantized_lanes(const char *row,
+                                            flashcpu_dtype dtype, int64_t d,
+                                            __mmask16 mask, float scale,
+                                            float zero) {
+  __m512 value = fc512_quant_codes(dtype, row, d, mask);
+  if (dtype == FLASHCPU_DTYPE_U8)
+    value = _mm512_maskz_sub_ps(mask, value, _mm512_set1_ps(zero));
+  if (dtype != FLASHCPU_DTYPE_Q8_0)
+    value = _mm512_maskz_mul_ps(mask, value, _mm512_set1_ps(scale));
+  return value;
+}
+
+/* Bytes per element as the prefetch sweeps count them (Q8_0's block
+ * scale, 2 bytes per 32, left out). */
+static ALWAYS_INLINE int64_t element_bytes(flashcpu_dtype dtype) {
+  if (dtype == FLASHCPU_DTYPE_F32) return 4;
+  return fc_dtype_is_quantized(dtype) ? 1 : 2;
+}
+
 /* Elements d .. d + 31 of a row as two f32 vectors (elements past the
  * span's end zero): bf16 in even/odd order (lo: d, d + 2, ...; hi: d + 1,
  * d + 3, ...) when pairs, else in order (lo: d .. d + 15, hi: d + 16 ..
- * d + 31). */
+ * d + 31); quantized rows dequantized with the row's scale and zero. */
 static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
                                     int pairs, int64_t d, span32 m,
-                                    __m512 *lo, __m512 *hi) {
+                                    float scale, float zero, __m512 *lo,
+                                    __m512 *hi) {
+  if (fc_dtype_is_quantized(dtype)) {
+    *lo = quantized_lanes(row, dtype, d, m.lo, scale, zero);
+    *hi = quantized_lanes(row, dtype, d + 16, m.hi, scale, zero);
+    return;
+  }
   if (pairs) {
     const __m512i raw =
         _mm512_maskz_loadu_epi16(m.pair_mask, (const uint16_t *)row + d);
@@ -81,13 +111,13 @@ static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
 /* Scores of a chunk's 4 slots for a block's keys: scores[s] lane j is
  * q_s . k_j (lanes past n are garbage; k_rows past n repeat a valid row).
  * dim and dtype are constants in the specialised callers. */
-static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
+static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
                                        flashcpu_dtype dtype, int pairs,
                                        const float *q, int64_t padded_dim,
                                        int64_t dim, int64_t n,
                                        fc_prefetch_sweep *shared_sweep,
                                        __m512 scores[CHUNK]) {
-  const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
+  const int64_t size = element_bytes(dtype);
   const bool prefetch = shared_sweep != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared_sweep);
   __m512 groups[KEY_BLOCK / KEYS_PER_GROUP];
@@ -103,12 +133,14 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
     for (int64_t d = 0; d < dim; d += PAIR) {
       __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
       for (int j = 0; j < KEYS_PER_GROUP; j++) {
-        const char *row = k_rows[g * KEYS_PER_GROUP + j];
-        if (prefetch) {
+        const int key = g * KEYS_PER_GROUP + j;
+        /* a line per line the span starts: 1-byte rows every other span */
+        if (prefetch && (d * size) % FC_SWEEP_LINE == 0) {
           fc_sweep_next(&sweep);
           if (PAIR * size > FC_SWEEP_LINE) fc_sweep_next(&sweep);
         }
-        load_span(row, dtype, pairs, d, span_of(d, dim), &lo[j], &hi[j]);
+        load_span(k_rows->row[key], dtype, pairs, d, span_of(d, dim),
+                  k_rows->scale[key], k_rows->zero[key], &lo[j], &hi[j]);
       }
       for (int s = 0; s < CHUNK; s++) {
         const __m512 q_lo = _mm512_loadu_ps(q + s * padded_dim + d);
@@ -129,28 +161,34 @@ static ALWAYS_INLINE void chunk_scores(const char *const *k_rows,
     scores[s] = fc512_saturate(scores[s]);
 }
 
+/* The dtype cases of the dispatchers: every dtype its own copy. */
+#define BY_EVERY_DTYPE(FOR, dim_value)                                         \
+  switch (dtype) {                                                             \
+  case FLASHCPU_DTYPE_F32: FOR(FLASHCPU_DTYPE_F32, 0, dim_value); return;      \
+  case FLASHCPU_DTYPE_F16: FOR(FLASHCPU_DTYPE_F16, 0, dim_value); return;      \
+  case FLASHCPU_DTYPE_I8: FOR(FLASHCPU_DTYPE_I8, 0, dim_value); return;        \
+  case FLASHCPU_DTYPE_U8: FOR(FLASHCPU_DTYPE_U8, 0, dim_value); return;        \
+  case FLASHCPU_DTYPE_F8_E4M3:                                                 \
+    FOR(FLASHCPU_DTYPE_F8_E4M3, 0, dim_value);                                 \
+    return;                                                                    \
+  case FLASHCPU_DTYPE_F8_E5M2:                                                 \
+    FOR(FLASHCPU_DTYPE_F8_E5M2, 0, dim_value);                                 \
+    return;                                                                    \
+  case FLASHCPU_DTYPE_Q8_0: FOR(FLASHCPU_DTYPE_Q8_0, 0, dim_value); return;    \
+  default: FOR(FLASHCPU_DTYPE_BF16, 1, dim_value); return;                     \
+  }
+
 /* head_dim 64 and 128 and each K dtype get their own unrolled copy. */
-static void chunk_scores_dispatch(const char *const *k_rows,
+static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
                                   flashcpu_dtype dtype, const float *q,
                                   int64_t padded_dim, int64_t dim, int64_t n,
                                   fc_prefetch_sweep *sweep,
                                   __m512 scores[CHUNK]) {
 #define SCORES_FOR(dt, pairs, dim_value)                                       \
   chunk_scores(k_rows, dt, pairs, q, padded_dim, dim_value, n, sweep, scores)
-#define BY_DTYPE(dim_value)                                                    \
-  switch (dtype) {                                                             \
-  case FLASHCPU_DTYPE_F32:                                                     \
-    SCORES_FOR(FLASHCPU_DTYPE_F32, 0, dim_value);                              \
-    return;                                                                    \
-  case FLASHCPU_DTYPE_F16:                                                     \
-    SCORES_FOR(FLASHCPU_DTYPE_F16, 0, dim_value);                              \
-    return;                                                                    \
-  default: SCORES_FOR(FLASHCPU_DTYPE_BF16, 1, dim_value); return;              \
-  }
-  if (dim == 128) BY_DTYPE(128)
-  if (dim == 64) BY_DTYPE(64)
-  BY_DTYPE(dim)
-#undef BY_DTYPE
+  if (dim == 128) BY_EVERY_DTYPE(SCORES_FOR, 128)
+  if (dim == 64) BY_EVERY_DTYPE(SCORES_FOR, 64)
+  BY_EVERY_DTYPE(SCORES_FOR, dim)
 #undef SCORES_FOR
 }
 
@@ -213,7 +251,7 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
  * Keys a slot does not see (seen[s] bit clear) never touch V: a hidden row
  * may hold anything, NaN included; that rarer case has its own loop so
  * that the common one carries no per-key masks. */
-static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
+static ALWAYS_INLINE void accumulate_values(const fc_splitkv_rows *v_rows,
                                             flashcpu_dtype dtype, int pairs,
                                             int64_t dv, int64_t padded_dv,
                                             int64_t n, float *o,
@@ -222,7 +260,7 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
                                             const __mmask16 seen[CHUNK],
                                             int all_seen,
                                             fc_prefetch_sweep *shared_sweep) {
-  const int64_t size = dtype == FLASHCPU_DTYPE_F32 ? 4 : 2;
+  const int64_t size = element_bytes(dtype);
   const bool prefetch = shared_sweep != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared_sweep);
   for (int64_t d = 0; d < dv; d += PASS) {
@@ -240,8 +278,10 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
         if (prefetch)
           for (int64_t line = 0; line < 2 * PAIR * size; line += FC_SWEEP_LINE)
             fc_sweep_next(&sweep);
-        load_span(v_rows[j], dtype, pairs, d, first, &v[0], &v[1]);
-        load_span(v_rows[j], dtype, pairs, d + PAIR, second, &v[2], &v[3]);
+        load_span(v_rows->row[j], dtype, pairs, d, first, v_rows->scale[j],
+                  v_rows->zero[j], &v[0], &v[1]);
+        load_span(v_rows->row[j], dtype, pairs, d + PAIR, second,
+                  v_rows->scale[j], v_rows->zero[j], &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
           const __m512 w = _mm512_set1_ps(weights[s * KEY_BLOCK + j]);
           for (int x = 0; x < 4; x++)
@@ -253,8 +293,10 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
       for (int64_t j = 0; j < n; j++) {
         if (!((any >> j) & 1u)) continue;
         __m512 v[4];
-        load_span(v_rows[j], dtype, pairs, d, first, &v[0], &v[1]);
-        load_span(v_rows[j], dtype, pairs, d + PAIR, second, &v[2], &v[3]);
+        load_span(v_rows->row[j], dtype, pairs, d, first, v_rows->scale[j],
+                  v_rows->zero[j], &v[0], &v[1]);
+        load_span(v_rows->row[j], dtype, pairs, d + PAIR, second,
+                  v_rows->scale[j], v_rows->zero[j], &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
           const __mmask16 use =
               (__mmask16)(0u - (((unsigned)seen[s] >> j) & 1u));
@@ -271,7 +313,7 @@ static ALWAYS_INLINE void accumulate_values(const char *const *v_rows,
   if (prefetch) *shared_sweep = sweep;
 }
 
-static void accumulate_dispatch(const char *const *v_rows,
+static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
                                 flashcpu_dtype dtype, int64_t dv,
                                 int64_t padded_dv, int64_t n, float *o,
                                 const float *weights, const float alpha[CHUNK],
@@ -283,31 +325,27 @@ static void accumulate_dispatch(const char *const *v_rows,
 #define VALUES_FOR(dt, pairs, dim)                                             \
   accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
                     seen, 1, sweep)
-#define BY_DTYPE(dim_value)                                                    \
-  switch (dtype) {                                                             \
-  case FLASHCPU_DTYPE_F32:                                                     \
-    VALUES_FOR(FLASHCPU_DTYPE_F32, 0, dim_value);                              \
-    return;                                                                    \
-  case FLASHCPU_DTYPE_F16:                                                     \
-    VALUES_FOR(FLASHCPU_DTYPE_F16, 0, dim_value);                              \
-    return;                                                                    \
-  default: VALUES_FOR(FLASHCPU_DTYPE_BF16, 1, dim_value); return;              \
-  }
-    if (dv == 128) BY_DTYPE(128)
-    if (dv == 64) BY_DTYPE(64)
-    BY_DTYPE(dv)
+    if (dv == 128) BY_EVERY_DTYPE(VALUES_FOR, 128)
+    if (dv == 64) BY_EVERY_DTYPE(VALUES_FOR, 64)
+    BY_EVERY_DTYPE(VALUES_FOR, dv)
   }
 #undef VALUES_FOR
 #define VALUES_FOR(dt, pairs, dim)                                             \
   accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
                     seen, 0, NULL)
-  BY_DTYPE(dv)
-#undef BY_DTYPE
+  BY_EVERY_DTYPE(VALUES_FOR, dv)
 #undef VALUES_FOR
 }
+#undef BY_EVERY_DTYPE
 
 /* The driver's hooks. */
-enum { DS_PAIR = PAIR, DS_PASS = PASS, DS_L_FLOATS = KEY_BLOCK, DS_STAGES = 0 };
+enum {
+  DS_PAIR = PAIR,
+  DS_PASS = PASS,
+  DS_L_FLOATS = KEY_BLOCK,
+  DS_STAGES = 0,
+  DS_READS_QUANTIZED = 1
+};
 #define DS_NAME(what) fc_splitkv_##what##__avx512
 
 typedef struct ds_scores {
@@ -316,12 +354,17 @@ typedef struct ds_scores {
 typedef __mmask16 ds_seen;
 
 static ALWAYS_INLINE void ds_block_scores(const fc_splitkv_args *a,
-                                          const char *const *k_rows,
-                                          const float *q, int64_t n,
-                                          fc_prefetch_sweep *sweep,
+                                          const fc_splitkv_rows *k_rows,
+                                          const float *q,
+                                          const fc_splitkv_int_q *int_q,
+                                          int64_t n, fc_prefetch_sweep *sweep,
                                           float *buffer, ds_scores *scores) {
-  if (a->bf16_scores) {
-    a->bf16_scores(k_rows, (const uint16_t *)q, 2 * a->padded_dim,
+  if (int_q) {
+    a->int_scores(k_rows, a->k_read, int_q, a->p->head_dim, n, sweep, buffer);
+    for (int c = 0; c < CHUNK; c++)
+      scores->slot[c] = _mm512_loadu_ps(buffer + c * KEY_BLOCK);
+  } else if (a->bf16_scores) {
+    a->bf16_scores(k_rows->row, (const uint16_t *)q, 2 * a->padded_dim,
                    a->p->head_dim, n, a->shared.q_factor, sweep, buffer);
     for (int c = 0; c < CHUNK; c++)
       scores->slot[c] = _mm512_loadu_ps(buffer + c * KEY_BLOCK);
@@ -351,7 +394,7 @@ static ALWAYS_INLINE void ds_softmax(ds_scores *scores, int64_t n, float *m,
 }
 
 static ALWAYS_INLINE void ds_values(const fc_splitkv_args *a,
-                                    const char *const *v_rows, int64_t n,
+                                    const fc_splitkv_rows *v_rows, int64_t n,
                                     float *o, const float *weights,
                                     const float *alpha, const ds_seen *seen,
                                     fc_prefetch_sweep *sweep) {
@@ -368,10 +411,16 @@ static ALWAYS_INLINE float ds_l_total(const float *l) {
 flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
                                       const fc_problem *p,
                                       fc_splitkv_bf16_scores_fn bf16_scores) {
-  return DS_NAME(run)(env, p, bf16_scores);
+  return DS_NAME(run)(env, p, bf16_scores, NULL);
+}
+
+flashcpu_status fc_splitkv_run_avx512_int(const fc_kernel_env *env,
+                                          const fc_problem *p,
+                                          fc_splitkv_int_scores_fn int_scores) {
+  return DS_NAME(run)(env, p, NULL, int_scores);
 }
 
 flashcpu_status fc_decode_splitkv__avx512(const fc_kernel_env *env,
                                           const fc_problem *p) {
-  return DS_NAME(run)(env, p, NULL);
+  return DS_NAME(run)(env, p, NULL, NULL);
 }

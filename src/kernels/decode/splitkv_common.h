@@ -65,6 +65,9 @@ typedef struct fc_splitkv_args {
   /* bf16 q and K by dot products on the raw rows (q copied unscaled,
    * q_factor applied to the sums); NULL: K widened to f32 and FMA. */
   fc_splitkv_bf16_scores_fn bf16_scores;
+  /* I8/U8 K read in place by integer dot products with q rounded to int16
+   * per row (chunks whose q is not finite take the f32 path); NULL: none. */
+  fc_splitkv_int_scores_fn int_scores;
 } fc_splitkv_args;
 
 /* Where a tile lies: batch, first kv head, split, (batch, head group)
@@ -102,6 +105,15 @@ typedef struct fc_splitkv_block_rows {
   int64_t key, count; /* keys [key, key + count) */
   const char *k[FC_SPLITKV_KEY_BLOCK], *v[FC_SPLITKV_KEY_BLOCK];
 } fc_splitkv_block_rows;
+
+/* A block's rows of one kv head as the micro-kernels read them: where each
+ * lies (rows past the block's count repeat its last), and for quantized
+ * rows read in place, each row's scale and zero point (1 and 0 where the
+ * view has none): the row's value d is (code_d - zero) * scale. */
+typedef struct fc_splitkv_rows {
+  const char *row[FC_SPLITKV_KEY_BLOCK];
+  float scale[FC_SPLITKV_KEY_BLOCK], zero[FC_SPLITKV_KEY_BLOCK];
+} fc_splitkv_rows;
 
 /* The rows of keys [key, min(key + FC_SPLITKV_KEY_BLOCK, end)) of batch b
  * (count 0 when key >= end). */
