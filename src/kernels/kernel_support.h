@@ -55,6 +55,41 @@ static inline fc_row_scales fc_view_row_scales(const fc_view *view, int64_t b,
   return scales;
 }
 
+/* The scale and zero point of rows s .. s + n - 1 of (b, h) of a quantized
+ * view whose scales do not vary along a row (1 and 0 where it has none):
+ * one offset per run of rows (a page, or the whole range), then a stride. */
+static inline void fc_view_block_scales(const fc_view *view, int64_t b,
+                                        int64_t s, int64_t n, int64_t h,
+                                        float *scale, float *zero) {
+  for (int64_t j = 0; j < n;) {
+    const int64_t run_end = fc_view_run_end(view, s + j);
+    const int64_t at = fc_view_scale_offset(view, b, s + j, h);
+    const int64_t step = view->scale_strides[1];
+    for (int64_t i = 0; j < n && s + j < run_end; j++, i++) {
+      scale[j] = view->scales ? fc_scale_load(view->scales, view->scale_dtype,
+                                              at + i * step)
+                              : 1.0f;
+      zero[j] = view->zeros ? fc_scale_load(view->zeros, view->scale_dtype,
+                                            at + i * step)
+                            : 0.0f;
+    }
+  }
+}
+
+/* Prefetches the scales (and zero points) of rows s .. s + n - 1 of (b, h)
+ * of a quantized view: the K/V sweeps cover the rows, not their scales,
+ * whose misses would otherwise stall each block's first loads. */
+static inline void fc_view_prefetch_scales(const fc_view *view, int64_t b,
+                                           int64_t s, int64_t n, int64_t h) {
+  if (!view->quantized || (!view->scales && !view->zeros)) return;
+  for (int64_t j = 0; j < n; j++) {
+    const int64_t at = fc_view_scale_offset(view, b, s + j, h) *
+                       view->scale_size;
+    if (view->scales) __builtin_prefetch(view->scales + at);
+    if (view->zeros) __builtin_prefetch(view->zeros + at);
+  }
+}
+
 /* Row (b, s, h) of a K or V view, lying at row, as count f32 values:
  * widened (f32, f16, bf16) or dequantized. */
 static inline void fc_kv_row_to_f32(const fc_row_to_f32_fn *row_to_f32,
