@@ -9,6 +9,7 @@
 
 #include "common/quant.h"
 #include "flashcpu/flashcpu.h"
+#include "simd/q8_0_scale_f16c.h"
 
 /* 8 codes from element d as f32 (Q8_0: times its block's d). */
 static inline __m256 fc256_quant_codes(flashcpu_dtype dtype,
@@ -18,7 +19,7 @@ static inline __m256 fc256_quant_codes(flashcpu_dtype dtype,
     const __m128i raw =
         _mm_loadl_epi64((const __m128i *)(block + 2 + d % FC_Q8_0_BLOCK));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(raw)),
-                         _mm256_set1_ps(fc_q8_0_scale(block)));
+                         _mm256_set1_ps(fc_q8_0_scale_f16c(block)));
   }
   const __m128i raw = _mm_loadl_epi64((const __m128i *)(row + d));
   switch (dtype) {

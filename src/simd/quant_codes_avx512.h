@@ -9,6 +9,7 @@
 
 #include "common/quant.h"
 #include "flashcpu/flashcpu.h"
+#include "simd/q8_0_scale_f16c.h"
 
 /* 16 codes from element d as f32 (Q8_0: times its block's d); lanes
  * outside mask are zero and read nothing. */
@@ -21,7 +22,7 @@ static inline __m512 fc512_quant_codes(flashcpu_dtype dtype,
     const __m128i raw = _mm_maskz_loadu_epi8(
         mask, (const __m128i *)(block + 2 + d % FC_Q8_0_BLOCK));
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(raw)),
-                         _mm512_set1_ps(fc_q8_0_scale(block)));
+                         _mm512_set1_ps(fc_q8_0_scale_f16c(block)));
   }
   const __m128i raw = _mm_maskz_loadu_epi8(mask, row + d);
   switch (dtype) {
