@@ -24,6 +24,8 @@ DEFAULT_SERVE_PAGES = [16, 0]
 # last-level cache, within a quarter of RAM.
 MIN_LAYERS, CACHE_MULTIPLE = 32, 4
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+# Quantized K/V of the decode cases (flashcpu_bench's kv:<dtype>).
+KV_DTYPES = ("i8", "u8", "f8_e4m3", "f8_e5m2", "q8_0")
 
 
 # ----------------------------------------------------------------- presets
@@ -53,8 +55,9 @@ def case_name(case, threads):
     prefix = (f"/prefix:{case['prefix']}" if case["phase"] == "serve"
               else "")
     page = f"/page:{case['page']}" if case["page"] else ""
+    kv_dtype = f"/kv:{case['kv_dtype']}" if case.get("kv_dtype") else ""
     return (f"{case['phase']}/{case['preset']['name']}/{case['dtype']}"
-            f"/L:{case['rows']}{prefix}/S:{case['kv']}/B:{case['batch']}"
+            f"{kv_dtype}/L:{case['rows']}{prefix}/S:{case['kv']}/B:{case['batch']}"
             f"/mask:{case['mask']}{page}/threads:{threads}")
 
 
@@ -104,6 +107,8 @@ def build_cases(args, presets):
                                     "page": page})
                 continue
             masks = ["causal"] if phase == "decode" else args.mask
+            kv_dtypes = ((args.kv_dtype or [None]) if phase == "decode"
+                         else [None])
             pages = (args.page or [0]) if phase == "decode" else [0]
             for dtype in args.dtype:
                 for length in lengths:
@@ -112,17 +117,20 @@ def build_cases(args, presets):
                             continue
                         for batch in (args.batch if phase == "decode" else [1]):
                             for page in pages:
-                                cases.append({
-                                    "phase": phase, "preset": preset,
-                                    "dtype": dtype, "mask": mask,
-                                    "batch": batch,
-                                    "rows": 1 if phase == "decode" else length,
-                                    "kv": length, "page": page})
+                                for kv_dtype in kv_dtypes:
+                                    cases.append({
+                                        "phase": phase, "preset": preset,
+                                        "dtype": dtype, "mask": mask,
+                                        "batch": batch,
+                                        "rows": 1 if phase == "decode" else length,
+                                        "kv": length, "page": page,
+                                        "kv_dtype": kv_dtype})
     return cases
 
 
 def torch_key(case):
-    """What torch runs for a case: the same for every page size."""
+    """What torch runs for a case: the same for every page size and K/V
+    dtype (torch runs the bf16 cache)."""
     return (case["phase"], case["preset"]["name"], case["dtype"], case["mask"],
             case["batch"], case["rows"], case["kv"], case.get("prefix", 0))
 

@@ -10,7 +10,8 @@ ceiling flashcpu_bench measured in the same run (docs/performance.md,
 
 Cases are named as flashcpu_bench names them:
   <phase>/<preset>/<dtype>/L:<rows>/S:<kv>/B:<batch>/mask:<mask>/threads:<n>
-paged K/V add /page:<tokens> before threads (--page), and the serving step
+paged K/V add /page:<tokens> before threads (--page), quantized K/V
+(--kv-dtype) /kv:<dtype> after the dtype, and the serving step
 (--phase serve) names its chunk's cached prefix:
   serve/<preset>/<dtype>/L:<chunk rows>/prefix:<keys>/S:<longest kv>/
       B:<decode requests>/mask:causal[/page:<tokens>]/threads:<n>
@@ -36,6 +37,9 @@ How torch is called:
     bottom-right causal mask), rotating layers as decode does; flashcpu runs
     one flashcpu_attention_paged call (page:N) or, on contiguous K/V, two
     flashcpu_attention calls (the decode batch with kv_lengths, the chunk);
+  - quantized decode (--kv-dtype i8,q8_0,...): torch has no quantized
+    attention, so it runs the same decode on the dequantized bf16 cache (what
+    a torch engine without a quantized kernel would run), once per shape;
   - presets with softcap (gemma2-9b) are not timed in torch: SDPA has none.
 
 Needs Python 3 and, for the torch side, PyTorch 2.0 or later (imported only
@@ -73,6 +77,7 @@ from compare_cases import (  # tools/, the script's folder
     MIN_LAYERS,
     CACHE_MULTIPLE,
     DTYPE_BYTES,
+    KV_DTYPES,
 )
 
 
@@ -325,9 +330,11 @@ def describe_torch(case, gqa):
     if case["phase"] != "serve":
         lengths = mixed_lengths(case["kv"], case["batch"])
         kind = mask_kind(case, lengths)[0]
+        cache = (f" (the {case['dtype']} cache for kv:{case['kv_dtype']})"
+                 if case.get("kv_dtype") else "")
         return (f"SDPA q [{case['batch']}, {preset['hq']}, {case['rows']}, "
                 f"{dim}], k/v [{case['batch']}, {heads}, {case['kv']}, {dim}]"
-                f", mask: {kind}")
+                f"{cache}, mask: {kind}")
     requests = serve_requests(case)
     decode, chunk = requests[:-1], requests[-1]
     kinds = {mask_kind({"preset": preset, "rows": rows, "kv": keys,
@@ -457,6 +464,10 @@ def parse_args(argv):
     parser.add_argument("--prefix", type=int, default=SERVE_PREFIX,
                         help=f"serve: keys cached before the chunk; default "
                              f"{SERVE_PREFIX}")
+    parser.add_argument("--kv-dtype", type=lambda t: parse_list(t),
+                        help="decode on quantized K/V of these dtypes "
+                             "(i8, u8, f8_e4m3, f8_e5m2, q8_0; bf16 q); torch "
+                             "runs the bf16 cache")
     parser.add_argument("--mask", type=lambda t: parse_list(t),
                         default=["causal"], help="prefill masks: causal, "
                         "none; default causal")
@@ -484,12 +495,20 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.dtype is None:
         paged = args.phase == "serve" or any(args.page or [])
-        args.dtype = ["bf16"] if paged else ["f32", "bf16"]
+        args.dtype = ["bf16"] if paged or args.kv_dtype else ["f32", "bf16"]
     if args.reps < 1 or args.warmup < 1:
         parser.error("--reps and --warmup must be at least 1")
     for dtype in args.dtype:
         if dtype not in DTYPE_BYTES:
             parser.error(f"unknown dtype {dtype!r}")
+    for kv_dtype in args.kv_dtype or []:
+        if kv_dtype not in KV_DTYPES:
+            parser.error(f"unknown kv dtype {kv_dtype!r}; known: "
+                         + ", ".join(KV_DTYPES))
+    if args.kv_dtype and (args.phase != "decode" or args.dtype != ["bf16"]
+                          or any(args.page or [])):
+        parser.error("--kv-dtype: contiguous decode with --dtype bf16 only "
+                     "(the cases flashcpu_bench registers)")
     for mask in args.mask:
         if mask not in ("causal", "none"):
             parser.error(f"unknown mask {mask!r}")
