@@ -12,8 +12,10 @@
  *   sweep-ptr sweep-t2 advanced through the caller's pointer rather than a
  *             local copy, as the kernel did before 76e4f62 (a store of the
  *             sweep per line; measured the same as sweep-t2)
- * --work N adds N independent vector FMAs per 64-byte line read (the
- * kernel does about 6 for bf16 K/V with GQA 4: 48 per key and head), so
+ * --work N (0..8, 12 or 16; beyond, the compiler spills the accumulators
+ * and the probe times its stack) adds N vector FMAs per 64-byte line
+ * read (the kernel does about 6 for bf16 K/V with GQA 4: 48 per key and
+ * head; its quantized rows take more per line: 1-byte codes), so
  * the overlap of memory and arithmetic can be seen apart from either;
  * --footprint-mb small enough for the caches gives the arithmetic alone.
  * Prints GB/s (median of --reps passes over every layer) per order and the
@@ -45,9 +47,9 @@ typedef struct shape {
   int work; /* vector FMAs per line read */
 } shape;
 
-/* Even lines' FMAs go to acc[0..7], odd lines' to acc[8..15]: with two
- * lines per step, `work` <= 8 FMAs per line cost their throughput, not the
- * latency of a chain. */
+/* Even lines' FMAs go to acc[0..7], odd lines' to acc[8..15] in turn: 16
+ * independent chains per step of two lines, so any `work` costs the FMAs'
+ * throughput, not the latency of a chain. */
 typedef struct sink {
   __m512 acc[16];
 } sink;
@@ -60,8 +62,8 @@ static ALWAYS_INLINE void take_2_lines(__m512 acc[16], const char *line,
   const __m512 x = _mm512_loadu_ps((const float *)line);
   const __m512 y = _mm512_loadu_ps((const float *)(line + FC_SWEEP_LINE));
   for (int i = 0; i < work; i++) {
-    acc[i] = _mm512_fmadd_ps(acc[i], x, x);
-    acc[8 + i] = _mm512_fmadd_ps(acc[8 + i], y, y);
+    acc[i % 8] = _mm512_fmadd_ps(acc[i % 8], x, x);
+    acc[8 + i % 8] = _mm512_fmadd_ps(acc[8 + i % 8], y, y);
   }
   if (work == 0) {
     acc[0] = _mm512_add_ps(acc[0], x);
@@ -177,6 +179,7 @@ static void read_layer(sink *s, const char *k, const char *v, const shape *sh,
 #define WORK(w)                                                                \
   case w: read_layer_with(s, k, v, sh, begin, end, o, w); return;
     WORK(0) WORK(1) WORK(2) WORK(3) WORK(4) WORK(5) WORK(6) WORK(7) WORK(8)
+    WORK(12) WORK(16)
 #undef WORK
   }
 }
@@ -198,6 +201,18 @@ static int64_t parse_int(const char *text, const char *flag) {
     exit(2);
   }
   return value;
+}
+
+/* This file is built for AVX-512: say so, rather than die of an illegal
+ * instruction, on a CPU without it (runs before main, built for the
+ * baseline ISA). */
+__attribute__((constructor, target("arch=x86-64"))) static void
+require_avx512(void) {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    return;
+  fprintf(stderr, "flashcpu_decode_access: this CPU (or its OS) lacks "
+                  "AVX-512, which this tool's loads are written in\n");
+  exit(2);
 }
 
 int main(int argc, char **argv) {
@@ -234,9 +249,10 @@ int main(int argc, char **argv) {
     }
   }
   if (sh.kv < 1 || sh.heads < 1 || sh.dim < 64 || sh.dim % 64 || threads < 1 || sh.block < 1 || sh.group < 1 ||
-      reps < 1 || reps > MAX_REPS || sh.work > 8) {
+      reps < 1 || reps > MAX_REPS ||
+      (sh.work > 8 && sh.work != 12 && sh.work != 16)) {
     fprintf(stderr, "flashcpu_decode_access: want kv, heads, threads >= 1, "
-                    "dim a multiple of 64, reps 1..%d, work 0..8\n",
+                    "dim a multiple of 64, reps 1..%d, work 0..8, 12 or 16\n",
             MAX_REPS);
     return 2;
   }
