@@ -248,6 +248,39 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   EXPECT_GT(worst, 0.0) << "no rounding at all: is q rounded?";
 }
 
+// Where q cannot be rounded to integers (NaN in it, or so small that its
+// scale would be subnormal), a kernel that rounds q takes the f32 path for
+// that chunk: the very bytes of the exact kernel of its ISA.
+TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
+  const QuantCase &c = test_case();
+  if (!RoundsQ(kernel())) GTEST_SKIP() << "exact scores";
+  flashcpu_context *context = ctx();
+  ASSERT_NE(context, nullptr);
+  flashcpu_context *exact_context = KernelContext(fc_attention_kernel_find("fc_decode_splitkv__avx512"));
+  ASSERT_NE(exact_context, nullptr);
+  Inputs in;
+  in.Make(context, c);
+  if (HasFatalFailure()) return;
+  // Batch 0's q tiny (1e-41: a scale of 6e-46 would be subnormal), one
+  // element of batch 1's first row NaN.
+  const size_t per_batch = in.q_data.size() / kBatch;
+  for (size_t i = 0; i < per_batch; i++) in.q_data[i] *= 1e-41f;
+  in.q_data[per_batch + 3] = NAN;
+  std::vector<float> out, lse, want, want_lse;
+  const flashcpu_status status = in.Run(context, false, &out, &lse);
+  if (CannotTake(status, context))
+    GTEST_SKIP() << kernel()->name << " does not take this case: " << flashcpu_last_error(context);
+  ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context);
+  ASSERT_EQ(in.Run(exact_context, false, &want, &want_lse), FLASHCPU_OK) << flashcpu_last_error(exact_context);
+  // Batch 0 whole, and the NaN row's chunk (its 4 slots: one kv head's
+  // group of the first row) of batch 1.
+  EXPECT_EQ(std::memcmp(out.data(), want.data(), per_batch * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(out.data() + per_batch, want.data() + per_batch,
+                        static_cast<size_t>(kQHeads / kKvHeads * in.D) * sizeof(float)),
+            0);
+  EXPECT_TRUE(std::isnan(out[per_batch])) << "the NaN row's head";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Kernels, QuantSuite,
     testing::ValuesIn(ForEveryKernel(std::vector<QuantCase>(std::begin(kCases), std::end(kCases)))),
