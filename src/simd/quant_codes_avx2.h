@@ -48,4 +48,18 @@ static inline __m256 fc256_quant_codes(flashcpu_dtype dtype,
   }
 }
 
+/* 8 elements of a quantized row from d as f32, (code - zero) * scale in
+ * one rounding: the row dequantizer's and the split-KV loads' one formula
+ * (as fc512_dequant_lanes: zero 0 and scale 1 where a view has none). */
+static inline __m256 fc256_dequant_lanes(flashcpu_dtype dtype,
+                                         const char *row, int64_t d,
+                                         float scale, float zero) {
+  __m256 value = fc256_quant_codes(dtype, row, d);
+  if (dtype == FLASHCPU_DTYPE_U8)
+    value = _mm256_sub_ps(value, _mm256_set1_ps(zero));
+  if (dtype != FLASHCPU_DTYPE_Q8_0)
+    value = _mm256_mul_ps(value, _mm256_set1_ps(scale));
+  return value;
+}
+
 #endif

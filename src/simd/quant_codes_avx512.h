@@ -51,4 +51,21 @@ static inline __m512 fc512_quant_codes(flashcpu_dtype dtype,
   }
 }
 
+/* 16 elements of a quantized row from d as f32, (code - zero) * scale in
+ * one rounding, lanes outside mask zero: the row dequantizer's and the
+ * split-KV loads' one formula. zero and scale are 0 and 1 where a view has
+ * none (x - 0 and x * 1 are x), and only U8 has zero points, Q8_0 no
+ * scales: the operations that would change nothing are left out. */
+static inline __m512 fc512_dequant_lanes(flashcpu_dtype dtype,
+                                         const char *row, int64_t d,
+                                         __mmask16 mask, float scale,
+                                         float zero) {
+  __m512 value = fc512_quant_codes(dtype, row, d, mask);
+  if (dtype == FLASHCPU_DTYPE_U8)
+    value = _mm512_maskz_sub_ps(mask, value, _mm512_set1_ps(zero));
+  if (dtype != FLASHCPU_DTYPE_Q8_0)
+    value = _mm512_maskz_mul_ps(mask, value, _mm512_set1_ps(scale));
+  return value;
+}
+
 #endif

@@ -14,16 +14,11 @@ void fc_dequant_row__avx2(flashcpu_dtype dtype, const char *row,
     fc_dequant_row_portable(dtype, row, count, scales, destination);
     return;
   }
-  const int has_scale = scales->scales != NULL, has_zero = scales->zeros != NULL;
-  const __m256 scale = _mm256_set1_ps(scale_value);
-  const __m256 zero = _mm256_set1_ps(zero_value);
   int64_t d = 0;
-  for (; d + 8 <= count; d += 8) {
-    __m256 value = fc256_quant_codes(dtype, row, d);
-    if (has_zero) value = _mm256_sub_ps(value, zero);
-    if (has_scale) value = _mm256_mul_ps(value, scale);
-    _mm256_storeu_ps(destination + d, value);
-  }
+  for (; d + 8 <= count; d += 8)
+    _mm256_storeu_ps(destination + d, fc256_dequant_lanes(dtype, row, d,
+                                                          scale_value,
+                                                          zero_value));
   if (d < count) /* not Q8_0: its rows are whole blocks */
     fc_dequant_row_portable(dtype, row + d, count - d, scales,
                             destination + d);

@@ -68,7 +68,7 @@ flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
 typedef struct fc_splitkv_int_q {
   const int16_t *codes;
   int64_t stride;
-  float scale[FC_SPLITKV_CHUNK], sum[FC_SPLITKV_CHUNK];
+  const float *scale, *sum; /* FC_SPLITKV_CHUNK each */
 } fc_splitkv_int_q;
 
 /* Split-KV scores of a chunk's 4 slots for a 16-key block of I8 or U8 K

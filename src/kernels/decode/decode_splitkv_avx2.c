@@ -9,20 +9,6 @@
 #include "simd/quant_codes_avx2.h"
 #include "simd/vec_lanes_avx2.h"
 
-/* 8 elements of a quantized row from d as f32: (code - zero) * scale, the
- * staged rows' bits (zero and scale are 0 and 1 where the view has none:
- * the same values). */
-static inline __attribute__((always_inline)) fcv
-quantized_lanes(const char *row, flashcpu_dtype dtype, int64_t d, float scale,
-                float zero) {
-  fcv value = fc256_quant_codes(dtype, row, d);
-  if (dtype == FLASHCPU_DTYPE_U8)
-    value = _mm256_sub_ps(value, _mm256_set1_ps(zero));
-  if (dtype != FLASHCPU_DTYPE_Q8_0)
-    value = _mm256_mul_ps(value, _mm256_set1_ps(scale));
-  return value;
-}
-
 /* Elements d .. d + 15 of a row as f32: f32, f16 and quantized rows in
  * order, bf16 even elements in lo and odd ones in hi (a shift and an and,
  * no shuffle). */
@@ -30,8 +16,8 @@ static inline __attribute__((always_inline)) void
 ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, float scale,
              float zero, fcv *lo, fcv *hi) {
   if (fc_dtype_is_quantized(dtype)) {
-    *lo = quantized_lanes(row, dtype, d, scale, zero);
-    *hi = quantized_lanes(row, dtype, d + 8, scale, zero);
+    *lo = fc256_dequant_lanes(dtype, row, d, scale, zero);
+    *hi = fc256_dequant_lanes(dtype, row, d + 8, scale, zero);
   } else if (dtype == FLASHCPU_DTYPE_BF16) {
     const __m256i raw =
         _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d));

@@ -61,21 +61,6 @@ static ALWAYS_INLINE span32 span_of(int64_t d, int64_t dim) {
   return m;
 }
 
-/* 16 elements of a quantized row from d as f32: (code - zero) * scale,
- * the staged rows' bits (zero and scale are 0 and 1 where the view has
- * none: the same values); lanes outside mask are zero. */
-static ALWAYS_INLINE __m512 quantized_lanes(const char *row,
-                                            flashcpu_dtype dtype, int64_t d,
-                                            __mmask16 mask, float scale,
-                                            float zero) {
-  __m512 value = fc512_quant_codes(dtype, row, d, mask);
-  if (dtype == FLASHCPU_DTYPE_U8)
-    value = _mm512_maskz_sub_ps(mask, value, _mm512_set1_ps(zero));
-  if (dtype != FLASHCPU_DTYPE_Q8_0)
-    value = _mm512_maskz_mul_ps(mask, value, _mm512_set1_ps(scale));
-  return value;
-}
-
 /* Bytes per element as the prefetch sweeps count them (Q8_0's block
  * scale, 2 bytes per 32, left out). */
 static ALWAYS_INLINE int64_t element_bytes(flashcpu_dtype dtype) {
@@ -92,8 +77,8 @@ static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
                                     float scale, float zero, __m512 *lo,
                                     __m512 *hi) {
   if (fc_dtype_is_quantized(dtype)) {
-    *lo = quantized_lanes(row, dtype, d, m.lo, scale, zero);
-    *hi = quantized_lanes(row, dtype, d + 16, m.hi, scale, zero);
+    *lo = fc512_dequant_lanes(dtype, row, d, m.lo, scale, zero);
+    *hi = fc512_dequant_lanes(dtype, row, d + 16, m.hi, scale, zero);
     return;
   }
   if (pairs) {
