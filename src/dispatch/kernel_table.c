@@ -1,5 +1,6 @@
 #include "dispatch/kernel_table.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +15,14 @@ int fc_kernel_need_met(const fc_cpu_features *cpu, fc_cpu_need need) {
   return 0;
 }
 
+/* Whether a helper row (converter, dequantizer, merge) of row_isa fills a
+ * slot of a table for isa: the ISA's own row always, a portable one only
+ * while the slot is empty. */
+static bool helper_fills(flashcpu_isa row_isa, flashcpu_isa isa, bool filled) {
+  if (row_isa == isa) return true;
+  return row_isa == FLASHCPU_ISA_SCALAR && !filled;
+}
+
 void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa,
                           const fc_cpu_features *cpu,
                           const fc_settings *settings) {
@@ -23,22 +32,20 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa,
   /* Row converters: the ISA's, else the portable ones. */
   for (size_t i = 0; i < fc_row_converter_count; i++) {
     const fc_row_converter *c = &fc_row_converters[i];
-    if (c->isa != isa && c->isa != FLASHCPU_ISA_SCALAR) continue;
-    if (table->row_to_f32[c->dtype] && c->isa == FLASHCPU_ISA_SCALAR) continue;
+    if (!helper_fills(c->isa, isa, table->row_to_f32[c->dtype] != NULL))
+      continue;
     table->row_to_f32[c->dtype] = c->run;
     table->row_to_f32_names[c->dtype] = c->name;
   }
   for (size_t i = 0; i < fc_dequant_kernel_count; i++) {
     const fc_dequant_kernel *d = &fc_dequant_kernels[i];
-    if (d->isa != isa && d->isa != FLASHCPU_ISA_SCALAR) continue;
-    if (table->dequant_row && d->isa == FLASHCPU_ISA_SCALAR) continue;
+    if (!helper_fills(d->isa, isa, table->dequant_row != NULL)) continue;
     table->dequant_row = d->run;
     table->dequant_row_name = d->name;
   }
   for (size_t i = 0; i < fc_merge_kernel_count; i++) {
     const fc_merge_kernel *m = &fc_merge_kernels[i];
-    if (m->isa != isa && m->isa != FLASHCPU_ISA_SCALAR) continue;
-    if (table->merge && m->isa == FLASHCPU_ISA_SCALAR) continue;
+    if (!helper_fills(m->isa, isa, table->merge != NULL)) continue;
     table->merge = m->run;
     table->merge_name = m->name;
   }

@@ -6,28 +6,37 @@
 
 #include <immintrin.h>
 
-/* Lane i of the result is the sum of the 16 lanes of v[i]. */
+/* Lane i of the result is the sum of the 16 lanes of v[i], summed as
+ * int32 (exact) when integer, else as f32: one tree for both. */
+static inline __attribute__((always_inline)) __m512i
+fc512_sum16_by_lane_as(const __m512i v[16], int integer) {
+#define FC512_ADD(a, b)                                                        \
+  (integer ? _mm512_add_epi32((a), (b))                                        \
+           : _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a),         \
+                                               _mm512_castsi512_ps(b))))
+  __m512i pairs[8], quads[4], halves[2];
+  for (int i = 0; i < 8; i++)
+    pairs[i] = FC512_ADD(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; i++)
+    quads[i] = FC512_ADD(_mm512_unpacklo_epi64(pairs[2 * i], pairs[2 * i + 1]),
+                         _mm512_unpackhi_epi64(pairs[2 * i], pairs[2 * i + 1]));
+  for (int i = 0; i < 2; i++)
+    halves[i] = FC512_ADD(_mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1],
+                                               _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1],
+                                               _MM_SHUFFLE(3, 1, 3, 1)));
+  return FC512_ADD(
+      _mm512_shuffle_i32x4(halves[0], halves[1], _MM_SHUFFLE(2, 0, 2, 0)),
+      _mm512_shuffle_i32x4(halves[0], halves[1], _MM_SHUFFLE(3, 1, 3, 1)));
+#undef FC512_ADD
+}
+
 static inline __attribute__((always_inline)) __m512
 fc512_sum16_by_lane(const __m512 v[16]) {
-  __m512 pairs[8], quads[4], halves[2];
-  for (int i = 0; i < 8; i++)
-    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
-                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  for (int i = 0; i < 4; i++) {
-    __m512d x = _mm512_castps_pd(pairs[2 * i]);
-    __m512d y = _mm512_castps_pd(pairs[2 * i + 1]);
-    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-  }
-  for (int i = 0; i < 2; i++)
-    halves[i] = _mm512_add_ps(
-        _mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1],
-                             _MM_SHUFFLE(2, 0, 2, 0)),
-        _mm512_shuffle_f32x4(quads[2 * i], quads[2 * i + 1],
-                             _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_ps(
-      _mm512_shuffle_f32x4(halves[0], halves[1], _MM_SHUFFLE(2, 0, 2, 0)),
-      _mm512_shuffle_f32x4(halves[0], halves[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  __m512i bits[16];
+  for (int i = 0; i < 16; i++) bits[i] = _mm512_castps_si512(v[i]);
+  return _mm512_castsi512_ps(fc512_sum16_by_lane_as(bits, 0));
 }
 
 /* The 4 x 4 transpose of 128-bit lanes: lane s of out[g] is lane g of

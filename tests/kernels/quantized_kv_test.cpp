@@ -182,6 +182,23 @@ bool CannotTake(flashcpu_status status, flashcpu_context *context) {
 // Kernels whose scores round q to integers (registry rows named "i16dot").
 bool RoundsQ(Kernel kernel) { return std::string(kernel->name).find("i16dot") != std::string::npos; }
 
+// Runs the quantized case on context's kernel into out and on the exact
+// kernel of its ISA into want; *skip says why the kernel does not take it
+// (nothing is run then).
+void RunAgainstTheExactKernel(flashcpu_context *context, Inputs *in, std::vector<float> *out,
+                              std::vector<float> *want, std::string *skip) {
+  flashcpu_context *exact = KernelContext(fc_attention_kernel_find("fc_decode_splitkv__avx512"));
+  ASSERT_NE(exact, nullptr);
+  std::vector<float> lse, want_lse;
+  const flashcpu_status status = in->Run(context, false, out, &lse);
+  if (CannotTake(status, context)) {
+    *skip = flashcpu_last_error(context);
+    return;
+  }
+  ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context);
+  ASSERT_EQ(in->Run(exact, false, want, &want_lse), FLASHCPU_OK) << flashcpu_last_error(exact);
+}
+
 TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   const QuantCase &c = test_case();
   flashcpu_context *context = ctx();
@@ -215,19 +232,14 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   if (!RoundsQ(kernel())) GTEST_SKIP() << "exact scores: SameBytesAsTheDequantizedCache checks it";
   flashcpu_context *context = ctx();
   ASSERT_NE(context, nullptr);
-  const fc_attention_kernel *exact = fc_attention_kernel_find("fc_decode_splitkv__avx512");
-  ASSERT_NE(exact, nullptr);
-  flashcpu_context *exact_context = KernelContext(exact);
-  ASSERT_NE(exact_context, nullptr);
   Inputs in;
   in.Make(context, c);
   if (HasFatalFailure()) return;
-  std::vector<float> out, lse, want, want_lse;
-  const flashcpu_status status = in.Run(context, false, &out, &lse);
-  if (CannotTake(status, context))
-    GTEST_SKIP() << kernel()->name << " does not take this case: " << flashcpu_last_error(context);
-  ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context);
-  ASSERT_EQ(in.Run(exact_context, false, &want, &want_lse), FLASHCPU_OK) << flashcpu_last_error(exact_context);
+  std::vector<float> out, want;
+  std::string skip;
+  RunAgainstTheExactKernel(context, &in, &out, &want, &skip);
+  if (HasFatalFailure()) return;
+  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
   double q_max = 0.0, v_max = 0.0, k_l1 = 0.0;
   for (float x : in.q_data) q_max = std::max(q_max, std::fabs(static_cast<double>(x)));
   for (float x : in.v.dequantized) v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
@@ -256,8 +268,6 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
   if (!RoundsQ(kernel())) GTEST_SKIP() << "exact scores";
   flashcpu_context *context = ctx();
   ASSERT_NE(context, nullptr);
-  flashcpu_context *exact_context = KernelContext(fc_attention_kernel_find("fc_decode_splitkv__avx512"));
-  ASSERT_NE(exact_context, nullptr);
   Inputs in;
   in.Make(context, c);
   if (HasFatalFailure()) return;
@@ -266,12 +276,11 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
   const size_t per_batch = in.q_data.size() / kBatch;
   for (size_t i = 0; i < per_batch; i++) in.q_data[i] *= 1e-41f;
   in.q_data[per_batch + 3] = NAN;
-  std::vector<float> out, lse, want, want_lse;
-  const flashcpu_status status = in.Run(context, false, &out, &lse);
-  if (CannotTake(status, context))
-    GTEST_SKIP() << kernel()->name << " does not take this case: " << flashcpu_last_error(context);
-  ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context);
-  ASSERT_EQ(in.Run(exact_context, false, &want, &want_lse), FLASHCPU_OK) << flashcpu_last_error(exact_context);
+  std::vector<float> out, want;
+  std::string skip;
+  RunAgainstTheExactKernel(context, &in, &out, &want, &skip);
+  if (HasFatalFailure()) return;
+  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
   // Batch 0 whole, and the NaN row's chunk (its 4 slots: one kv head's
   // group of the first row) of batch 1.
   EXPECT_EQ(std::memcmp(out.data(), want.data(), per_batch * sizeof(float)), 0);

@@ -24,28 +24,6 @@ enum {
   BLOCK = FC_SPLITKV_KEY_BLOCK
 };
 
-/* fc512_sum16_by_lane in int32 (exact): lane i of the result holds the
- * sum of v[i]'s 16 lanes, in the same slot/key order. */
-static ALWAYS_INLINE __m512i sum16_by_lane_epi32(const __m512i v[16]) {
-  __m512i pairs[8], quads[4], halves[2];
-  for (int i = 0; i < 8; i++)
-    pairs[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                                _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-  for (int i = 0; i < 4; i++)
-    quads[i] =
-        _mm512_add_epi32(_mm512_unpacklo_epi64(pairs[2 * i], pairs[2 * i + 1]),
-                         _mm512_unpackhi_epi64(pairs[2 * i], pairs[2 * i + 1]));
-  for (int i = 0; i < 2; i++)
-    halves[i] = _mm512_add_epi32(
-        _mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1],
-                             _MM_SHUFFLE(2, 0, 2, 0)),
-        _mm512_shuffle_i32x4(quads[2 * i], quads[2 * i + 1],
-                             _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_add_epi32(
-      _mm512_shuffle_i32x4(halves[0], halves[1], _MM_SHUFFLE(2, 0, 2, 0)),
-      _mm512_shuffle_i32x4(halves[0], halves[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
                                        flashcpu_dtype dtype,
                                        const fc_splitkv_int_q *q, int64_t dim,
@@ -80,7 +58,7 @@ static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
                                                   codes[j]);
       }
     }
-    groups[g] = sum16_by_lane_epi32(acc);
+    groups[g] = fc512_sum16_by_lane_as(acc, 1); /* exact */
   }
   if (prefetch) *shared = sweep;
   /* Lane 4 * key + slot of groups[g] (in each 128-bit lane g'): the 128-bit
