@@ -1,8 +1,9 @@
 /* bf16 prefill on AMX tiles (TDPBF16PS): register blocks of 32 query slots,
  * S^T and O^T += V^T P^T on 2 x 2 accumulator tiles per 32 keys or 32
  * output columns (prefill_amx_units.inc), P rounded to bf16, the masks and
- * the online softmax in AVX-512 between the two products. K is staged as
- * bf16 rows and V transposed, once per KV block for the whole team. */
+ * the online softmax in AVX-512 issued between the next register block's
+ * S^T tile steps. K and V^T are staged as whole 1 KiB tiles, once per KV
+ * block for the whole team. */
 #include "simd/vec_avx512.h"
 
 #define PF_SLOT_VECTORS 2

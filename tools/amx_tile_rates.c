@@ -1,0 +1,247 @@
+/* flashcpu_amx_tile_rates: the AMX prefill kernel's tile patterns, one core,
+ * operands in L1 or L2, timed apart from its vector work, to see how far
+ * each pattern stays from TDPBF16PS's rate with its operands in registers.
+ * Every pattern runs 2 x 2 accumulator tiles (tmm0-3) fed by two A and two
+ * B tiles (tmm4-7), as the kernel does:
+ *   registers   TDPBF16PS only, operands loaded once (the unit's rate)
+ *   qk          S^T of 32 keys x 32 slots: zero, four steps of 32 d (two
+ *               1 KiB K tiles, two Q pair tiles 128 bytes a row), store
+ *   qk-orders   the same with each load issued just before the first
+ *               product that reads it
+ *   qk-keep     qk with the accumulators zeroed and stored once per 64
+ *               calls: what a call's zeroing and storing cost
+ *   qk-l2       qk walking a 48 KiB K block and six 8 KiB Q blocks (the
+ *               kernel's working set: six register blocks per KV block)
+ *   pv          O^T of 32 columns x 32 slots: load, six steps of 32 keys
+ *               (two V^T tiles, two P pair tiles), store
+ *   pv-l2       pv over a 48 KiB V^T block and six O^T and P blocks
+ * Prints nanoseconds per TDPBF16PS (median of --reps) and each pattern's
+ * rate as a share of the registers pattern's. */
+#define _GNU_SOURCE /* syscall */
+#include <immintrin.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/timer.h"
+
+enum { TILE = 16 * 32, BLOCKS = 6, REPS_MAX = 99 };
+
+typedef struct buffers {
+  uint16_t *k;     /* BLOCKS slabs of 32 keys x 128 d as tiles (48 KiB) */
+  uint16_t *q;     /* BLOCKS Q pair blocks [64][32 slots][2] (8 KiB each) */
+  float *s;        /* BLOCKS S^T blocks [32][32] (4 KiB each) */
+  uint16_t *vt;    /* V^T: 8 column groups x 6 key chunks as tiles */
+  uint16_t *p;     /* BLOCKS P pair blocks [96][32][2] (12 KiB each) */
+  float *o;        /* BLOCKS O^T blocks [128][32] (16 KiB each) */
+} buffers;
+
+static void configure(void) {
+  struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t bytes_per_row[16];
+    uint8_t rows[16];
+  } config;
+  memset(&config, 0, sizeof config);
+  config.palette = 1;
+  for (int t = 0; t < 8; t++) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+}
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE void qk(const uint16_t *k, const uint16_t *q, float *s,
+                      int zero, int store, int interleaved) {
+  if (zero) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int d = 0; d < 4; d++) {
+    const uint16_t *a0 = k + d * TILE, *a1 = k + (4 + d) * TILE;
+    const uint16_t *b = q + d * 16 * 64;
+    if (interleaved) {
+      _tile_loadd(4, a0, 64);
+      _tile_loadd(6, b, 128);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(7, b + 32, 128);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_loadd(5, a1, 64);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else {
+      _tile_loadd(4, a0, 64);
+      _tile_loadd(5, a1, 64);
+      _tile_loadd(6, b, 128);
+      _tile_loadd(7, b + 32, 128);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  if (store) {
+    _tile_stored(0, s, 128);
+    _tile_stored(1, s + 16, 128);
+    _tile_stored(2, s + 16 * 32, 128);
+    _tile_stored(3, s + 16 * 32 + 16, 128);
+  }
+}
+
+ALWAYS_INLINE void pv(const uint16_t *vt, const uint16_t *p, float *o) {
+  _tile_loadd(0, o, 128);
+  _tile_loadd(1, o + 16, 128);
+  _tile_loadd(2, o + 16 * 32, 128);
+  _tile_loadd(3, o + 16 * 32 + 16, 128);
+  for (int j = 0; j < 6; j++) {
+    _tile_loadd(4, vt + j * TILE, 64);
+    _tile_loadd(5, vt + (6 + j) * TILE, 64);
+    _tile_loadd(6, p + j * 16 * 64, 128);
+    _tile_loadd(7, p + j * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, o, 128);
+  _tile_stored(1, o + 16, 128);
+  _tile_stored(2, o + 16 * 32, 128);
+  _tile_stored(3, o + 16 * 32 + 16, 128);
+}
+
+typedef enum pattern {
+  REGISTERS, QK, QK_ORDERED, QK_KEEP, QK_L2, PV, PV_L2, PATTERNS
+} pattern;
+static const char *const names[PATTERNS] = {
+    "registers", "qk", "qk-ordered", "qk-keep", "qk-l2", "pv", "pv-l2"};
+
+/* One pass of `calls` calls of the pattern; returns products issued. */
+static int64_t run(pattern which, const buffers *b, int64_t calls) {
+  configure();
+  int64_t products = 0;
+  switch (which) {
+  case REGISTERS:
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, b->k, 64);
+    _tile_loadd(5, b->k + TILE, 64);
+    _tile_loadd(6, b->q, 128);
+    _tile_loadd(7, b->q + 32, 128);
+    for (int64_t i = 0; i < calls * 4; i++) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, b->s, 128);
+    products = calls * 16;
+    break;
+  case QK:
+    for (int64_t i = 0; i < calls; i++) qk(b->k, b->q, b->s, 1, 1, 0);
+    products = calls * 16;
+    break;
+  case QK_ORDERED:
+    for (int64_t i = 0; i < calls; i++) qk(b->k, b->q, b->s, 1, 1, 1);
+    products = calls * 16;
+    break;
+  case QK_KEEP:
+    for (int64_t i = 0; i < calls; i++)
+      qk(b->k, b->q, b->s, i % 64 == 0, i % 64 == 63, 0);
+    products = calls * 16;
+    break;
+  case QK_L2:
+    /* register block outer, slab inner: the kernel's order */
+    for (int64_t i = 0; i < calls; i += BLOCKS * BLOCKS)
+      for (int r = 0; r < BLOCKS; r++)
+        for (int slab = 0; slab < BLOCKS; slab++)
+          qk(b->k + slab * 8 * TILE, b->q + r * 64 * 64,
+             b->s + (r * BLOCKS + slab) % BLOCKS * 1024, 1, 1, 0);
+    products = (calls / (BLOCKS * BLOCKS)) * BLOCKS * BLOCKS * 16;
+    break;
+  case PV:
+    for (int64_t i = 0; i < calls; i++) pv(b->vt, b->p, b->o);
+    products = calls * 24;
+    break;
+  case PV_L2:
+    for (int64_t i = 0; i < calls; i += 4 * BLOCKS)
+      for (int r = 0; r < BLOCKS; r++)
+        for (int c = 0; c < 4; c++)
+          pv(b->vt + c * 12 * TILE, b->p + r * 96 * 64,
+             b->o + r * 4096 + c * 1024);
+    products = (calls / (4 * BLOCKS)) * 4 * BLOCKS * 24;
+    break;
+  default: break;
+  }
+  _tile_release();
+  return products;
+}
+
+static int compare(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void *zeroed(size_t bytes) {
+  void *p = aligned_alloc(64, bytes);
+  if (p) memset(p, 0, bytes);
+  return p;
+}
+
+int main(int argc, char **argv) {
+  int reps = 11;
+  int64_t calls = 36 * 2000;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--calls") && i + 1 < argc)
+      calls = atoll(argv[++i]);
+    else {
+      fprintf(stderr, "usage: flashcpu_amx_tile_rates [--reps N] [--calls N]\n");
+      return 2;
+    }
+  }
+  if (reps < 1 || reps > REPS_MAX) reps = 11;
+  unsigned eax, ebx, ecx, edx;
+  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+  if (!(edx & (1u << 22)) || !(edx & (1u << 24))) {
+    fprintf(stderr, "flashcpu_amx_tile_rates: this CPU has no AMX-BF16\n");
+    return 1;
+  }
+  enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) {
+    fprintf(stderr, "flashcpu_amx_tile_rates: the kernel refused AMX\n");
+    return 1;
+  }
+  buffers b;
+  b.k = zeroed(BLOCKS * 8 * TILE * 2);
+  b.q = zeroed(BLOCKS * 64 * 64 * 2);
+  b.s = zeroed(BLOCKS * 1024 * 4);
+  b.vt = zeroed(8 * 6 * TILE * 2);
+  b.p = zeroed(BLOCKS * 96 * 64 * 2);
+  b.o = zeroed(BLOCKS * 4096 * 4);
+  if (!b.k || !b.q || !b.s || !b.vt || !b.p || !b.o) return 1;
+  double ns[PATTERNS];
+  for (int w = 0; w < PATTERNS; w++) {
+    double t[REPS_MAX];
+    int64_t products = 0;
+    run((pattern)w, &b, calls / 10); /* warm */
+    for (int r = 0; r < reps; r++) {
+      double start = toolkit_now_seconds();
+      products = run((pattern)w, &b, calls);
+      t[r] = (toolkit_now_seconds() - start) * 1e9 / (double)products;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], compare);
+    ns[w] = t[reps / 2];
+    printf("%-11s %7.3f ns per TDPBF16PS  %6.1f GFLOP/s  %5.1f%% of registers\n",
+           names[w], ns[w], 32768.0 / ns[w], 100.0 * ns[0] / ns[w]);
+  }
+  return 0;
+}
