@@ -26,6 +26,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/ceiling_kernels.h"
 #include "common/timer.h"
 
 enum { TILE = 16 * 32, BLOCKS = 6, REPS_MAX = 99 };
@@ -38,21 +39,6 @@ typedef struct buffers {
   uint16_t *p;     /* BLOCKS P pair blocks [96][32][2] (12 KiB each) */
   float *o;        /* BLOCKS O^T blocks [128][32] (16 KiB each) */
 } buffers;
-
-static void configure(void) {
-  struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t bytes_per_row[16];
-    uint8_t rows[16];
-  } config;
-  memset(&config, 0, sizeof config);
-  config.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
-  }
-  _tile_loadconfig(&config);
-}
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -124,7 +110,7 @@ static const char *const names[PATTERNS] = {
 
 /* One pass of `calls` calls of the pattern; returns products issued. */
 static int64_t run(pattern which, const buffers *b, int64_t calls) {
-  configure();
+  toolkit_amx_configure();
   int64_t products = 0;
   switch (which) {
   case REGISTERS:

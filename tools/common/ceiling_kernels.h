@@ -36,6 +36,9 @@ toolkit_ceiling_kernels toolkit_ceiling_kernels_avx512(void);
 #if defined(TOOLKIT_HAVE_BF16_UNIT_KERNELS)
 /* iterations x 16 VDPBF16PS (zmm: 32 multiply-adds each). */
 float toolkit_bf16_dot_loop(int64_t iterations);
+/* Loads the AMX palette 1 configuration: eight tiles of 16 rows x 64
+ * bytes, as the prefill kernel configures them. */
+void toolkit_amx_configure(void);
 /* iterations x 4 TDPBF16PS (16 x 16 x 32 multiply-adds each) on tiles it
  * configures and releases; AMX tile data must be granted to the process. */
 float toolkit_amx_loop(int64_t iterations);

@@ -25,7 +25,7 @@ float toolkit_bf16_dot_loop(int64_t iterations) {
   return _mm512_reduce_add_ps(total);
 }
 
-float toolkit_amx_loop(int64_t iterations) {
+void toolkit_amx_configure(void) {
   struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t bytes_per_row[16];
@@ -38,6 +38,10 @@ float toolkit_amx_loop(int64_t iterations) {
     config.rows[t] = 16;
   }
   _tile_loadconfig(&config);
+}
+
+float toolkit_amx_loop(int64_t iterations) {
+  toolkit_amx_configure();
   uint16_t ones[16 * 32];
   for (int i = 0; i < 16 * 32; i++) ones[i] = 0x3b80; /* 2^-8 */
   float out[16 * 16];
