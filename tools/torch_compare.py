@@ -630,8 +630,10 @@ def main(argv):
     print(torch_line)
     print("flashcpu/torch: throughput ratio (torch median time / flashcpu "
           "median time; > 1: flashcpu is faster); % ceil: of the read "
-          "bandwidth (decode, serve) or fp32 FMA peak (prefill) flashcpu_bench "
-          "measured in this run, for the same useful bytes or FLOPs.")
+          "bandwidth (decode, serve) or, for prefill, the peak of the unit "
+          "flashcpu's kernel computes on (fp32 FMA; AMX tiles or VDPBF16PS "
+          "for bf16 where it runs on them) flashcpu_bench measured in this "
+          "run, for the same useful bytes or FLOPs.")
     if any(case["phase"] in ("decode", "serve") for case, _ in work):
         print("decode and serve: both sides rotate over layer-sized KV "
               "caches (flashcpu: label layers:N; torch: see notes), so "

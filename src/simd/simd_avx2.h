@@ -27,10 +27,12 @@ static inline __m256 fc256_pow2_int(__m256 n) {
 
 /* 2^x for every lane, to about 2 ulp, the same polynomial as fc512_exp2.
  * 2^n is applied as 2^(n/2) * 2^(n - n/2) so that results down in the
- * subnormal range round once, like scalef; -inf gives 0, NaN stays NaN. */
+ * subnormal range round once, like scalef. The clamp gives exactly 0 from
+ * -150 down (-inf included) and keeps NaN: MAXPS and MINPS return their
+ * second operand, x, when either is NaN, and NaN survives the rest. */
 static inline __m256 fc256_exp2(__m256 x) {
   const __m256 clamped = _mm256_min_ps(
-      _mm256_max_ps(x, _mm256_set1_ps(-150.0f)), _mm256_set1_ps(128.0f));
+      _mm256_set1_ps(128.0f), _mm256_max_ps(_mm256_set1_ps(-150.0f), x));
   const __m256 n = _mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
                                                 _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(clamped, n);
@@ -43,13 +45,8 @@ static inline __m256 fc256_exp2(__m256 x) {
   poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C0));
   const __m256 half = _mm256_round_ps(_mm256_mul_ps(n, _mm256_set1_ps(0.5f)),
                                       _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  __m256 result = _mm256_mul_ps(_mm256_mul_ps(poly, fc256_pow2_int(half)),
-                                fc256_pow2_int(_mm256_sub_ps(n, half)));
-  const __m256 minus_inf =
-      _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ);
-  result = _mm256_andnot_ps(minus_inf, result);
-  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-  return _mm256_blendv_ps(result, x, nan);
+  return _mm256_mul_ps(_mm256_mul_ps(poly, fc256_pow2_int(half)),
+                       fc256_pow2_int(_mm256_sub_ps(n, half)));
 }
 
 #endif

@@ -21,8 +21,9 @@ static inline float32x4_t fcn_pow2_int(float32x4_t n) {
 }
 
 /* 2^x for every lane, to about 2 ulp (the polynomial of fc512_exp2); 2^n
- * applied in two halves so subnormal results round once; -inf gives 0,
- * NaN stays NaN. */
+ * applied in two halves so subnormal results round once. The clamp gives
+ * exactly 0 from -150 down (-inf included); FMIN/FMAX and the arithmetic
+ * after them keep NaN, so no blends. */
 static inline float32x4_t fcn_exp2(float32x4_t x) {
   const float32x4_t clamped =
       vminq_f32(vmaxq_f32(x, vdupq_n_f32(-150.0f)), vdupq_n_f32(128.0f));
@@ -36,12 +37,8 @@ static inline float32x4_t fcn_exp2(float32x4_t x) {
   poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C1), poly, f);
   poly = vfmaq_f32(vdupq_n_f32(FC_EXP2_C0), poly, f);
   const float32x4_t half = vrndq_f32(vmulq_f32(n, vdupq_n_f32(0.5f)));
-  float32x4_t result = vmulq_f32(vmulq_f32(poly, fcn_pow2_int(half)),
-                                 fcn_pow2_int(vsubq_f32(n, half)));
-  const uint32x4_t minus_inf = vceqq_f32(x, vdupq_n_f32(-INFINITY));
-  result = vbslq_f32(minus_inf, vdupq_n_f32(0.0f), result);
-  const uint32x4_t is_number = vceqq_f32(x, x);
-  return vbslq_f32(is_number, result, x);
+  return vmulq_f32(vmulq_f32(poly, fcn_pow2_int(half)),
+                   fcn_pow2_int(vsubq_f32(n, half)));
 }
 
 #endif

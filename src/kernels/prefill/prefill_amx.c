@@ -12,7 +12,17 @@
 /* 192 keys per KV block: P V's accumulator tiles are loaded and stored half
  * as often per product as with 96 (5-10% faster on an Intel Xeon; 64 was
  * slower, docs/performance.md). */
-#define PF_KV_BLOCK_KEYS 192
+#ifndef FC_AMX_KV_BLOCK /* a build may set another multiple of 32 */
+#define FC_AMX_KV_BLOCK 192
+#endif
+#define PF_KV_BLOCK_KEYS FC_AMX_KV_BLOCK
+/* 384 slots per tile (96 rows of a 4-head group), twice the driver's: the
+ * staging of each K/V block into tiles is a sixth of this kernel's time at
+ * 192 (perf on an Intel Xeon). */
+#ifndef FC_AMX_TILE_SLOTS
+#define FC_AMX_TILE_SLOTS 384
+#endif
+#define PF_TILE_SLOTS FC_AMX_TILE_SLOTS
 #define PF_AMX 1
 #define PF_NAME(what) fc_bf16_prefill_##what##_32x32__amxbf16
 #define PF_KERNEL fc_prefill_amx_32x32__amxbf16

@@ -155,9 +155,10 @@ static size_t rank_floats(const fc_prefill_args *a, int team_size) {
   size_t blocks = (size_t)blocks_of_rank(a, team_size);
   size_t per_block = (dim_of(a) + dv_of(a) + 2) * slots;
   size_t row = dim_of(a) > dv_of(a) ? dim_of(a) : dv_of(a);
-  /* st, hidden and the bf16 pairs (half a float each) */
+  /* st, hidden and the bf16 pairs (half a float each); q_largest */
   return round_floats(blocks * per_block + 2 * kv_block * slots +
-                      round_floats(kv_block * slots / 2) + 4 * slots + row);
+                      round_floats(kv_block * slots / 2) + 4 * slots + row +
+                      blocks);
 }
 
 static size_t scratch_for_team(const void *opaque, int team_size) {
@@ -192,6 +193,7 @@ fc_prefill_scratch fc_prefill_carve(const fc_prefill_args *a,
   s.end = s.begin + slots;
   s.mask_offsets = (int32_t *)(s.end + slots);
   s.row = s.end + 2 * slots;
+  s.q_largest = s.row + (D > Dv ? D : Dv);
   return s;
 }
 
@@ -202,7 +204,9 @@ flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
   a.p = p;
   a.row_to_f32 = env->row_to_f32;
   a.dequant_row = env->dequant_row;
-  a.plan = fc_prefill_plan_for(p, FC_PREFILL_TILE_SLOTS);
+  a.plan = fc_prefill_plan_for(p, shape->tile_slots > 0
+                                      ? shape->tile_slots
+                                      : FC_PREFILL_TILE_SLOTS);
   a.shape = *shape;
   a.blocks_per_tile = (a.plan.slots_per_tile + shape->slots - 1) / shape->slots;
   /* f32 V is read in place unless pages break its rows' fixed stride. */

@@ -65,6 +65,8 @@ typedef struct fc_prefill_shape {
   /* head_dim and v_head_dim rounded up to this in Q^T, O^T and the K/V
    * staging (tile units take whole 32-element rows); 1: as they are. */
   int64_t dim_align;
+  int64_t tile_slots; /* slots per tile (0: FC_PREFILL_TILE_SLOTS): the
+                         K/V staging is amortised over them */
 } fc_prefill_shape;
 
 /* n rounded up to a multiple of align. */
@@ -105,6 +107,9 @@ typedef struct fc_prefill_scratch {
   float *alpha, *begin, *end; /* [slots] */
   float *row;    /* [max(D, Dv)] one row in transit */
   int32_t *mask_offsets; /* [slots] */
+  float *q_largest; /* [my blocks] the largest |Q| of each register block
+                       (kernels that skip saturation where scores are
+                       bounded) */
 } fc_prefill_scratch;
 
 fc_prefill_scratch fc_prefill_carve(const fc_prefill_args *a,
