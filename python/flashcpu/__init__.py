@@ -11,11 +11,16 @@
                        num_heads=32, kv=cache) as plan:
         out = flashcpu.attention_paged(q, cache, plan, causal=True)
 
+    # quantized K/V: int8 codes with a scale per token and head
+    kq = flashcpu.quantize(k, "i8")
+    out = flashcpu.attention(q, kq, flashcpu.quantize(v, "i8"), causal=True)
+
 See docs/python.md for the arguments, dtypes, layouts and errors.
 """
 
-from . import _api, _context, _library, _paged
+from . import _api, _context, _library, _paged, _quantized
 from ._api import attention, info, merge_states
+from ._quantized import Quantized, dequantize, quantize
 from ._paged import PagedKV, Plan, attention_paged, kv_append
 from ._arrays import bf16
 from ._context import Context
@@ -25,11 +30,11 @@ from .errors import (BadLayoutError, Error, InternalError, InvalidArgumentError,
                      UnsupportedError)
 
 _lib, _library.loaded_path = _library.load()
-_api._lib = _context._lib = _paged._lib = _lib
+_api._lib = _context._lib = _paged._lib = _quantized._lib = _lib
 __version__ = _lib.flashcpu_version_string().decode()
 
 __all__ = ["attention", "merge_states", "info", "Context", "bf16", "PagedKV", "Plan",
-           "attention_paged", "kv_append", "Error",
+           "attention_paged", "kv_append", "Quantized", "quantize", "dequantize", "Error",
            "BadLayoutError", "InternalError", "InvalidArgumentError", "NullPointerError",
            "OutOfMemoryError", "OverlapError", "ShapeMismatchError", "SizeOverflowError",
            "UnsupportedDtypeError", "UnsupportedError"]

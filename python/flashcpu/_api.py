@@ -2,7 +2,7 @@
 
 import ctypes
 
-from . import _arrays, _context, _library, errors
+from . import _arrays, _context, _library, _quantized, errors
 from ._library import AdditiveMask, AttentionParams, FLAG_CAUSAL, KernelInfo, Tensor
 
 _lib = None  # set by __init__
@@ -71,6 +71,21 @@ def set_options(params, keep, *, heads, batches, causal, window, softcap, scale,
         keep.append(array)
 
 
+def _kv_view(x, layout, what, params, keep):
+    """The view of k or v, and for quantized codes (a flashcpu.Quantized, or
+    an int8 / uint8 / float8 array) their scales in params."""
+    if not _quantized.is_quantized(x):
+        return _arrays.view(x, layout, what)
+    if params.struct_size < ctypes.sizeof(AttentionParams):
+        _unsupported("quantized K/V")
+    x = _quantized.as_quantized(x)
+    view = _quantized.codes_view(x, layout, what)
+    scales = _quantized.scales_view(x, layout, what, keep)
+    if scales is not None:
+        setattr(params, f"{what}_scales", ctypes.pointer(scales))
+    return view
+
+
 def _additive(mask, batch, heads, rows, keys):
     """An AdditiveMask over a float32 array broadcastable to [B, Hq, L, S]
     (dims of extent 1 broadcast); no copy."""
@@ -128,7 +143,10 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     [B, H, seq, D] with layout "bhsd"; numpy arrays or torch CPU tensors of
     float32, float16 or bfloat16 (numpy: flashcpu.bf16(uint16 array) or
     ml_dtypes.bfloat16), any strides with head_dim contiguous, read in
-    place. Hq must be a multiple of Hkv (GQA, MQA).
+    place. Hq must be a multiple of Hkv (GQA, MQA). k and v may each be
+    quantized: a flashcpu.Quantized (codes with their format and scales,
+    as flashcpu.quantize returns), or int8 / uint8 / torch float8 codes at
+    scale 1; attention is then over the dequantized values.
 
     causal: bottom-right aligned; window (left, right), -1 unbounded;
     softcap > 0: cap * tanh(score / cap); scale: default 1/sqrt(D);
@@ -149,7 +167,10 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
         raise errors.InvalidArgumentError("INVALID_ARGUMENT",
                                           f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
     ctx = context if context is not None else _context.default_context()
-    qv, kv, vv = (_arrays.view(x, layout, name) for x, name in ((q, "q"), (k, "k"), (v, "v")))
+    params = new_params()
+    keep = []
+    qv = _arrays.view(q, layout, "q")
+    kv, vv = (_kv_view(x, layout, name, params, keep) for x, name in ((k, "k"), (v, "v")))
     batch, rows, heads = qv.dims[0], qv.dims[1], qv.dims[2]
     keys, dv = kv.dims[1], vv.dims[3]
     if out is None:
@@ -161,8 +182,6 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     if return_lse:
         lse = _arrays.empty_like_kind(_arrays.raw(q), (batch, heads, rows), _arrays.F32)
 
-    params = new_params()
-    keep = []
     set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
                 softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
     if kv_lengths is not None:

@@ -41,6 +41,11 @@ class AdditiveMask(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("strides", ctypes.c_int64 * 4)]
 
 
+class KvScales(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int),
+                ("strides", ctypes.c_int64 * 4), ("zero_points", ctypes.c_void_p)]
+
+
 class AttentionParams(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("scale", ctypes.c_float),
                 ("flags", ctypes.c_uint32), ("window_left", ctypes.c_int64),
@@ -50,7 +55,9 @@ class AttentionParams(ctypes.Structure):
                 ("kv_lengths", ctypes.POINTER(ctypes.c_int64)),
                 # Added in the library's 0.3.0 (attention sinks, ALiBi).
                 ("sinks", ctypes.c_void_p), ("sinks_dtype", ctypes.c_int),
-                ("alibi_slopes", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64)]
+                ("alibi_slopes", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
+                # Quantized K/V scales (the same release).
+                ("k_scales", ctypes.POINTER(KvScales)), ("v_scales", ctypes.POINTER(KvScales))]
 
 
 class PagedKV(ctypes.Structure):
@@ -134,6 +141,11 @@ def _declare(lib):
     lib.flashcpu_merge_states.argtypes = [c_ctx, ctypes.c_int64, tensor,
                                           ctypes.POINTER(ctypes.c_void_p), tensor,
                                           ctypes.c_void_p]
+    try:  # quantized K/V
+        lib.flashcpu_quantize.argtypes = [c_ctx, tensor, tensor, ctypes.POINTER(KvScales)]
+        lib.flashcpu_dequantize.argtypes = [c_ctx, tensor, ctypes.POINTER(KvScales), tensor]
+    except AttributeError:
+        pass
     try:  # paged KV caches and ragged batches (the library's 0.3.0)
         lib.flashcpu_batch_init
     except AttributeError:

@@ -34,6 +34,25 @@ def test_torch_tensors_in_and_out():
     assert flashcpu.attention(q, k, v, out=given) is given
 
 
+@pytest.mark.parametrize("fmt", ["i8", "u8", "f8_e4m3", "f8_e5m2", "q8_0"])
+def test_quantized_torch_tensors(fmt):
+    torch.manual_seed(1)
+    q = torch.randn(1, 6, 8, 64, dtype=torch.bfloat16)
+    k, v = torch.randn(1, 50, 2, 64), torch.randn(1, 50, 2, 64)
+    kq, vq = flashcpu.quantize(k, fmt), flashcpu.quantize(v, fmt)
+    assert isinstance(kq.codes, torch.Tensor)
+    if fmt == "f8_e4m3" and hasattr(torch, "float8_e4m3fn"):
+        assert kq.codes.dtype == torch.float8_e4m3fn
+        plain = flashcpu.Quantized(kq.codes, scales=kq.scales)  # format from the dtype
+        assert plain.format == "f8_e4m3"
+    kd, vd = flashcpu.dequantize(kq), flashcpu.dequantize(vq)
+    assert isinstance(kd, torch.Tensor) and kd.dtype == torch.float32
+    out = flashcpu.attention(q, kq, vq, causal=True)
+    assert out.dtype == torch.bfloat16
+    expected = reference.attention(q.float().numpy(), kd.numpy(), vd.numpy(), causal=True)[0]
+    np.testing.assert_allclose(out.float().numpy(), expected, atol=2e-2)
+
+
 def test_default_context_runs_on_torchs_openmp_runtime():
     torch.matmul(torch.randn(64, 64), torch.randn(64, 64))
     context = flashcpu.Context()

@@ -1,0 +1,187 @@
+"""Quantized K/V from Python: flashcpu.quantize, dequantize, Quantized and
+attention over quantized codes, against a numpy decoding of the formats
+written here from their definitions (include/flashcpu/flashcpu.h)."""
+
+import numpy as np
+import pytest
+
+import flashcpu
+import reference
+from test_attention import check, inputs
+
+FORMATS = ["i8", "u8", "f8_e4m3", "f8_e5m2", "q8_0"]
+
+
+def decode_f8(codes, fmt):
+    """OCP fp8 bytes as float64: E4M3 (bias 7, no inf, S.1111.111 NaN) or
+    E5M2 (bias 15, exponent 31: inf or NaN)."""
+    c = codes.astype(np.int64)
+    sign = np.where(c & 0x80, -1.0, 1.0)
+    bits, bias = (3, 7) if fmt == "f8_e4m3" else (2, 15)
+    exponent = (c >> bits) & ((1 << (7 - bits)) - 1)
+    mantissa = c & ((1 << bits) - 1)
+    fraction = mantissa / (1 << bits)
+    values = np.where(exponent == 0, sign * fraction * 2.0 ** (1 - bias),
+                      sign * (1 + fraction) * 2.0 ** (exponent - bias))
+    if fmt == "f8_e4m3":
+        values[(exponent == 15) & (mantissa == 7)] = np.nan
+    else:
+        top = exponent == 31
+        values[top] = np.where(mantissa[top] == 0, sign[top] * np.inf, np.nan)
+    return values
+
+
+def decode(x):
+    """The values a flashcpu.Quantized stands for, [B, S, H, D], computed
+    in f32 as the definition reads: (code - zero) * scale, each step
+    rounded (codes and block scales are exact in f32)."""
+    codes = np.asarray(x.codes)
+    if x.format == "q8_0":  # per 32 values: an f16 scale, then 32 int8
+        blocks = codes.view(np.uint8).reshape(codes.shape[:-1] + (-1, 34))
+        scale = blocks[..., :2].copy().view("<f2").astype(np.float32)
+        values = blocks[..., 2:].copy().view(np.int8).astype(np.float32) * scale
+        return values.reshape(codes.shape[:-1] + (-1,))
+    if x.format in ("f8_e4m3", "f8_e5m2"):
+        values = decode_f8(codes.view(np.uint8), x.format).astype(np.float32)
+    else:
+        values = codes.astype(np.float32)
+    if x.zero_points is not None:
+        values = values - np.asarray(x.zero_points, dtype=np.float32)
+    if x.scales is not None:
+        values = values * np.asarray(x.scales, dtype=np.float32)
+    return values
+
+
+def largest_error(fmt, x):
+    """How far quantize may put a value from x, per token and head row."""
+    top = np.abs(x).max(axis=-1, keepdims=True)
+    if fmt in ("i8", "q8_0"):
+        return top / 127 * 0.5 * 1.001
+    if fmt == "u8":
+        return (x.max(axis=-1, keepdims=True) - x.min(axis=-1, keepdims=True)) / 255 * 0.51
+    return top * (2.0 ** -4 if fmt == "f8_e4m3" else 2.0 ** -3) * 1.001
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantize_dequantize_and_attention(fmt):
+    rng = np.random.default_rng(FORMATS.index(fmt))
+    q, k, v = inputs(rng, dim=64)
+    kq, vq = flashcpu.quantize(k, fmt), flashcpu.quantize(v, fmt)
+    assert isinstance(kq, flashcpu.Quantized) and kq.format == fmt
+    assert kq.shape == k.shape
+    if fmt == "q8_0":
+        assert kq.codes.shape == k.shape[:3] + (64 // 32 * 34,) and kq.scales is None
+    else:
+        assert kq.codes.shape == k.shape and kq.scales.shape == k.shape[:3] + (1,)
+        assert (kq.zero_points is not None) == (fmt == "u8")
+    # dequantize is the formats' definition, bit for bit in f32
+    for x, original in ((kq, k), (vq, v)):
+        values = flashcpu.dequantize(x)
+        np.testing.assert_array_equal(values, decode(x))
+        assert np.all(np.abs(values - original) <= largest_error(fmt, original))
+    # attention is over the dequantized values
+    for options in ({}, {"causal": True}, {"kv_lengths": [37, 9]}):
+        out, lse = flashcpu.attention(q, kq, vq, return_lse=True, **options)
+        check(out, lse, *reference.attention(q, decode(kq), decode(vq), **options))
+
+
+def test_k_quantized_v_float_and_plain_int8_codes():
+    rng = np.random.default_rng(11)
+    q, k, v = inputs(rng)
+    kq = flashcpu.quantize(k, "i8")
+    out, lse = flashcpu.attention(q, kq, v, return_lse=True, causal=True)
+    check(out, lse, *reference.attention(q, decode(kq), v, causal=True))
+    codes = rng.integers(-127, 128, size=k.shape).astype(np.int8)  # scale 1
+    out, lse = flashcpu.attention(q, codes, v, return_lse=True, scale=0.02)
+    check(out, lse, *reference.attention(q, codes, v, scale=0.02))
+
+
+def test_read_scales_per_head_per_channel_and_per_tensor():
+    rng = np.random.default_rng(12)
+    q, k, v = inputs(rng)
+    per_head = np.array([[0.02], [0.03]], dtype=np.float32)  # [H, 1]
+    per_channel = (0.01 + 0.02 * rng.random((2, 16))).astype(np.float32)  # [H, D]
+    per_tensor = np.array([0.04], dtype=np.float16)
+    for scales in (per_head, per_channel, per_tensor):
+        kq = flashcpu.quantize(k, "i8", scales=scales)
+        assert kq.scales is scales  # read, in place
+        np.testing.assert_array_equal(flashcpu.dequantize(kq), decode(kq))
+        out, lse = flashcpu.attention(q, kq, v, return_lse=True)
+        check(out, lse, *reference.attention(q, decode(kq), v))
+    e4m3 = flashcpu.quantize(v, "f8_e4m3", scales=per_head)
+    out, lse = flashcpu.attention(q, k, e4m3, return_lse=True)
+    check(out, lse, *reference.attention(q, k, decode(e4m3)))
+
+
+def test_codes_given_as_arrays_with_their_scales():
+    rng = np.random.default_rng(13)
+    q, k, v = inputs(rng)
+    codes = rng.integers(0, 256, size=v.shape).astype(np.uint8)
+    scales = (0.01 + 0.01 * rng.random(v.shape[:3] + (1,))).astype(np.float32)
+    zero = np.full_like(scales, 128.0)
+    vq = flashcpu.Quantized(codes, scales=scales, zero_points=zero)
+    assert vq.format == "u8"
+    out, lse = flashcpu.attention(q, k, vq, return_lse=True)
+    check(out, lse, *reference.attention(q, k, decode(vq)))
+    finite = codes & 0x77  # no NaN pattern (S.1111.111) among them
+    e4m3 = flashcpu.Quantized(finite, "f8_e4m3", scales=scales)
+    out, lse = flashcpu.attention(q, k, e4m3, return_lse=True)
+    check(out, lse, *reference.attention(q, k, decode(e4m3)))
+
+
+def test_bhsd_layout_matches_bshd():
+    rng = np.random.default_rng(14)
+    q, k, v = inputs(rng, dim=32)
+    kq = flashcpu.quantize(k.transpose(0, 2, 1, 3), "q8_0", layout="bhsd")
+    vq = flashcpu.quantize(v.transpose(0, 2, 1, 3), "u8", layout="bhsd")
+    assert vq.scales.shape == (2, 2, 37, 1)
+    out = flashcpu.attention(q.transpose(0, 2, 1, 3), kq, vq, layout="bhsd", causal=True)
+    same = flashcpu.attention(q, flashcpu.quantize(k, "q8_0"), flashcpu.quantize(v, "u8"),
+                              causal=True)
+    np.testing.assert_array_equal(out.transpose(0, 2, 1, 3), same)
+
+
+def test_dequantize_into_out_and_to_bf16():
+    rng = np.random.default_rng(15)
+    _, k, _ = inputs(rng)
+    kq = flashcpu.quantize(k, "f8_e5m2", scales=None)  # scale 1
+    out = np.zeros_like(k)
+    assert flashcpu.dequantize(kq, out=out) is out
+    np.testing.assert_array_equal(out, decode(kq))
+    bits = flashcpu.dequantize(kq, dtype="bf16")
+    assert bits.dtype == np.uint16
+    widened = (bits.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(widened, out)  # e5m2 values are exact in bf16
+
+
+def test_errors_leave_outputs_untouched():
+    rng = np.random.default_rng(16)
+    q, k, v = inputs(rng, dim=48)
+    with pytest.raises(flashcpu.InvalidArgumentError, match="format"):
+        flashcpu.quantize(k, "int4")
+    with pytest.raises(flashcpu.InvalidArgumentError, match="zero points"):
+        flashcpu.Quantized(k.astype(np.int8), scales=np.ones(1, np.float32),
+                           zero_points=np.ones(1, np.float32))
+    with pytest.raises(flashcpu.InvalidArgumentError, match="q8_0"):
+        flashcpu.Quantized(np.zeros((2, 37, 2, 34), np.uint8), "q8_0",
+                           scales=np.ones(1, np.float32))
+    with pytest.raises(flashcpu.UnsupportedDtypeError):
+        flashcpu.Quantized(k)  # float32 names no format
+    codes = np.full((2, 37, 2, 51), 7, np.uint8)  # 51 bytes: no whole blocks
+    with pytest.raises(flashcpu.BadLayoutError, match="34-byte"):
+        flashcpu.dequantize(flashcpu.Quantized(codes, "q8_0"))
+    with pytest.raises(flashcpu.ShapeMismatchError, match="blocks of 32"):
+        flashcpu.quantize(k, "q8_0")
+    out = np.full((2, 37, 2, 48 // 32 * 34 + 34), 5, np.uint8)
+    with pytest.raises(flashcpu.ShapeMismatchError):  # 3 blocks for 48 values
+        flashcpu.quantize(k, "q8_0", out=out)
+    assert np.all(out == 5)
+    bad = flashcpu.Quantized(k.astype(np.int8), scales=np.ones((3, 1), np.float32))
+    target = np.full((2, 5, 4, 48), 9.0, np.float32)
+    with pytest.raises(flashcpu.ShapeMismatchError, match="broadcast"):
+        flashcpu.attention(q, bad, v, out=target)
+    assert np.all(target == 9.0)
+    codes = np.full(k.shape, 3, np.int8)
+    with pytest.raises(flashcpu.InvalidArgumentError):  # read scales must be > 0
+        flashcpu.quantize(k, "i8", scales=np.zeros(1, np.float32), out=codes)
+    assert np.all(codes == 3)
