@@ -144,7 +144,9 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel):
     """Forced to one kernel, the paged path writes the bytes flashcpu.attention
     writes on each request's contiguous K/V (the header's promise)."""
     rng = np.random.default_rng(39)
-    bf16 = "bf16dot" in kernel["name"]  # kernels for bf16 q and K only
+    if "i16dot" in kernel["name"]:
+        pytest.skip("takes int8 or uint8 K pages, which flashcpu.PagedKV does not hold")
+    bf16 = "bf16dot" in kernel["name"] or "amx" in kernel["name"]  # bf16 q and K only
     step = Step(rng, page_size=3, layout="hnd", dtype="bf16" if bf16 else "f32")
     sinks = rng.standard_normal(HEADS).astype(np.float32)
     slopes = rng.uniform(0.01, 0.3, (len(REQUESTS), HEADS)).astype(np.float32)
