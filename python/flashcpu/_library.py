@@ -67,7 +67,7 @@ class PagedKV(ctypes.Structure):
                 ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
                 ("v_head_dim", ctypes.c_int64),
                 ("k_strides", ctypes.c_int64 * 3), ("v_strides", ctypes.c_int64 * 3),
-                ("k_scales", ctypes.c_void_p), ("v_scales", ctypes.c_void_p)]
+                ("k_scales", ctypes.POINTER(KvScales)), ("v_scales", ctypes.POINTER(KvScales))]
 
 
 class Batch(ctypes.Structure):

@@ -5,7 +5,7 @@ KV caches, ragged batches", include/flashcpu/flashcpu.h)."""
 import ctypes
 import threading
 
-from . import _api, _arrays, _context, _library, errors
+from . import _api, _arrays, _context, _library, _quantized, errors
 from ._library import Batch, PagedKV as _PagedKVStruct
 
 _lib = None  # set by __init__
@@ -28,6 +28,10 @@ class PagedKV:
     float16 or bfloat16, K and V of dtypes of their own, any non-negative
     strides with head_dim contiguous (slices of a larger pool, and K and V
     in one buffer: kv[:, 0] and kv[:, 1] of [num_pages, 2, ...]).
+    Either cache may be quantized: a flashcpu.Quantized whose codes have
+    that shape (q8_0: the last dim in bytes) and whose scales broadcast to
+    it, [num_pages, page_size, Hkv, 1] per token and head in "nhd" (which
+    kv_append writes), [1] per tensor, and so on.
 
     The object keeps the arrays alive and holds their addresses: make it
     again if a cache is reallocated."""
@@ -41,9 +45,12 @@ class PagedKV:
         order = (0, 1, 2, 3) if layout == "nhd" else (0, 2, 1, 3)
         names = ("[num_pages, page_size, Hkv, D]" if layout == "nhd"
                  else "[num_pages, Hkv, page_size, D]")
-        found = []
+        found, self._keep = [], []
         for side, cache in (("k", k_cache), ("v", v_cache)):
             what = f"{side}_cache"
+            if _quantized.is_quantized(cache):
+                found.append(self._quantized_side(struct, side, cache, what, names))
+                continue
             shape, strides, address = _arrays.geometry(cache)
             if len(shape) != 4:
                 raise errors.ShapeMismatchError(
@@ -70,7 +77,31 @@ class PagedKV:
         struct.num_pages, struct.page_size, struct.kv_heads = pages, page_size, heads
         struct.head_dim, struct.v_head_dim = dim, v_dim
         self._struct = struct
-        self.k_cache, self.v_cache = _arrays.raw(k_cache), _arrays.raw(v_cache)
+        self.k_cache, self.v_cache = (
+            c if isinstance(c, _quantized.Quantized) else _arrays.raw(c)
+            for c in (k_cache, v_cache))
+
+    def _quantized_side(self, struct, side, cache, what, names):
+        """Sets one side of struct from a quantized cache; returns its dims
+        [num_pages, page_size, Hkv, D]."""
+        cache = _quantized.as_quantized(cache)
+        tensor_layout = "bshd" if self.layout == "nhd" else "bhsd"
+        try:
+            view = _quantized.codes_view(cache, tensor_layout, what)
+        except errors.ShapeMismatchError as error:
+            raise errors.ShapeMismatchError(
+                "SHAPE_MISMATCH", f"{error.message} ({self.layout}: {names})") from None
+        if any(view.strides[i] < 0 for i in range(3)):
+            raise errors.BadLayoutError("BAD_LAYOUT", f"{what} has a negative stride")
+        setattr(struct, side, view.data)
+        setattr(struct, f"{side}_dtype", view.dtype)
+        side_strides = getattr(struct, f"{side}_strides")
+        for i in range(3):
+            side_strides[i] = view.strides[i]
+        scales = _quantized.scales_view(cache, tensor_layout, what, self._keep)
+        if scales is not None:
+            setattr(struct, f"{side}_scales", ctypes.pointer(scales))
+        return [view.dims[i] for i in range(4)]
 
     num_pages = property(lambda self: self._struct.num_pages)
     page_size = property(lambda self: self._struct.page_size)
@@ -85,8 +116,9 @@ class PagedKV:
         return (s.num_pages, s.page_size, s.kv_heads, s.head_dim, s.v_head_dim)
 
     def __repr__(self):
-        dtypes = [_arrays.NAMES.get(d, "?") for d in (self._struct.k_dtype,
-                                                      self._struct.v_dtype)]
+        names = dict(_arrays.NAMES)
+        names.update({code: name for name, code in _quantized.FORMATS.items()})
+        dtypes = [names.get(d, "?") for d in (self._struct.k_dtype, self._struct.v_dtype)]
         dtype = dtypes[0] if dtypes[0] == dtypes[1] else "/".join(dtypes)
         return (f"flashcpu.PagedKV({self.layout}, num_pages={self.num_pages}, "
                 f"page_size={self.page_size}, kv_heads={self.kv_heads}, "
@@ -325,8 +357,17 @@ def kv_append(k_new, v_new, slot_mapping, kv, context=None):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
     ctx = (context if context is not None else _context.default_context()).handle
-    _arrays.check_writable(kv.k_cache, "kv's k_cache")
-    _arrays.check_writable(kv.v_cache, "kv's v_cache")
+    for side in ("k", "v"):
+        cache, what = getattr(kv, f"{side}_cache"), f"kv's {side}_cache"
+        if not isinstance(cache, _quantized.Quantized):
+            _arrays.check_writable(cache, what)
+            continue
+        _arrays.check_writable(cache.codes, what)
+        scales = getattr(kv._struct, f"{side}_scales")
+        if scales and scales.contents.strides[1] != 0 and scales.contents.strides[3] == 0:
+            _arrays.check_writable(cache.scales, f"{what}'s scales")  # written per token
+            if cache.zero_points is not None:
+                _arrays.check_writable(cache.zero_points, f"{what}'s zero points")
     kn = _arrays.rows_view(k_new, "k_new")
     vn = _arrays.rows_view(v_new, "v_new")
     slots = _arrays.index_array(slot_mapping, "slot_mapping", bits=64)

@@ -166,6 +166,11 @@ def scales_view(x, layout, what, keep):
     view = KvScales(address, code)
     for i, axis in enumerate(order):
         view.strides[i] = strides[axis]
+    # Broadcasting gives a seq (page slot) dim of extent 1 stride 0; scales
+    # that vary by batch (page) and not by channel then vary by token, which
+    # the C API tells by a non-zero seq stride (index 0: the value is moot).
+    if shape[order[1]] == 1 and view.strides[0] != 0 and view.strides[3] == 0:
+        view.strides[1] = 1
     if x.zero_points is not None:
         zero, zero_code, zero_strides, kept = _broadcast(
             x.zero_points, shape, f"{what} zero points")

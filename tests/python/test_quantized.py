@@ -200,3 +200,64 @@ def test_errors_leave_outputs_untouched():
     with pytest.raises(flashcpu.InvalidArgumentError):  # read scales must be > 0
         flashcpu.quantize(k, "i8", scales=np.zeros(1, np.float32), out=codes)
     assert np.all(codes == 3)
+
+
+@pytest.mark.parametrize("fmt", ["i8", "u8", "f8_e5m2", "q8_0"])
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+def test_quantized_pages(fmt, layout, monkeypatch):
+    import test_paged
+    monkeypatch.setattr(test_paged, "DIM", 32)  # a q8_0 block
+    rng = np.random.default_rng(17)
+    step = test_paged.Step(rng, page_size=4, layout=layout)
+    tensor_layout = "bshd" if layout == "nhd" else "bhsd"
+    kq = flashcpu.quantize(step.k, fmt, layout=tensor_layout)
+    vq = flashcpu.quantize(step.v, "i8" if fmt == "q8_0" else fmt, layout=tensor_layout)
+    pages = flashcpu.PagedKV(kq, vq, layout=layout)
+    assert fmt in repr(pages)
+    with flashcpu.Plan(step.cu, step.keys, step.block_table, num_heads=step.heads,
+                       kv=pages) as plan:
+        out, lse = flashcpu.attention_paged(step.q, pages, plan, return_lse=True,
+                                            causal=True)
+    expected = reference.paged_attention(step.q_values, decode(kq), decode(vq), step.cu,
+                                         step.keys, step.block_table, layout=layout,
+                                         causal=True)
+    q = np.asarray(step.q_values)
+    atol = score_rounding(q, decode(kq), decode(vq)) if fmt in ("i8", "u8") else 2e-5
+    check(out, lse, *expected, atol=atol)
+
+
+@pytest.mark.parametrize("fmt", ["i8", "u8", "f8_e4m3", "q8_0"])
+@pytest.mark.parametrize("pages,page_size", [(6, 4), (24, 1)])
+def test_kv_append_into_quantized_pages(fmt, pages, page_size):
+    rng = np.random.default_rng(18)
+    heads, dim = 2, 32
+    codes = np.zeros((pages, page_size, heads, dim // 32 * 34 if fmt == "q8_0" else dim),
+                     np.int8 if fmt == "i8" else np.uint8)
+    scales = None if fmt == "q8_0" else np.zeros((pages, page_size, heads, 1), np.float32)
+    zero = np.zeros_like(scales) if fmt == "u8" else None
+    kq = flashcpu.Quantized(codes, fmt, scales=scales, zero_points=zero)
+    vq = flashcpu.Quantized(codes.copy(), fmt,
+                            scales=None if scales is None else scales.copy(),
+                            zero_points=None if zero is None else zero.copy())
+    cache = flashcpu.PagedKV(kq, vq)
+    k_new = rng.standard_normal((5, heads, dim)).astype(np.float32)
+    v_new = rng.standard_normal((5, heads, dim)).astype(np.float32)
+    slots = np.array([9, 0, -1, 23, 4])
+    flashcpu.kv_append(k_new, v_new, slots, cache)
+    for x, rows in ((kq, k_new), (vq, v_new)):
+        # each row as flashcpu.quantize writes it, a token of its own
+        alone = flashcpu.quantize(rows[:, None], fmt)
+        written = decode(x).reshape(pages * page_size, heads, dim)
+        for t, slot in enumerate(slots):
+            if slot >= 0:
+                np.testing.assert_array_equal(written[slot], decode(alone)[t, 0])
+        untouched = np.setdiff1d(np.arange(pages * page_size), slots)
+        assert np.all(written[untouched] == 0)
+    if fmt == "i8":  # per-token scales are written: a read-only array is refused
+        read_only = np.ones((pages, page_size, heads, 1), np.float32)
+        read_only.flags.writeable = False
+        before = codes.copy()
+        fixed = flashcpu.PagedKV(flashcpu.Quantized(codes, fmt, scales=read_only), vq)
+        with pytest.raises(flashcpu.InvalidArgumentError, match="read-only"):
+            flashcpu.kv_append(k_new, v_new, slots, fixed)
+        np.testing.assert_array_equal(codes, before)
