@@ -648,12 +648,13 @@ FLASHCPU_API void flashcpu_batch_init(flashcpu_batch *batch);
 typedef struct flashcpu_plan flashcpu_plan;
 
 /* Plans a step on ctx for q_heads query heads over caches shaped like kv
- * (its num_pages, page_size, kv_heads, head_dim, v_head_dim; its data and
- * dtypes are not read): checks the lengths, every block-table entry the
- * requests use and the tree masks once, copies them (the batch's arrays may
- * change once this returns), and decides each request's kernel family
- * (split-KV decode for up to splitkv_max_rows rows, else prefill) and its
- * tiles, and reserves the context's memory for them, so that
+ * (its num_pages, page_size, kv_heads, head_dim, v_head_dim, and its
+ * dtypes where they are quantized: the plan then reserves for those pages'
+ * kernels too; its data is not read): checks the lengths, every block-table
+ * entry the requests use and the tree masks once, copies them (the batch's
+ * arrays may change once this returns), and decides each request's kernel
+ * family (split-KV decode for up to splitkv_max_rows rows, else prefill)
+ * and its tiles, and reserves the context's memory for them, so that
  * flashcpu_attention_paged allocates nothing. On error *plan is NULL and
  * nothing was allocated; the message names the argument and the index. */
 FLASHCPU_API flashcpu_status

@@ -9,6 +9,7 @@
 #include "api/errors.h"
 #include "api/paged_check.h"
 #include "api/plan_internal.h"
+#include "common/quant.h"
 #include "kernels/decode/decode_splitkv.h"
 
 #define CALL "flashcpu_plan_create"
@@ -282,27 +283,62 @@ void fc_plan_part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
   p->k.element_size = p->v.element_size = 4;
 }
 
+/* The dtypes a plan reserves for: q and K/V in f32, in bf16, and q in
+ * either over quantized pages' own dtypes. */
+typedef struct plan_dtypes {
+  flashcpu_dtype q, k, v;
+} plan_dtypes;
+
+static int plan_dtypes_of(const flashcpu_plan *plan, plan_dtypes *out) {
+  int count = 0;
+  out[count++] = (plan_dtypes){FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32,
+                               FLASHCPU_DTYPE_F32};
+  out[count++] = (plan_dtypes){FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_BF16,
+                               FLASHCPU_DTYPE_BF16};
+  if (fc_dtype_is_quantized(plan->k_dtype) ||
+      fc_dtype_is_quantized(plan->v_dtype)) {
+    out[count++] =
+        (plan_dtypes){FLASHCPU_DTYPE_F32, plan->k_dtype, plan->v_dtype};
+    out[count++] =
+        (plan_dtypes){FLASHCPU_DTYPE_BF16, plan->k_dtype, plan->v_dtype};
+  }
+  return count;
+}
+
+static void set_view_dtype(fc_view *view, flashcpu_dtype dtype) {
+  view->dtype = dtype;
+  view->quantized = fc_dtype_is_quantized(dtype);
+  if (view->quantized) view->element_size = 1;
+}
+
 /* Sizes the context's scratch, workspace and tile order for the plan's
  * parts, so that running it allocates nothing: for every kernel a part can
- * get, which depends on the layer's dtypes (bf16 takes dot-product rows). */
+ * get, which depends on the layer's dtypes (bf16 takes dot-product rows,
+ * quantized pages kernels of their own). */
 static flashcpu_status reserve(flashcpu_context *ctx,
                                const flashcpu_plan *plan) {
-  static const flashcpu_dtype dtypes[] = {FLASHCPU_DTYPE_F32,
-                                          FLASHCPU_DTYPE_BF16};
+  plan_dtypes dtypes[4];
+  const int dtype_count = plan_dtypes_of(plan, dtypes);
   int64_t fused_tiles = 0; /* both parts' tiles in one launch */
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
     int64_t most_tiles = 0;
     const fc_plan_part *part = &plan->parts[i];
     if (part->count == 0) continue;
-    const fc_attention_kernel *reserved[2] = {NULL, NULL};
+    const fc_attention_kernel *reserved[4] = {NULL, NULL, NULL, NULL};
+    int reserved_count = 0;
     char reason[384] = "";
-    for (int d = 0; d < 2; d++) {
+    for (int d = 0; d < dtype_count; d++) {
       fc_problem p;
       fc_plan_part_problem(plan, part, &p);
-      p.q.dtype = p.k.dtype = p.v.dtype = p.out.dtype = dtypes[d];
+      p.q.dtype = p.out.dtype = dtypes[d].q;
+      set_view_dtype(&p.k, dtypes[d].k);
+      set_view_dtype(&p.v, dtypes[d].v);
       const fc_attention_kernel *kernel =
           fc_kernel_table_choose(&ctx->table, &p, reason, sizeof reason);
-      if (!kernel || kernel == reserved[0]) continue;
+      bool seen = kernel == NULL;
+      for (int r = 0; r < reserved_count; r++)
+        seen = seen || kernel == reserved[r];
+      if (seen) continue;
       char kernel_reason[256];
       fc_kernel_env env =
           fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
@@ -314,9 +350,9 @@ static flashcpu_status reserve(flashcpu_context *ctx,
       if (status != FLASHCPU_OK)
         return fc_fail(ctx, status, CALL ": %s: %s", kernel->name,
                        kernel_reason[0] ? kernel_reason : "failed");
-      reserved[d] = kernel;
+      reserved[reserved_count++] = kernel;
     }
-    if (!reserved[0] && !reserved[1])
+    if (reserved_count == 0)
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s",
                      reason);
     fused_tiles += most_tiles;
@@ -371,6 +407,8 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
   made->v_head_dim = kv->v_head_dim;
   made->page_size = kv->page_size;
   made->num_pages = kv->num_pages;
+  made->k_dtype = kv->k_dtype;
+  made->v_dtype = kv->v_dtype;
   if (fill_plan(ctx, batch, made) != 0) {
     flashcpu_plan_destroy(made);
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,

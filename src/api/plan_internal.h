@@ -31,6 +31,8 @@ struct flashcpu_plan {
   const flashcpu_context *ctx;
   int64_t requests, tokens, q_heads;
   int64_t kv_heads, head_dim, v_head_dim, page_size, num_pages;
+  flashcpu_dtype k_dtype, v_dtype; /* the cache's: quantized pages take
+                                      kernels of their own */
   int64_t max_keys;           /* longest request, for mask extents */
   int32_t *pages;             /* the pages each request uses, in order */
   uint64_t *tree_bits;        /* [tokens][tree_row_stride] or NULL */

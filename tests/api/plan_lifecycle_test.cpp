@@ -1,5 +1,6 @@
 // The plan's lifecycle through the public API: destroy(NULL), a plan
 // outliving its context, num_tokens, describe, a forced prefill kernel,
+// a plan forced onto the int8-K decode kernel over int8 pages,
 // the batch arrays copied at creation, optional lse, one plan reused
 // across layers; and the paged-KV and batch helpers.
 #include <cmath>
@@ -106,6 +107,29 @@ TEST(PlanLifecycle, ForcedPrefillKernelRunsEveryRequest) {
   const std::string text = Describe(call.plan);
   EXPECT_NE(text.find("prefill: 3 requests"), std::string::npos) << text;
   EXPECT_EQ(text.find("split-KV"), std::string::npos) << text;
+}
+
+// Pages of int8 K: the plan reserves for their kernels too, so it can be
+// forced onto the int8-K decode kernel where the CPU runs it; f32 pages
+// cannot take that kernel, and the message says why.
+TEST(PlanLifecycle, PlansInt8PagesOntoTheirOwnKernel) {
+  const std::string name = "fc_decode_splitkv_i16dot__avx512vnni";
+  bool runnable = false;
+  flashcpu_kernel_info info;
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
+    if (name == info.name) runnable = info.runnable != 0;
+  if (!runnable) GTEST_SKIP() << name << " does not run on this CPU";
+  Context context(KernelOptions(FLASHCPU_ISA_AUTO, name.c_str()));
+  ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
+  PagedCall call;
+  call.plan_ctx = context;
+  call.kv.k_dtype = FLASHCPU_DTYPE_I8;
+  ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(context);
+  EXPECT_NE(Describe(call.plan).find("split-KV"), std::string::npos);
+  call.kv.k_dtype = FLASHCPU_DTYPE_F32;
+  EXPECT_EQ(call.CreatePlan(), FLASHCPU_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashcpu_last_error(context)).find("not i8 or u8"), std::string::npos)
+      << flashcpu_last_error(context);
 }
 
 // Random inputs for the arena's q, pages, sinks, slopes and mask.
