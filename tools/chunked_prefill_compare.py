@@ -30,13 +30,15 @@ def parse_args(argv):
 
 
 def timed(call, reps):
-    call()
+    """(median, min, max) ms of reps calls after a warm-up, and the last
+    call's result."""
+    result = call()
     samples = []
     for _ in range(reps):
         start = time.perf_counter()
-        call()
+        result = call()
         samples.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(samples), min(samples), max(samples)
+    return (statistics.median(samples), min(samples), max(samples)), result
 
 
 def main(argv):
@@ -67,15 +69,12 @@ def main(argv):
         threads = os.cpu_count() if text == "all" else int(text)
         torch.set_num_threads(threads)
         with flashcpu.Context(threads=threads) as context:
-            ours = timed(lambda: flashcpu.attention(q, k, v, causal=True, out=out,
-                                                    context=context), args.reps)
-            theirs_out = {}
-
-            def torch_call():
-                theirs_out["o"] = sdpa(tq, tk, tv, attn_mask=mask, enable_gqa=True)
-            theirs = timed(torch_call, args.reps)
+            ours, _ = timed(lambda: flashcpu.attention(q, k, v, causal=True, out=out,
+                                                       context=context), args.reps)
+            theirs, theirs_out = timed(
+                lambda: sdpa(tq, tk, tv, attn_mask=mask, enable_gqa=True), args.reps)
             error_ours = (out.float() - reference).abs().max().item()
-            error_theirs = (theirs_out["o"].transpose(1, 2).float() -
+            error_theirs = (theirs_out.transpose(1, 2).float() -
                             reference).abs().max().item()
         print(f"| {threads} | {ours[0]:.2f} ms ({ours[1]:.2f}, {ours[2]:.2f}) | "
               f"{theirs[0]:.2f} ms ({theirs[1]:.2f}, {theirs[2]:.2f}) | "

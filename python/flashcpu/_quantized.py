@@ -121,30 +121,31 @@ def codes_view(x, layout, what):
     return t
 
 
+def _float_code(values, what):
+    """The float dtype code of scales or zero points."""
+    try:
+        return _arrays.dtype_of(values)
+    except errors.UnsupportedDtypeError:
+        _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
+              f"{what} must be float32, float16 or bfloat16, not "
+              f"{_arrays.raw(values).dtype}")
+
+
 def _broadcast(values, shape, what):
     """(address, dtype code, strides in elements, array kept) of values
     broadcast to shape (no copy: broadcast dims get stride 0)."""
     if _arrays.kind_of_or_none(values) == "torch":
-        import torch
-        table = {torch.float32: _arrays.F32, torch.float16: _arrays.F16,
-                 torch.bfloat16: _arrays.BF16}
-        if values.dtype not in table:
-            _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
-                  f"{what} must be float32, float16 or bfloat16, not {values.dtype}")
+        code = _float_code(values, what)
         try:
             full = values.detach().expand(shape)
         except RuntimeError:
             _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",
                   f"{what} of shape {list(values.shape)} does not broadcast to {list(shape)}")
-        return full.data_ptr(), table[values.dtype], tuple(full.stride()), values
+        return full.data_ptr(), code, tuple(full.stride()), values
     import numpy
-    array = values.array if isinstance(values, _arrays.bf16) else numpy.asarray(values)
-    code = _arrays.BF16 if isinstance(values, _arrays.bf16) else \
-        {"float32": _arrays.F32, "float16": _arrays.F16, "bfloat16": _arrays.BF16}.get(
-            array.dtype.name)
-    if code is None:
-        _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
-              f"{what} must be float32, float16 or bfloat16, not {array.dtype}")
+    if not isinstance(values, _arrays.bf16):
+        values = numpy.asarray(values)
+    code, array = _float_code(values, what), _arrays.raw(values)
     try:
         full = numpy.broadcast_to(array, shape)
     except ValueError:
@@ -197,16 +198,11 @@ def _new_codes(like, shape, fmt):
     return numpy.empty(shape, dtype=numpy.int8 if fmt == "i8" else numpy.uint8)
 
 
-def _new_scales(like, shape, layout, fmt):
+def _new_scales(like, shape, fmt):
     """float32 scales (and zero points for u8), one per token and head."""
     token = (shape[0], shape[1], shape[2], 1)
-    if _arrays.kind_of(like) == "torch":
-        import torch
-        make = lambda: torch.empty(token, dtype=torch.float32)  # noqa: E731
-    else:
-        import numpy
-        make = lambda: numpy.empty(token, dtype=numpy.float32)  # noqa: E731
-    return make(), (make() if fmt == "u8" else None)
+    return (_arrays.empty_like_kind(like, token, _arrays.F32),
+            _arrays.empty_like_kind(like, token, _arrays.F32) if fmt == "u8" else None)
 
 
 def quantize(src, format, *, scales="token", zero_points=None, out=None,  # noqa: A002
@@ -239,7 +235,7 @@ def quantize(src, format, *, scales="token", zero_points=None, out=None,  # noqa
         if format == "q8_0":
             scales = None
         else:
-            scales, zero_points = _new_scales(_arrays.raw(src), shape, layout, format)
+            scales, zero_points = _new_scales(_arrays.raw(src), shape, format)
     if format == "q8_0" and shape[3] % Q8_0_BLOCK:
         _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",
               f"q8_0 stores whole blocks of 32 values; head_dim is {shape[3]}")
