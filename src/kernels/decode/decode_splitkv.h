@@ -4,6 +4,7 @@
 #ifndef FLASHCPU_KERNELS_DECODE_DECODE_SPLITKV_H
 #define FLASHCPU_KERNELS_DECODE_DECODE_SPLITKV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/problem.h"
@@ -82,11 +83,39 @@ typedef void (*fc_splitkv_int_scores_fn)(const struct fc_splitkv_rows *k,
                                          struct fc_prefetch_sweep *sweep,
                                          float *scores);
 
-/* The AVX-512 split-KV kernel with its scores from int_scores where K is
- * I8 or U8 read in place and q is finite (else as fc_splitkv_run_avx512
- * without bf16 scores). */
+/* Split-KV values of a chunk's 4 slots for a 16-key block of I8 or U8 V
+ * rows read in place, by integer dot products: o[s] = alpha[s] * o[s] +
+ * sum_j w[s][j] v_j (o rows padded_dv apart, weights [slot][key], keys a
+ * slot does not see by seen[s]'s bits weigh 0). Each slot's weights times
+ * their row's scale are rounded to int16 against the block's largest
+ * (fc_splitkv_round_weights). Returns false, having touched nothing, where
+ * that rounding cannot hold them (a weight or scale not finite, or a scale
+ * so small that 32767 / largest overflows): the caller runs the f32 path. */
+typedef bool (*fc_splitkv_int_values_fn)(const struct fc_splitkv_rows *v,
+                                         flashcpu_dtype v_dtype, int64_t dv,
+                                         int64_t padded_dv, int64_t n,
+                                         float *o, const float *weights,
+                                         const float *alpha,
+                                         const unsigned *seen,
+                                         struct fc_prefetch_sweep *sweep);
+
+/* The integer values of AVX512-VNNI (splitkv_values_avx512vnni.c). */
+bool fc_splitkv_values_i16dot__avx512vnni(
+    const struct fc_splitkv_rows *v, flashcpu_dtype v_dtype, int64_t dv,
+    int64_t padded_dv, int64_t n, float *o, const float *weights,
+    const float *alpha, const unsigned *seen, struct fc_prefetch_sweep *sweep);
+
+/* The integer dot-product kernels: int_scores where K is I8 or U8 read in
+ * place and the chunk's q rounds to int16; int_values (may be NULL) for
+ * those chunks where V is I8 or U8 read in place too. Everything else as
+ * the ISA's f32 kernel. */
 flashcpu_status fc_splitkv_run_avx512_int(const fc_kernel_env *env,
                                           const fc_problem *p,
-                                          fc_splitkv_int_scores_fn int_scores);
+                                          fc_splitkv_int_scores_fn int_scores,
+                                          fc_splitkv_int_values_fn int_values);
+flashcpu_status fc_splitkv_run_avx2_int(const fc_kernel_env *env,
+                                        const fc_problem *p,
+                                        fc_splitkv_int_scores_fn int_scores,
+                                        fc_splitkv_int_values_fn int_values);
 
 #endif

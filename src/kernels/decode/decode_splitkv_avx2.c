@@ -40,3 +40,10 @@ ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, float scale,
 #define DS_KERNEL fc_decode_splitkv__avx2
 
 #include "kernels/decode/decode_splitkv_vec.inc"
+
+flashcpu_status fc_splitkv_run_avx2_int(const fc_kernel_env *env,
+                                        const fc_problem *p,
+                                        fc_splitkv_int_scores_fn int_scores,
+                                        fc_splitkv_int_values_fn int_values) {
+  return DS_NAME(run)(env, p, NULL, int_scores, int_values);
+}

@@ -382,7 +382,14 @@ static ALWAYS_INLINE void ds_values(const fc_splitkv_args *a,
                                     const fc_splitkv_rows *v_rows, int64_t n,
                                     float *o, const float *weights,
                                     const float *alpha, const ds_seen *seen,
+                                    fc_splitkv_int_values_fn int_values,
                                     fc_prefetch_sweep *sweep) {
+  if (int_values) {
+    const unsigned bits[CHUNK] = {seen[0], seen[1], seen[2], seen[3]};
+    if (int_values(v_rows, a->v_read, a->p->v_head_dim, a->padded_dv, n, o,
+                   weights, alpha, bits, sweep))
+      return;
+  }
   accumulate_dispatch(v_rows, a->v_read, a->p->v_head_dim, a->padded_dv,
                       n, o, weights, alpha, seen, sweep);
 }
@@ -396,16 +403,17 @@ static ALWAYS_INLINE float ds_l_total(const float *l) {
 flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
                                       const fc_problem *p,
                                       fc_splitkv_bf16_scores_fn bf16_scores) {
-  return DS_NAME(run)(env, p, bf16_scores, NULL);
+  return DS_NAME(run)(env, p, bf16_scores, NULL, NULL);
 }
 
 flashcpu_status fc_splitkv_run_avx512_int(const fc_kernel_env *env,
                                           const fc_problem *p,
-                                          fc_splitkv_int_scores_fn int_scores) {
-  return DS_NAME(run)(env, p, NULL, int_scores);
+                                          fc_splitkv_int_scores_fn int_scores,
+                                          fc_splitkv_int_values_fn int_values) {
+  return DS_NAME(run)(env, p, NULL, int_scores, int_values);
 }
 
 flashcpu_status fc_decode_splitkv__avx512(const fc_kernel_env *env,
                                           const fc_problem *p) {
-  return DS_NAME(run)(env, p, NULL, NULL);
+  return DS_NAME(run)(env, p, NULL, NULL, NULL);
 }

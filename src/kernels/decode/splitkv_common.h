@@ -68,6 +68,9 @@ typedef struct fc_splitkv_args {
   /* I8/U8 K read in place by integer dot products with q rounded to int16
    * per row (chunks whose q is not finite take the f32 path); NULL: none. */
   fc_splitkv_int_scores_fn int_scores;
+  /* I8/U8 V read in place by integer dot products, for the chunks whose
+   * scores are integer ones; NULL: none. */
+  fc_splitkv_int_values_fn int_values;
 } fc_splitkv_args;
 
 /* Where a tile lies: batch, first kv head, split, (batch, head group)

@@ -5,9 +5,10 @@
  * widened to int16 in the load: the dot product of the codes is exact, and
  * score = (sum - zero * sum of q) * q scale * row scale in f32. q's
  * rounding (at most 2^-15 of its largest element) is the only difference
- * from the f32 path, far below K's own 8-bit rounding. A quarter of the
- * f32 path's arithmetic per key: one widening load and 4 dot products per
- * 32 elements against 12 conversions and 8 FMAs. */
+ * from the f32 path (with the values' rounding, splitkv_values_avx512vnni.c,
+ * where V is I8 or U8 too), far below K's own 8-bit rounding. A quarter of
+ * the f32 path's arithmetic per key: one widening load and 4 dot products
+ * per 32 elements against 12 conversions and 8 FMAs. */
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_common.h"
@@ -100,8 +101,10 @@ static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
 #undef FOR_DIM
 }
 
-/* The AVX-512 split-KV kernel with these scores (registry row). */
+/* The AVX-512 split-KV kernel with these scores and integer values
+ * (registry row). */
 flashcpu_status fc_decode_splitkv_i16dot__avx512vnni(const fc_kernel_env *env,
                                                      const fc_problem *p) {
-  return fc_splitkv_run_avx512_int(env, p, int16_scores);
+  return fc_splitkv_run_avx512_int(env, p, int16_scores,
+                                   fc_splitkv_values_i16dot__avx512vnni);
 }
