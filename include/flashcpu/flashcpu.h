@@ -414,10 +414,14 @@ typedef struct flashcpu_tensor {
  *
  * the zero point only for U8 (0 for the others, and for U8 without zero
  * points). One exception, for speed: decode with an I8 or U8 K whose
- * scales do not vary along a row, on CPUs with AVX512-VNNI, rounds each q
- * row to 15-bit integers (to within 2^-15 of its largest element) for the
- * dot products with K's codes; the kernel option or tune key
- * `kernel = fc_decode_splitkv__avx512` keeps q in f32 there. The scales
+ * scales do not vary along a row (on AVX2 also: head_dim a multiple of 16)
+ * rounds each q row to 15-bit integers (to within 2^-15 of its largest
+ * element) for integer dot products with K's codes, and where V is I8 or
+ * U8 too (on AVX2: v_head_dim a multiple of 16), rounds each 16-key
+ * block's softmax weights times the V row scales to int16 (to within
+ * 2^-16 of the block's largest) for integer dot products with V's codes;
+ * the kernel option or tune key `kernel = fc_decode_splitkv__avx512` (or
+ * `__avx2`) keeps them in f32. The scales
  * of a tensor are a view of their own:
  *   scale(b, s, h, d) = data[b * strides[0] + s * strides[1] +
  *                            h * strides[2] + d * strides[3]]
