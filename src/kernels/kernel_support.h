@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
@@ -61,6 +62,23 @@ static inline fc_row_scales fc_view_row_scales(const fc_view *view, int64_t b,
 static inline void fc_view_block_scales(const fc_view *view, int64_t b,
                                         int64_t s, int64_t n, int64_t h,
                                         float *scale, float *zero) {
+  /* f32 scales in one run (a contiguous cache, or a block within a page):
+   * the branches out of the per-key loop, which runs for every block. */
+  if (view->scale_dtype == FLASHCPU_DTYPE_F32 && fc_view_run_end(view, s) >= s + n) {
+    const int64_t at = fc_view_scale_offset(view, b, s, h);
+    const int64_t step = view->scale_strides[1];
+    if (view->scales)
+      for (int64_t j = 0; j < n; j++)
+        memcpy(&scale[j], view->scales + (at + j * step) * 4, sizeof(float));
+    else
+      for (int64_t j = 0; j < n; j++) scale[j] = 1.0f;
+    if (view->zeros)
+      for (int64_t j = 0; j < n; j++)
+        memcpy(&zero[j], view->zeros + (at + j * step) * 4, sizeof(float));
+    else
+      for (int64_t j = 0; j < n; j++) zero[j] = 0.0f;
+    return;
+  }
   for (int64_t j = 0; j < n;) {
     const int64_t run_end = fc_view_run_end(view, s + j);
     const int64_t at = fc_view_scale_offset(view, b, s + j, h);
