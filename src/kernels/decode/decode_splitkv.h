@@ -99,6 +99,21 @@ typedef bool (*fc_splitkv_int_values_fn)(const struct fc_splitkv_rows *v,
                                          const unsigned *seen,
                                          struct fc_prefetch_sweep *sweep);
 
+/* Runs CALL(dtype, dim) with both as constants where they are the common
+ * ones (I8 or U8; 128), so that each gets its own unrolled copy: the
+ * integer micro-kernels' dispatch. */
+#define FC_SPLITKV_BY_INT_DTYPE(dtype, dim, CALL)                              \
+  do {                                                                         \
+    if ((dtype) == FLASHCPU_DTYPE_U8) {                                        \
+      if ((dim) == 128) CALL(FLASHCPU_DTYPE_U8, 128);                          \
+      else CALL(FLASHCPU_DTYPE_U8, (dim));                                     \
+    } else if ((dim) == 128) {                                                 \
+      CALL(FLASHCPU_DTYPE_I8, 128);                                            \
+    } else {                                                                   \
+      CALL(FLASHCPU_DTYPE_I8, (dim));                                          \
+    }                                                                          \
+  } while (0)
+
 /* The integer values of AVX512-VNNI (splitkv_values_avx512vnni.c). */
 bool fc_splitkv_values_i16dot__avx512vnni(
     const struct fc_splitkv_rows *v, flashcpu_dtype v_dtype, int64_t dv,

@@ -101,16 +101,10 @@ static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
 static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
                          const fc_splitkv_int_q *q, int64_t dim, int64_t n,
                          fc_prefetch_sweep *sweep, float *out) {
-  if (dtype == FLASHCPU_DTYPE_U8) {
-    if (dim == 128)
-      scores_int16(k, FLASHCPU_DTYPE_U8, q, 128, n, sweep, out);
-    else
-      scores_int16(k, FLASHCPU_DTYPE_U8, q, dim, n, sweep, out);
-  } else if (dim == 128) {
-    scores_int16(k, FLASHCPU_DTYPE_I8, q, 128, n, sweep, out);
-  } else {
-    scores_int16(k, FLASHCPU_DTYPE_I8, q, dim, n, sweep, out);
-  }
+#define SCORES_FOR(dt, dim_value)                                              \
+  scores_int16(k, dt, q, dim_value, n, sweep, out)
+  FC_SPLITKV_BY_INT_DTYPE(dtype, dim, SCORES_FOR);
+#undef SCORES_FOR
 }
 
 /* A chunk's weights for one block as int16 pairs (pairs[s][j / 2]: keys j
@@ -261,16 +255,10 @@ static bool int16_values(const fc_splitkv_rows *v, flashcpu_dtype dtype,
                          const unsigned *seen, fc_prefetch_sweep *sweep) {
   int_weights w;
   if (!round_weights(v, dtype, n, weights, seen, &w)) return false;
-  if (dtype == FLASHCPU_DTYPE_U8) {
-    if (dv == 128)
-      values_int16(v, FLASHCPU_DTYPE_U8, 128, padded_dv, n, o, alpha, &w, sweep);
-    else
-      values_int16(v, FLASHCPU_DTYPE_U8, dv, padded_dv, n, o, alpha, &w, sweep);
-  } else if (dv == 128) {
-    values_int16(v, FLASHCPU_DTYPE_I8, 128, padded_dv, n, o, alpha, &w, sweep);
-  } else {
-    values_int16(v, FLASHCPU_DTYPE_I8, dv, padded_dv, n, o, alpha, &w, sweep);
-  }
+#define VALUES_FOR(dt, dim_value)                                              \
+  values_int16(v, dt, dim_value, padded_dv, n, o, alpha, &w, sweep)
+  FC_SPLITKV_BY_INT_DTYPE(dtype, dv, VALUES_FOR);
+#undef VALUES_FOR
   return true;
 }
 

@@ -150,16 +150,9 @@ bool fc_splitkv_values_i16dot__avx512vnni(const fc_splitkv_rows *v,
                                           fc_prefetch_sweep *sweep) {
   int_weights w;
   if (!round_weights(v, dtype, n, weights, seen, &w)) return false;
-  /* v_head_dim 128 and each dtype get their own unrolled copy. */
-  if (dtype == FLASHCPU_DTYPE_U8) {
-    if (dv == 128)
-      values_int16(v, FLASHCPU_DTYPE_U8, 128, padded_dv, n, o, alpha, &w, sweep);
-    else
-      values_int16(v, FLASHCPU_DTYPE_U8, dv, padded_dv, n, o, alpha, &w, sweep);
-  } else if (dv == 128) {
-    values_int16(v, FLASHCPU_DTYPE_I8, 128, padded_dv, n, o, alpha, &w, sweep);
-  } else {
-    values_int16(v, FLASHCPU_DTYPE_I8, dv, padded_dv, n, o, alpha, &w, sweep);
-  }
+#define VALUES_FOR(dt, dim_value)                                              \
+  values_int16(v, dt, dim_value, padded_dv, n, o, alpha, &w, sweep)
+  FC_SPLITKV_BY_INT_DTYPE(dtype, dv, VALUES_FOR);
+#undef VALUES_FOR
   return true;
 }
