@@ -238,7 +238,8 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
       const __m256 offset = _mm256_set1_ps(w->offset[s]);
       for (int h = 0; h < 2; h++) {
         float *out = o + s * padded_dv + d + 8 * h;
-        const __m256 sum = _mm256_sub_ps(_mm256_cvtepi32_ps(acc[s][h]), offset);
+        __m256 sum = _mm256_cvtepi32_ps(acc[s][h]);
+        if (dtype == FLASHCPU_DTYPE_U8) sum = _mm256_sub_ps(sum, offset);
         _mm256_storeu_ps(out,
                          _mm256_fmadd_ps(step, sum,
                                          _mm256_mul_ps(_mm256_loadu_ps(out),

@@ -129,8 +129,8 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
                                  _mm512_permutex2var_epi32(lo, second, hi)};
         for (int h = 0; h < 2; h++) {
           float *out = o + s * padded_dv + d + 32 * g + 16 * h;
-          const __m512 sum =
-              _mm512_sub_ps(_mm512_cvtepi32_ps(sums[h]), offset);
+          __m512 sum = _mm512_cvtepi32_ps(sums[h]);
+          if (dtype == FLASHCPU_DTYPE_U8) sum = _mm512_sub_ps(sum, offset);
           _mm512_storeu_ps(out, _mm512_fmadd_ps(
                                     step, sum,
                                     _mm512_mul_ps(_mm512_loadu_ps(out), factor)));
