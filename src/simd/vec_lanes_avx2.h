@@ -1,18 +1,36 @@
 /* fcv_sum_lanes on AVX2 (8 lanes): the reduction across vectors that
- * vec_avx2.h lacks. For AVX2 translation units only. */
+ * vec_avx2.h lacks, in f32 or int32. For AVX2 translation units only. */
 #ifndef FLASHCPU_SIMD_VEC_LANES_AVX2_H
 #define FLASHCPU_SIMD_VEC_LANES_AVX2_H
 
 #include "simd/vec_avx2.h"
 
+/* Lane i of the result is the sum of the 8 lanes of v[i], summed as int32
+ * (exact) when integer, else as f32: one tree for both (as
+ * fc512_sum16_by_lane_as). */
+static inline __attribute__((always_inline)) __m256i
+fc256_sum8_by_lane_as(const __m256i v[8], int integer) {
+#define FC256_HADD(a, b)                                                       \
+  (integer ? _mm256_hadd_epi32((a), (b))                                       \
+           : _mm256_castps_si256(_mm256_hadd_ps(_mm256_castsi256_ps(a),        \
+                                                _mm256_castsi256_ps(b))))
+  const __m256i t0 = FC256_HADD(v[0], v[1]), t1 = FC256_HADD(v[2], v[3]);
+  const __m256i t2 = FC256_HADD(v[4], v[5]), t3 = FC256_HADD(v[6], v[7]);
+  /* Per 128-bit half: the half's sums of v[0..3] (u0) and v[4..7] (u1). */
+  const __m256i u0 = FC256_HADD(t0, t1), u1 = FC256_HADD(t2, t3);
+  const __m256i low = _mm256_permute2x128_si256(u0, u1, 0x20);
+  const __m256i high = _mm256_permute2x128_si256(u0, u1, 0x31);
+#undef FC256_HADD
+  return integer ? _mm256_add_epi32(low, high)
+                 : _mm256_castps_si256(_mm256_add_ps(
+                       _mm256_castsi256_ps(low), _mm256_castsi256_ps(high)));
+}
+
 /* Lane i of the result is the sum of the 8 lanes of v[i]. */
 static inline fcv fcv_sum_lanes(const fcv v[FCV_LANES]) {
-  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
-  /* Per 128-bit half: the half's sums of v[0..3] (u0) and v[4..7] (u1). */
-  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
-                       _mm256_permute2f128_ps(u0, u1, 0x31));
+  __m256i bits[8];
+  for (int i = 0; i < 8; i++) bits[i] = _mm256_castps_si256(v[i]);
+  return _mm256_castsi256_ps(fc256_sum8_by_lane_as(bits, 0));
 }
 
 #endif

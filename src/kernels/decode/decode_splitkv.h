@@ -87,10 +87,11 @@ typedef void (*fc_splitkv_int_scores_fn)(const struct fc_splitkv_rows *k,
  * rows read in place, by integer dot products: o[s] = alpha[s] * o[s] +
  * sum_j w[s][j] v_j (o rows padded_dv apart, weights [slot][key], keys a
  * slot does not see by seen[s]'s bits weigh 0). Each slot's weights times
- * their row's scale are rounded to int16 against the block's largest
- * (fc_splitkv_round_weights). Returns false, having touched nothing, where
- * that rounding cannot hold them (a weight or scale not finite, or a scale
- * so small that 32767 / largest overflows): the caller runs the f32 path. */
+ * their row's scale are rounded to int16 against the block's largest, as
+ * fc_splitkv_int_weights holds them. Returns false, having touched
+ * nothing, where that rounding cannot hold them (a weight or scale not
+ * finite, or a largest weight so small that 32767 / largest overflows):
+ * the caller runs the f32 path. */
 typedef bool (*fc_splitkv_int_values_fn)(const struct fc_splitkv_rows *v,
                                          flashcpu_dtype v_dtype, int64_t dv,
                                          int64_t padded_dv, int64_t n,
@@ -98,6 +99,16 @@ typedef bool (*fc_splitkv_int_values_fn)(const struct fc_splitkv_rows *v,
                                          const float *alpha,
                                          const unsigned *seen,
                                          struct fc_prefetch_sweep *sweep);
+
+/* A chunk's weights for one block, rounded: code = rint(w * scale_j *
+ * 32767 / largest) with largest the slot's largest |w * scale_j|; pairs[s]
+ * holds keys j and j + 1 in int32 j / 2 (low half j), and o gets step[s] *
+ * (sum_j code_j code(v_j) - offset[s]), step = largest / 32767, offset =
+ * sum_j code_j zero_j (U8; 0 for I8). */
+typedef struct fc_splitkv_int_weights {
+  int32_t pairs[FC_SPLITKV_CHUNK][FC_SPLITKV_KEY_BLOCK / 2];
+  float step[FC_SPLITKV_CHUNK], offset[FC_SPLITKV_CHUNK];
+} fc_splitkv_int_weights;
 
 /* Runs CALL(dtype, dim) with both as constants where they are the common
  * ones (I8 or U8; 128), so that each gets its own unrolled copy: the

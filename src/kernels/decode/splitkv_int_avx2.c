@@ -22,6 +22,7 @@
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/registry.h"
 #include "simd/simd_avx2.h"
+#include "simd/vec_lanes_avx2.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -33,18 +34,6 @@ static ALWAYS_INLINE __m256i widen16(const char *row, flashcpu_dtype dtype,
   const __m128i raw = _mm_loadu_si128((const __m128i *)(row + d));
   return dtype == FLASHCPU_DTYPE_U8 ? _mm256_cvtepu8_epi16(raw)
                                     : _mm256_cvtepi8_epi16(raw);
-}
-
-/* The 8 lane sums of v[0..8), in order. */
-static ALWAYS_INLINE __m256i sum8_by_lane(const __m256i v[8]) {
-  const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]);
-  const __m256i t1 = _mm256_hadd_epi32(v[2], v[3]);
-  const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]);
-  const __m256i t3 = _mm256_hadd_epi32(v[6], v[7]);
-  const __m256i u0 = _mm256_hadd_epi32(t0, t1); /* v0..v3 per half */
-  const __m256i u1 = _mm256_hadd_epi32(t2, t3); /* v4..v7 per half */
-  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                          _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
 /* scores[s * 16 + j] = q_s . k_j for j < n (the rest garbage), exact sums
@@ -77,7 +66,7 @@ static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
       }
     }
     int32_t lanes[8];
-    _mm256_storeu_si256((__m256i *)lanes, sum8_by_lane(acc));
+    _mm256_storeu_si256((__m256i *)lanes, fc256_sum8_by_lane_as(acc, 1));
     for (int s = 0; s < CHUNK; s++) {
       sums[s * BLOCK + j0] = lanes[2 * s];
       sums[s * BLOCK + j0 + 1] = lanes[2 * s + 1];
@@ -107,13 +96,6 @@ static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
 #undef SCORES_FOR
 }
 
-/* A chunk's weights for one block as int16 pairs (pairs[s][j / 2]: keys j
- * and j + 1, low half j); o gets step[s] * (sum - offset[s]). */
-typedef struct int_weights {
-  int32_t pairs[CHUNK][BLOCK / 2];
-  float step[CHUNK], offset[CHUNK];
-} int_weights;
-
 /* Lanes of 8 keys from key `first` that bits has, as an all-ones mask. */
 static ALWAYS_INLINE __m256 key_mask(unsigned bits, int first) {
   const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
@@ -142,7 +124,7 @@ static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
                                         flashcpu_dtype dtype, int64_t n,
                                         const float *weights,
                                         const unsigned *seen,
-                                        int_weights *out) {
+                                        fc_splitkv_int_weights *out) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 finite_max = _mm256_set1_ps(FLT_MAX);
   const unsigned keys = (1u << n) - 1u;
@@ -210,7 +192,7 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
                                        flashcpu_dtype dtype, int64_t dv,
                                        int64_t padded_dv, int64_t n, float *o,
                                        const float *alpha,
-                                       const int_weights *w,
+                                       const fc_splitkv_int_weights *w,
                                        fc_prefetch_sweep *shared) {
   const bool prefetch = shared != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared);
@@ -254,7 +236,7 @@ static bool int16_values(const fc_splitkv_rows *v, flashcpu_dtype dtype,
                          int64_t dv, int64_t padded_dv, int64_t n, float *o,
                          const float *weights, const float *alpha,
                          const unsigned *seen, fc_prefetch_sweep *sweep) {
-  int_weights w;
+  fc_splitkv_int_weights w;
   if (!round_weights(v, dtype, n, weights, seen, &w)) return false;
 #define VALUES_FOR(dt, dim_value)                                              \
   values_int16(v, dt, dim_value, padded_dv, n, o, alpha, &w, sweep)

@@ -21,20 +21,13 @@
 
 enum { CHUNK = FC_SPLITKV_CHUNK, BLOCK = FC_SPLITKV_KEY_BLOCK, PASS = 64 };
 
-/* A chunk's weights for one block as int16 pairs: pairs[s][j / 2] holds
- * keys j and j + 1 (low half j), o gets step[s] * (sum - offset[s]). */
-typedef struct int_weights {
-  int32_t pairs[CHUNK][BLOCK / 2];
-  float step[CHUNK], offset[CHUNK];
-} int_weights;
-
 /* false: some slot's weights cannot be rounded (the f32 path takes the
  * block). Keys past n and keys a slot does not see weigh 0. */
 static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
                                         flashcpu_dtype dtype, int64_t n,
                                         const float *weights,
                                         const unsigned *seen,
-                                        int_weights *out) {
+                                        fc_splitkv_int_weights *out) {
   const __m512 scale = _mm512_loadu_ps(v->scale);
   const __mmask16 keys = fc512_tail_mask(n);
   __m512i codes[CHUNK];
@@ -81,7 +74,7 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
                                        flashcpu_dtype dtype, int64_t dv,
                                        int64_t padded_dv, int64_t n, float *o,
                                        const float *alpha,
-                                       const int_weights *w,
+                                       const fc_splitkv_int_weights *w,
                                        fc_prefetch_sweep *shared) {
   const bool prefetch = shared != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared);
@@ -148,7 +141,7 @@ bool fc_splitkv_values_i16dot__avx512vnni(const fc_splitkv_rows *v,
                                           const float *alpha,
                                           const unsigned *seen,
                                           fc_prefetch_sweep *sweep) {
-  int_weights w;
+  fc_splitkv_int_weights w;
   if (!round_weights(v, dtype, n, weights, seen, &w)) return false;
 #define VALUES_FOR(dt, dim_value)                                              \
   values_int16(v, dt, dim_value, padded_dv, n, o, alpha, &w, sweep)
