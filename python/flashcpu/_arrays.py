@@ -27,36 +27,57 @@ def _fail(cls, status, message):
     raise cls(status, message)
 
 
+_KINDS = {}  # type -> "torch" / "numpy": a call's arrays are few types
+
+
 def kind_of(x):
     """'torch' or 'numpy'."""
+    kind = _KINDS.get(type(x))
+    if kind is not None:
+        return kind
     if isinstance(x, bf16):
-        return "numpy"
-    module = type(x).__module__
-    if module.startswith("torch"):
-        return "torch"
-    if module.startswith("numpy"):
-        return "numpy"
-    _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
-          f"expected a numpy array or a torch CPU tensor, got {type(x).__name__}")
+        kind = "numpy"
+    else:
+        module = type(x).__module__
+        if module.startswith("torch"):
+            kind = "torch"
+        elif module.startswith("numpy"):
+            kind = "numpy"
+        else:
+            _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+                  f"expected a numpy array or a torch CPU tensor, got {type(x).__name__}")
+    _KINDS[type(x)] = kind
+    return kind
+
+
+# dtype object -> flashcpu code, per kind (numpy's dtype names are slow to
+# build per call, and its dtypes compare equal to strings, so no mixing).
+_TORCH_DTYPES, _NUMPY_DTYPES = {}, {}
 
 
 def dtype_of(x):
     """The flashcpu dtype of an array or tensor."""
     if isinstance(x, bf16):
         return BF16
-    if kind_of(x) == "torch":
+    torch_kind = kind_of(x) == "torch"
+    table = _TORCH_DTYPES if torch_kind else _NUMPY_DTYPES
+    code = table.get(x.dtype)
+    if code is not None:
+        return code
+    if torch_kind:
         import torch
-        table = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16}
-        if x.dtype in table:
-            return table[x.dtype]
+        code = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16}.get(x.dtype)
     else:
-        name = x.dtype.name
-        table = {"float32": F32, "float16": F16, "bfloat16": BF16}  # ml_dtypes
-        if name in table:
-            return table[name]
-    _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
-          f"dtype {x.dtype} is not one of float32, float16, bfloat16 (numpy: "
-          "a uint16 array wrapped in flashcpu.bf16, or ml_dtypes.bfloat16)")
+        code = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(x.dtype.name)  # ml_dtypes
+        if code is not None and not x.dtype.isnative:
+            _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
+                  f"dtype {x.dtype.str} is not in this machine's byte order")
+    if code is None:
+        _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
+              f"dtype {x.dtype} is not one of float32, float16, bfloat16 (numpy: "
+              "a uint16 array wrapped in flashcpu.bf16, or ml_dtypes.bfloat16)")
+    table[x.dtype] = code
+    return code
 
 
 def raw(x):
@@ -67,21 +88,22 @@ def geometry(x):
     """(shape, strides in elements, address) of an array or tensor."""
     x = raw(x)
     if kind_of(x) == "torch":
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
                   f"tensors must be on the CPU, not {x.device}")
         return tuple(x.shape), tuple(x.stride()), x.data_ptr()
-    size = x.itemsize
+    size, byte_strides = x.itemsize, x.strides
     if x.size == 0:  # numpy gives empty arrays strides 0: any will do
         strides, step = [], 1
         for extent in reversed(x.shape):
             strides.insert(0, step)
             step *= max(extent, 1)
         return x.shape, tuple(strides), x.ctypes.data
-    if any(s % size for s in x.strides):
+    strides = tuple([s // size for s in byte_strides])
+    if tuple([s * size for s in strides]) != byte_strides:
         _fail(errors.BadLayoutError, "BAD_LAYOUT",
               "array strides are not a multiple of the element size")
-    return x.shape, tuple(s // size for s in x.strides), x.ctypes.data
+    return x.shape, strides, x.ctypes.data
 
 
 _EMPTY = ctypes.c_double()  # a non-NULL address for arrays of no elements
@@ -106,13 +128,12 @@ def view(x, layout, what):
         _fail(errors.BadLayoutError, "BAD_LAYOUT",
               f"{what}'s last dim (head_dim) must be contiguous (stride "
               f"{strides[3]}); make it so once, e.g. with .contiguous()")
-    order = (0, 1, 2, 3) if layout == "bshd" else (0, 2, 1, 3)
-    t = Tensor(_address(shape, address), dtype_of(x))
-    for i, axis in enumerate(order):
-        t.dims[i] = shape[axis]
-        t.strides[i] = strides[axis]
-    t.strides[3] = 1
-    return t
+    if layout == "bshd":
+        dims, steps = shape, (strides[0], strides[1], strides[2], 1)
+    else:
+        dims = (shape[0], shape[2], shape[1], shape[3])
+        steps = (strides[0], strides[2], strides[1], 1)
+    return Tensor(_address(shape, address), dtype_of(x), dims, steps)
 
 
 def rows_view(x, what):
@@ -245,6 +266,8 @@ def small_vector(values, what, check_shape, dtypes=(F32,)):
     else:
         array = _numpy_of(values, what)
         code = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(array.dtype.name)
+        if code is not None and not array.dtype.isnative:
+            code = None  # a native float32 copy below
     if code not in dtypes:
         if code == BF16 and isinstance(values, bf16):
             array = (array.astype(numpy.uint32) << 16).view(numpy.float32)

@@ -18,17 +18,27 @@ def _fail(cls, status, message):
     raise cls(status, message)
 
 
+_FORMATS_OF = {}  # (kind, dtype object) -> format or None
+
+
 def _inferred_format(codes):
     """The format a codes array's own dtype names, or None."""
-    if _arrays.kind_of(codes) == "torch":
+    torch_kind = _arrays.kind_of(codes) == "torch"
+    key = (torch_kind, codes.dtype)
+    if key in _FORMATS_OF:
+        return _FORMATS_OF[key]
+    if torch_kind:
         import torch
         table = {torch.int8: "i8", torch.uint8: "u8"}
         for name, fmt in (("float8_e4m3fn", "f8_e4m3"), ("float8_e5m2", "f8_e5m2")):
             if hasattr(torch, name):
                 table[getattr(torch, name)] = fmt
-        return table.get(codes.dtype)
-    return {"int8": "i8", "uint8": "u8", "float8_e4m3fn": "f8_e4m3",
-            "float8_e5m2": "f8_e5m2"}.get(codes.dtype.name)  # ml_dtypes
+        fmt = table.get(codes.dtype)
+    else:
+        fmt = {"int8": "i8", "uint8": "u8", "float8_e4m3fn": "f8_e4m3",
+               "float8_e5m2": "f8_e5m2"}.get(codes.dtype.name)  # ml_dtypes
+    _FORMATS_OF[key] = fmt
+    return fmt
 
 
 class Quantized:

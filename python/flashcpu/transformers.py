@@ -75,11 +75,15 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     window = (-1, -1)
     if sliding_window is not None and causal:
         window = (int(sliding_window) - 1, 0)
-    out = _api.attention(query, key, value, causal=bool(causal), window=window,
-                         softcap=float(softcap or 0.0), scale=scaling,
-                         kv_lengths=lengths, additive_mask=additive, sinks=s_aux,
-                         layout="bhsd")
-    return out.transpose(1, 2).contiguous(), None
+    # Written straight into the [B, L, H, Dv] tensor transformers wants
+    # back, through a [B, H, L, Dv] view of it: no copy after the call.
+    batch, heads, rows = query.shape[0], query.shape[1], query.shape[2]
+    out = torch.empty((batch, rows, heads, value.shape[-1]), dtype=query.dtype)
+    _api.attention(query, key, value, causal=bool(causal), window=window,
+                   softcap=float(softcap or 0.0), scale=scaling, kv_lengths=lengths,
+                   additive_mask=additive, sinks=s_aux, out=out.transpose(1, 2),
+                   layout="bhsd")
+    return out, None
 
 
 def register(name=NAME):

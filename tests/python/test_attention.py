@@ -137,6 +137,8 @@ def test_errors_carry_status_and_message_and_leave_out_untouched():
         flashcpu.attention(q[0], k, v)
     with pytest.raises(flashcpu.UnsupportedDtypeError):
         flashcpu.attention(q.astype(np.float64), k, v)
+    with pytest.raises(flashcpu.UnsupportedDtypeError):  # not read as native floats
+        flashcpu.attention(q.astype(">f4"), k, v)
     with pytest.raises(flashcpu.BadLayoutError):
         flashcpu.attention(np.asfortranarray(q), k, v)
     with pytest.raises(flashcpu.InvalidArgumentError):
@@ -179,6 +181,14 @@ def test_sinks(dtype, options, rows):
     if "kv_lengths" in options:  # a row that sees no key: 0 and lse = the sink
         assert (out[1] == 0).all()
         np.testing.assert_allclose(lse[1], np.repeat(values[:, None], rows, axis=1), rtol=1e-6)
+
+
+def test_sinks_in_another_byte_order_are_read_as_values():
+    rng = np.random.default_rng(23)
+    q, k, v = inputs(rng, rows=3, keys=9)
+    values = (rng.standard_normal(4) * 2).astype(np.float32)
+    out, lse = flashcpu.attention(q, k, v, sinks=values.astype(">f4"), return_lse=True)
+    check(out, lse, *reference.attention(q, k, v, sinks=values.astype(np.float64)))
 
 
 def test_sinks_in_one_part_of_a_merge():
