@@ -10,6 +10,7 @@ backend it runs a greedy generate() of --new-tokens tokens after a
   prefill tokens/s   the prompt's forward pass (generate with 1 new token)
   decode tokens/s    the new tokens after the first, from the two timings
   attention share    time inside the attention function during generate()
+  decode call us     its mean per call of one query row (the new tokens)
 and checks that the greedy tokens are the same and how far the prompt's
 logits are apart.
 
@@ -50,17 +51,26 @@ def build_model(transformers, torch, kind, layers, dtype, vocab):
 
 
 class AttentionTimer:
-    """Wraps an attention function and adds up the time spent in it."""
+    """Wraps an attention function and adds up the time spent in it, and
+    apart the time and count of decode calls (one query row)."""
 
     def __init__(self, function):
-        self.function, self.seconds = function, 0.0
+        self.function = function
+        self.reset()
 
-    def __call__(self, *args, **kwargs):
+    def reset(self):
+        self.seconds, self.decode_seconds, self.decode_calls = 0.0, 0.0, 0
+
+    def __call__(self, module, query, *args, **kwargs):
         start = time.perf_counter()
         try:
-            return self.function(*args, **kwargs)
+            return self.function(module, query, *args, **kwargs)
         finally:
-            self.seconds += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
+            self.seconds += elapsed
+            if query.shape[-2] == 1:
+                self.decode_seconds += elapsed
+                self.decode_calls += 1
 
 
 def main():
@@ -112,7 +122,7 @@ def main():
             start = time.perf_counter()
             model.generate(prompt, max_new_tokens=1, do_sample=False)
             prefill = time.perf_counter() - start
-            timers[name].seconds = 0.0
+            timers[name].reset()
             start = time.perf_counter()
             tokens[name] = model.generate(prompt, max_new_tokens=args.new_tokens,
                                           min_new_tokens=args.new_tokens, do_sample=False)
@@ -120,7 +130,9 @@ def main():
         decode = max(total - prefill, 1e-9)
         results[name] = {"prefill_tokens_per_s": args.prompt_tokens / prefill,
                          "decode_tokens_per_s": (args.new_tokens - 1) / decode,
-                         "generate_s": total, "attention_s": timers[name].seconds}
+                         "generate_s": total, "attention_s": timers[name].seconds,
+                         "decode_call_us": 1e6 * timers[name].decode_seconds /
+                         max(timers[name].decode_calls, 1)}
     for name, r in results.items():
         if r["attention_s"] <= 0.0:
             sys.exit(f"the {name} attention function was never called: the model did not "
@@ -136,10 +148,10 @@ def main():
           f"{transformers.__version__}, {torch.get_num_threads()} threads, "
           f"flashcpu {flashcpu.__version__}")
     print(f"{'backend':10s} {'prefill tok/s':>14s} {'decode tok/s':>13s} {'generate s':>11s} "
-          f"{'attention s':>12s}")
+          f"{'attention s':>12s} {'decode call us':>15s}")
     for name, r in results.items():
         print(f"{name:10s} {r['prefill_tokens_per_s']:14.1f} {r['decode_tokens_per_s']:13.2f} "
-              f"{r['generate_s']:11.2f} {r['attention_s']:12.2f}")
+              f"{r['generate_s']:11.2f} {r['attention_s']:12.2f} {r['decode_call_us']:15.1f}")
     print(f"same greedy tokens: {same}" + (f" (first difference at new token {first_diff})"
                                            if not same else ""))
     print(f"max |logits sdpa - {ours}| on the prompt's first 1024 tokens: {logit_diff:.3g}")
