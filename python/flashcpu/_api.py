@@ -38,7 +38,8 @@ def set_options(params, keep, *, heads, batches, causal, window, softcap, scale,
     params.scale = 0.0 if scale is None else float(scale)
     params.flags = FLAG_CAUSAL if causal else 0
     try:
-        params.window_left, params.window_right = (int(w) for w in window)
+        left, right = window
+        params.window_left, params.window_right = int(left), int(right)
     except (TypeError, ValueError):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"window {window!r}: expected (left, right)") from None
@@ -69,6 +70,30 @@ def set_options(params, keep, *, heads, batches, causal, window, softcap, scale,
                 stride = heads
         params.alibi_slopes, params.alibi_batch_stride = address, stride
         keep.append(array)
+
+
+_plain = {}  # (causal, window, softcap, scale) -> AttentionParams, never written again
+
+
+def plain_params(causal, window, softcap, scale):
+    """The params of a call that passes no arrays in them (no masks,
+    lengths, sinks, slopes or scales): made once per option set and shared
+    read-only (the library takes them as const), so a call in a model's
+    loop skips new_params and set_options."""
+    try:
+        key = (bool(causal), tuple(window), softcap, scale)
+        params = _plain.get(key)
+    except TypeError:  # unhashable options: made each time, and checked
+        key, params = None, None
+    if params is None:
+        params = new_params()
+        set_options(params, None, heads=0, batches=0, causal=causal, window=window,
+                    softcap=softcap, scale=scale, sinks=None, alibi_slopes=None)
+        if key is not None:
+            if len(_plain) >= 64:
+                _plain.clear()
+            _plain[key] = params
+    return params
 
 
 def _kv_view(x, layout, what, params, keep):
@@ -167,10 +192,17 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
         raise errors.InvalidArgumentError("INVALID_ARGUMENT",
                                           f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
     ctx = context if context is not None else _context.default_context()
-    params = new_params()
-    keep = []
     qv = _arrays.view(q, layout, "q")
-    kv, vv = (_kv_view(x, layout, name, params, keep) for x, name in ((k, "k"), (v, "v")))
+    plain = (kv_lengths is None and additive_mask is None and tree_mask is None and
+             sinks is None and alibi_slopes is None and
+             not _quantized.is_quantized(k) and not _quantized.is_quantized(v))
+    keep = []
+    if plain:
+        params = plain_params(causal, window, softcap, scale)
+        kv, vv = _arrays.view(k, layout, "k"), _arrays.view(v, layout, "v")
+    else:
+        params = new_params()
+        kv, vv = (_kv_view(x, layout, name, params, keep) for x, name in ((k, "k"), (v, "v")))
     batch, rows, heads = qv.dims[0], qv.dims[1], qv.dims[2]
     keys, dv = kv.dims[1], vv.dims[3]
     if out is None:
@@ -182,8 +214,9 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     if return_lse:
         lse = _arrays.empty_like_kind(_arrays.raw(q), (batch, heads, rows), _arrays.F32)
 
-    set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
-                softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
+    if not plain:
+        set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
+                    softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
     if kv_lengths is not None:
         lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
         if count != batch:

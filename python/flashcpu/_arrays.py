@@ -120,6 +120,15 @@ def _address(shape, address):
 def view(x, layout, what):
     """A flashcpu_tensor over x, [B, S, H, D] ("bshd") or [B, H, S, D]
     ("bhsd"), the last dim contiguous."""
+    if _KINDS.get(type(x)) == "torch":  # the common case in a few steps
+        code = _TORCH_DTYPES.get(x.dtype)
+        if code is not None and x.is_cpu and x.dim() == 4:
+            shape, strides, address = x.shape, x.stride(), x.data_ptr()
+            if address and (strides[3] == 1 or shape[3] <= 1):
+                if layout == "bshd":
+                    return Tensor(address, code, shape, (strides[0], strides[1], strides[2], 1))
+                return Tensor(address, code, (shape[0], shape[2], shape[1], shape[3]),
+                              (strides[0], strides[2], strides[1], 1))
     shape, strides, address = geometry(x)
     if len(shape) != 4:
         _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",
@@ -160,8 +169,7 @@ def empty_like_kind(like, shape, dtype_code):
     """A new array or tensor of like's kind."""
     if kind_of(like) == "torch":
         import torch
-        table = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}
-        return torch.empty(shape, dtype=table[dtype_code])
+        return torch.empty(shape, dtype=(torch.float32, torch.float16, torch.bfloat16)[dtype_code])
     import numpy
     if dtype_code == BF16:
         if isinstance(like, bf16):

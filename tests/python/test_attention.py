@@ -302,3 +302,18 @@ def test_context_names_the_kernels_a_call_ran():
     assert ran in known and known[ran]["runnable"], ran
     assert known[ran]["weights_dtype"] in ("f32", "bf16")
     ctx.close()
+
+
+def test_options_of_one_call_do_not_reach_the_next():
+    """Calls that pass no arrays in their options share prepared params: each
+    call must still get exactly its own options."""
+    rng = np.random.default_rng(31)
+    q, k, v = inputs(rng, rows=6, keys=11)
+    calls = [{"causal": True}, {}, {"softcap": 2.0}, {"window": (3, 0), "causal": True},
+             {"scale": 0.5}, {"window": [3, 0], "causal": True}, {"causal": True},
+             {"kv_lengths": [7, 11]}, {}]
+    for options in calls:
+        out, lse = flashcpu.attention(q, k, v, return_lse=True, **options)
+        check(out, lse, *reference.attention(q, k, v, **options))
+    with pytest.raises(flashcpu.InvalidArgumentError):
+        flashcpu.attention(q, k, v, window=(1, 2, 3))
