@@ -77,7 +77,7 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
         window = (int(sliding_window) - 1, 0)
     # Written straight into the [B, L, H, Dv] tensor transformers wants
     # back, through a [B, H, L, Dv] view of it: no copy after the call.
-    batch, heads, rows = query.shape[0], query.shape[1], query.shape[2]
+    batch, heads, rows, _ = query.shape
     out = torch.empty((batch, rows, heads, value.shape[-1]), dtype=query.dtype)
     _api.attention(query, key, value, causal=bool(causal), window=window,
                    softcap=float(softcap or 0.0), scale=scaling, kv_lengths=lengths,
