@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""What the Python package adds to a call: a llama3-8b-shaped bf16 decode
+(32 query heads, 8 KV heads, head_dim 128, one query row, [B, H, S, D] as
+transformers passes them) timed four ways in one torch process:
+  library call      flashcpu_attention through ctypes, arguments prepared once
+  attention         flashcpu.attention
+  backend           flashcpu.transformers.attention_forward (what a model calls)
+  sdpa              transformers' sdpa_attention_forward, for comparison
+Medians of --calls calls, --rounds rounds. The calls run back to back, so
+the caches are warm: inside a model's generate() each Python step costs
+more (tools/hf_generate_compare.py's "decode call us").
+
+  python3 tools/python_call_overhead.py --kv 1024
+
+Needs torch, transformers and this repository's Python package (python/, the
+library through FLASHCPU_LIBRARY).
+"""
+
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kv", type=int, default=1024)
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    import flashcpu
+    import flashcpu.transformers as backend
+    from flashcpu import _api, _arrays, _context
+
+    torch.manual_seed(0)
+    q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16)
+    k = torch.randn(1, 8, args.kv, 128, dtype=torch.bfloat16)
+    v = torch.randn(1, 8, args.kv, 128, dtype=torch.bfloat16)
+    out = torch.empty_like(q)
+
+    class Module:  # what the attention functions read from a layer
+        is_causal, num_key_value_groups, training = True, 4, False
+
+    ctx = _context.default_context()
+    params = _api.plain_params(True, (-1, -1), 0.0, None)
+    views = [_arrays.view(x, "bhsd", name) for x, name in ((q, "q"), (k, "k"), (v, "v"),
+                                                           (out, "out"))]
+    pointers = [ctypes.byref(x) for x in views]
+
+    def library_call():
+        _context.check(_api._lib.flashcpu_attention(ctx.handle, *pointers, None,
+                                                    ctypes.byref(params)), ctx.handle)
+
+    cases = {
+        "library call": library_call,
+        "attention": lambda: flashcpu.attention(q, k, v, causal=True, layout="bhsd"),
+        "backend": lambda: backend.attention_forward(Module, q, k, v, None),
+        "sdpa": lambda: sdpa_attention_forward(Module, q, k, v, None, is_causal=True),
+    }
+    medians = {name: [] for name in cases}
+    for _ in range(args.rounds):
+        for name, call in cases.items():
+            for _ in range(50):
+                call()
+            times = []
+            for _ in range(args.calls):
+                start = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - start)
+            medians[name].append(1e6 * statistics.median(times))
+    print(f"kv {args.kv}, {ctx}, torch {torch.__version__}, flashcpu {flashcpu.__version__}")
+    for name, values in medians.items():
+        print(f"  {name:13s} " + " / ".join(f"{x:.1f}" for x in values) +
+              f" us (medians of {args.calls} calls, {args.rounds} rounds)")
+
+
+if __name__ == "__main__":
+    main()
