@@ -111,18 +111,20 @@ typedef struct fc_splitkv_int_weights {
 } fc_splitkv_int_weights;
 
 /* Runs CALL(dtype, dim) with both as constants where they are the common
- * ones (I8 or U8; 128), so that each gets its own unrolled copy: the
+ * ones (I8 or U8; 128 or 64), so that each gets its own unrolled copy: the
  * integer micro-kernels' dispatch. */
+#define FC_SPLITKV_BY_INT_DIM(dtype, dim, CALL)                                \
+  do {                                                                         \
+    if ((dim) == 128) CALL(dtype, 128);                                        \
+    else if ((dim) == 64) CALL(dtype, 64);                                     \
+    else CALL(dtype, (dim));                                                   \
+  } while (0)
 #define FC_SPLITKV_BY_INT_DTYPE(dtype, dim, CALL)                              \
   do {                                                                         \
-    if ((dtype) == FLASHCPU_DTYPE_U8) {                                        \
-      if ((dim) == 128) CALL(FLASHCPU_DTYPE_U8, 128);                          \
-      else CALL(FLASHCPU_DTYPE_U8, (dim));                                     \
-    } else if ((dim) == 128) {                                                 \
-      CALL(FLASHCPU_DTYPE_I8, 128);                                            \
-    } else {                                                                   \
-      CALL(FLASHCPU_DTYPE_I8, (dim));                                          \
-    }                                                                          \
+    if ((dtype) == FLASHCPU_DTYPE_U8)                                          \
+      FC_SPLITKV_BY_INT_DIM(FLASHCPU_DTYPE_U8, dim, CALL);                     \
+    else                                                                       \
+      FC_SPLITKV_BY_INT_DIM(FLASHCPU_DTYPE_I8, dim, CALL);                     \
   } while (0)
 
 /* The integer values of AVX512-VNNI (splitkv_values_avx512vnni.c). */

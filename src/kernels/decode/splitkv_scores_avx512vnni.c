@@ -84,21 +84,10 @@ static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
 static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
                          const fc_splitkv_int_q *q, int64_t dim, int64_t n,
                          fc_prefetch_sweep *sweep, float *out) {
-  /* head_dim 64 and 128 and each dtype get their own unrolled copy. */
-#define FOR_DIM(dt)                                                            \
-  do {                                                                         \
-    if (dim == 128)                                                            \
-      scores_int16(k, dt, q, 128, n, sweep, out);                    \
-    else if (dim == 64)                                                        \
-      scores_int16(k, dt, q, 64, n, sweep, out);                     \
-    else                                                                       \
-      scores_int16(k, dt, q, dim, n, sweep, out);                    \
-  } while (0)
-  if (dtype == FLASHCPU_DTYPE_U8)
-    FOR_DIM(FLASHCPU_DTYPE_U8);
-  else
-    FOR_DIM(FLASHCPU_DTYPE_I8);
-#undef FOR_DIM
+#define SCORES_FOR(dt, dim_value)                                              \
+  scores_int16(k, dt, q, dim_value, n, sweep, out)
+  FC_SPLITKV_BY_INT_DTYPE(dtype, dim, SCORES_FOR);
+#undef SCORES_FOR
 }
 
 /* The AVX-512 split-KV kernel with these scores and integer values
