@@ -96,10 +96,10 @@ def plain_params(causal, window, softcap, scale):
     return params
 
 
-def _kv_view(x, layout, what, params, keep):
+def _kv_view(x, quantized, layout, what, params, keep):
     """The view of k or v, and for quantized codes (a flashcpu.Quantized, or
-    an int8 / uint8 / float8 array) their scales in params."""
-    if not _quantized.is_quantized(x):
+    an int8 / uint8 / float8 array: `quantized`) their scales in params."""
+    if not quantized:
         return _arrays.view(x, layout, what)
     if params.struct_size < ctypes.sizeof(AttentionParams):
         _unsupported("quantized K/V")
@@ -193,16 +193,13 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
                                           f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
     ctx = context if context is not None else _context.default_context()
     qv = _arrays.view(q, layout, "q")
+    quantized = (_quantized.is_quantized(k), _quantized.is_quantized(v))
     plain = (kv_lengths is None and additive_mask is None and tree_mask is None and
-             sinks is None and alibi_slopes is None and
-             not _quantized.is_quantized(k) and not _quantized.is_quantized(v))
+             sinks is None and alibi_slopes is None and not any(quantized))
     keep = []
-    if plain:
-        params = plain_params(causal, window, softcap, scale)
-        kv, vv = _arrays.view(k, layout, "k"), _arrays.view(v, layout, "v")
-    else:
-        params = new_params()
-        kv, vv = (_kv_view(x, layout, name, params, keep) for x, name in ((k, "k"), (v, "v")))
+    params = plain_params(causal, window, softcap, scale) if plain else new_params()
+    kv, vv = (_kv_view(x, codes, layout, name, params, keep)
+              for x, codes, name in ((k, quantized[0], "k"), (v, quantized[1], "v")))
     batch, rows, heads = qv.dims[0], qv.dims[1], qv.dims[2]
     keys, dv = kv.dims[1], vv.dims[3]
     if out is None:

@@ -50,34 +50,56 @@ def kind_of(x):
     return kind
 
 
-# dtype object -> flashcpu code, per kind (numpy's dtype names are slow to
-# build per call, and its dtypes compare equal to strings, so no mixing).
+# dtype object -> flashcpu code of the float dtypes read as they are, per
+# kind (numpy's dtype names are slow to build per call, and its dtypes
+# compare equal to strings, so no mixing); None for other dtypes.
 _TORCH_DTYPES, _NUMPY_DTYPES = {}, {}
+_NUMPY_FLOATS = {"float32": F32, "float16": F16, "bfloat16": BF16}  # bfloat16: ml_dtypes
+
+
+def torch_float_code(dtype):
+    """F32, F16 or BF16 for a torch float dtype flashcpu reads, else None."""
+    if dtype not in _TORCH_DTYPES:
+        import torch
+        _TORCH_DTYPES[dtype] = {torch.float32: F32, torch.float16: F16,
+                                torch.bfloat16: BF16}.get(dtype)
+    return _TORCH_DTYPES[dtype]
+
+
+def numpy_float_code(dtype):
+    """F32, F16 or BF16 for a numpy float dtype in this machine's byte
+    order, else None."""
+    if dtype not in _NUMPY_DTYPES:
+        code = _NUMPY_FLOATS.get(dtype.name)
+        _NUMPY_DTYPES[dtype] = code if code is not None and dtype.isnative else None
+    return _NUMPY_DTYPES[dtype]
 
 
 def dtype_of(x):
     """The flashcpu dtype of an array or tensor."""
     if isinstance(x, bf16):
         return BF16
-    torch_kind = kind_of(x) == "torch"
-    table = _TORCH_DTYPES if torch_kind else _NUMPY_DTYPES
-    code = table.get(x.dtype)
-    if code is not None:
-        return code
-    if torch_kind:
-        import torch
-        code = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16}.get(x.dtype)
+    if kind_of(x) == "torch":
+        code = torch_float_code(x.dtype)
     else:
-        code = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(x.dtype.name)  # ml_dtypes
-        if code is not None and not x.dtype.isnative:
+        code = numpy_float_code(x.dtype)
+        if code is None and x.dtype.name in _NUMPY_FLOATS:
             _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
                   f"dtype {x.dtype.str} is not in this machine's byte order")
     if code is None:
         _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
               f"dtype {x.dtype} is not one of float32, float16, bfloat16 (numpy: "
               "a uint16 array wrapped in flashcpu.bf16, or ml_dtypes.bfloat16)")
-    table[x.dtype] = code
     return code
+
+
+def is_plain_float(x):
+    """Whether x is a torch tensor or numpy array of a float dtype flashcpu
+    reads as it is (not codes of a quantized format)."""
+    kind = _KINDS.get(type(x))
+    if kind == "torch":
+        return torch_float_code(x.dtype) is not None
+    return kind == "numpy" and not isinstance(x, bf16) and numpy_float_code(x.dtype) is not None
 
 
 def raw(x):
@@ -117,6 +139,14 @@ def _address(shape, address):
     return address
 
 
+def _ordered(address, code, shape, strides, layout):
+    """The flashcpu_tensor [B, S, H, D] of a 4-dim geometry in layout."""
+    if layout == "bshd":
+        return Tensor(address, code, shape, (strides[0], strides[1], strides[2], 1))
+    return Tensor(address, code, (shape[0], shape[2], shape[1], shape[3]),
+                  (strides[0], strides[2], strides[1], 1))
+
+
 def view(x, layout, what):
     """A flashcpu_tensor over x, [B, S, H, D] ("bshd") or [B, H, S, D]
     ("bhsd"), the last dim contiguous."""
@@ -125,10 +155,7 @@ def view(x, layout, what):
         if code is not None and x.is_cpu and x.dim() == 4:
             shape, strides, address = x.shape, x.stride(), x.data_ptr()
             if address and (strides[3] == 1 or shape[3] <= 1):
-                if layout == "bshd":
-                    return Tensor(address, code, shape, (strides[0], strides[1], strides[2], 1))
-                return Tensor(address, code, (shape[0], shape[2], shape[1], shape[3]),
-                              (strides[0], strides[2], strides[1], 1))
+                return _ordered(address, code, shape, strides, layout)
     shape, strides, address = geometry(x)
     if len(shape) != 4:
         _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",
@@ -137,12 +164,7 @@ def view(x, layout, what):
         _fail(errors.BadLayoutError, "BAD_LAYOUT",
               f"{what}'s last dim (head_dim) must be contiguous (stride "
               f"{strides[3]}); make it so once, e.g. with .contiguous()")
-    if layout == "bshd":
-        dims, steps = shape, (strides[0], strides[1], strides[2], 1)
-    else:
-        dims = (shape[0], shape[2], shape[1], shape[3])
-        steps = (strides[0], strides[2], strides[1], 1)
-    return Tensor(_address(shape, address), dtype_of(x), dims, steps)
+    return _ordered(_address(shape, address), dtype_of(x), shape, strides, layout)
 
 
 def rows_view(x, what):
@@ -253,12 +275,11 @@ def small_vector(values, what, check_shape, dtypes=(F32,)):
     import numpy
     if kind_of_or_none(values) == "torch":
         import torch
-        table = {torch.float32: F32, torch.float16: F16, torch.bfloat16: BF16}
         x = values.detach()
         if x.device.type != "cpu":
             _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
                   f"{what} must be on the CPU, not {x.device}")
-        if table.get(x.dtype) not in dtypes:
+        if torch_float_code(x.dtype) not in dtypes:
             if x.dtype.is_complex:
                 _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
                       f"{what} must hold real numbers, not {x.dtype}")
@@ -268,14 +289,12 @@ def small_vector(values, what, check_shape, dtypes=(F32,)):
             _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH", f"{what}: {problem}")
         if x.dim() and x.shape[-1] > 1 and x.stride(-1) != 1:
             x = x.contiguous()
-        return x.data_ptr() or ctypes.addressof(_EMPTY), table[x.dtype], x
+        return x.data_ptr() or ctypes.addressof(_EMPTY), torch_float_code(x.dtype), x
     if isinstance(values, bf16):
         array, code = values.array, BF16
     else:
         array = _numpy_of(values, what)
-        code = {"float32": F32, "float16": F16, "bfloat16": BF16}.get(array.dtype.name)
-        if code is not None and not array.dtype.isnative:
-            code = None  # a native float32 copy below
+        code = numpy_float_code(array.dtype)  # None: a native float32 copy below
     if code not in dtypes:
         if code == BF16 and isinstance(values, bf16):
             array = (array.astype(numpy.uint32) << 16).view(numpy.float32)

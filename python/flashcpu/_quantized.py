@@ -96,8 +96,7 @@ def is_quantized(x):
     dtype names a format (int8, uint8, float8)."""
     if isinstance(x, Quantized):
         return True
-    kind = _arrays._KINDS.get(type(x))  # a float dtype read as it is: no
-    if kind == "torch" and x.dtype in _arrays._TORCH_DTYPES:
+    if _arrays.is_plain_float(x):
         return False
     if isinstance(x, _arrays.bf16) or _arrays.kind_of_or_none(x) is None:
         return False
