@@ -11,9 +11,10 @@ the caches are warm: inside a model's generate() each Python step costs
 more (tools/hf_generate_compare.py's "decode call us").
 
   python3 tools/python_call_overhead.py --kv 1024
+  python3 tools/python_call_overhead.py --package OLD/python   # another version
 
-Needs torch, transformers and this repository's Python package (python/, the
-library through FLASHCPU_LIBRARY).
+Needs torch, transformers and flashcpu's Python package (this checkout's
+python/, or --package; the library through FLASHCPU_LIBRARY).
 """
 
 import argparse
@@ -23,16 +24,17 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "python"))
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kv", type=int, default=1024)
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--package", default=os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"),
+        help="the folder holding the flashcpu package to measure")
     args = parser.parse_args()
+    sys.path.insert(0, args.package)
 
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -50,7 +52,11 @@ def main():
         is_causal, num_key_value_groups, training = True, 4, False
 
     ctx = _context.default_context()
-    params = _api.plain_params(True, (-1, -1), 0.0, None)
+    if hasattr(_api, "plain_params"):
+        params = _api.plain_params(True, (-1, -1), 0.0, None)
+    else:  # a version before prepared params
+        params = _api.new_params()
+        params.flags = _api.FLAG_CAUSAL
     views = [_arrays.view(x, "bhsd", name) for x, name in ((q, "q"), (k, "k"), (v, "v"),
                                                            (out, "out"))]
     pointers = [ctypes.byref(x) for x in views]
@@ -76,7 +82,8 @@ def main():
                 call()
                 times.append(time.perf_counter() - start)
             medians[name].append(1e6 * statistics.median(times))
-    print(f"kv {args.kv}, {ctx}, torch {torch.__version__}, flashcpu {flashcpu.__version__}")
+    print(f"kv {args.kv}, {ctx}, torch {torch.__version__}, flashcpu {flashcpu.__version__} "
+          f"from {os.path.dirname(flashcpu.__file__)}")
     for name, values in medians.items():
         print(f"  {name:13s} " + " / ".join(f"{x:.1f}" for x in values) +
               f" us (medians of {args.calls} calls, {args.rounds} rounds)")
