@@ -69,35 +69,44 @@ static float sink_logit(const fc_problem *p, int64_t head) {
   }
 }
 
-void fc_write_output_row(const fc_problem *p, int64_t b, int64_t row,
-                         int64_t head, float m, float l, const float *o) {
-  char *out = (char *)fc_view_row(&p->out, b, row, head);
+bool fc_output_factor(const fc_problem *p, int64_t b, int64_t row,
+                      int64_t head, float m, float l, float *factor) {
   float lse;
+  bool scaled = true;
   if (p->sinks) {
     /* The sink is one more key, of value 0: it joins m and l only. */
     const float sink = fc_saturate(sink_logit(p, head) * FC_LOG2E_F);
     if (m == -INFINITY) { /* saw no key: 0, and the sink's weight */
-      if (isnan(sink)) /* NaN times any o is NaN */
-        fc_store_row(o, NAN, p->v_head_dim, p->out.dtype, out);
-      else
-        memset(out, 0, (size_t)(p->v_head_dim * p->out.element_size));
+      *factor = NAN;      /* NaN times any o is NaN */
+      scaled = isnan(sink);
       lse = sink * FC_LN2_F;
     } else {
       float top = m > sink ? m : sink;
       if (isnan(m) || isnan(sink)) top = NAN;
       const float keys = exp2f(m - top);
       const float total = l * keys + exp2f(sink - top);
-      fc_store_row(o, keys / total, p->v_head_dim, p->out.dtype, out);
+      *factor = keys / total;
       lse = (top + log2f(total)) * FC_LN2_F;
     }
   } else if (m == -INFINITY) { /* saw no key: 0 and -inf, never 0/0 */
-    memset(out, 0, (size_t)(p->v_head_dim * p->out.element_size));
+    scaled = false;
     lse = -INFINITY;
   } else {
-    fc_store_row(o, 1.0f / l, p->v_head_dim, p->out.dtype, out);
+    *factor = 1.0f / l;
     lse = (m + log2f(l)) * FC_LN2_F;
   }
   if (p->lse)
     p->lse[b * p->lse_batch_stride + head * p->lse_head_stride +
            fc_problem_q_start(p, b) + row] = lse;
+  return scaled;
+}
+
+void fc_write_output_row(const fc_problem *p, int64_t b, int64_t row,
+                         int64_t head, float m, float l, const float *o) {
+  char *out = (char *)fc_view_row(&p->out, b, row, head);
+  float factor;
+  if (fc_output_factor(p, b, row, head, m, l, &factor))
+    fc_store_row(o, factor, p->v_head_dim, p->out.dtype, out);
+  else
+    memset(out, 0, (size_t)(p->v_head_dim * p->out.element_size));
 }

@@ -123,8 +123,15 @@ static inline void fc_kv_row_to_f32(const fc_row_to_f32_fn *row_to_f32,
   dequant_row(view->dtype, row, count, &scales, out);
 }
 
-/* Writes output row (b, row, head) from running max m (log2 domain), sum l
- * and unnormalised o, and its log-sum-exp: 0 and -inf when it saw no key. */
+/* How output row (b, row, head) is finished from running max m (log2
+ * domain) and sum l: writes its log-sum-exp and returns true with the
+ * factor that multiplies the unnormalised o, or false for a row of zeros
+ * (it saw no key: lse -inf, or the sink's). */
+bool fc_output_factor(const fc_problem *p, int64_t b, int64_t row,
+                      int64_t head, float m, float l, float *factor);
+
+/* Writes output row (b, row, head) from m, l and unnormalised o, and its
+ * log-sum-exp (fc_output_factor). */
 void fc_write_output_row(const fc_problem *p, int64_t b, int64_t row,
                          int64_t head, float m, float l, const float *o);
 

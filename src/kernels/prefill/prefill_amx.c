@@ -16,11 +16,12 @@
 #define FC_AMX_KV_BLOCK 192
 #endif
 #define PF_KV_BLOCK_KEYS FC_AMX_KV_BLOCK
-/* 384 slots per tile (96 rows of a 4-head group), twice the driver's: the
- * staging of each K/V block into tiles is a sixth of this kernel's time at
- * 192 (perf on an Intel Xeon). */
+/* 768 slots per tile (192 rows of a 4-head group), four times the
+ * driver's, fewer where a problem has few tiles (prefill_driver.c): the
+ * staging of each K/V block into tiles and its row fetches were a sixth of
+ * this kernel's time at 192 and 11% at 384 (perf on an Intel Xeon). */
 #ifndef FC_AMX_TILE_SLOTS
-#define FC_AMX_TILE_SLOTS 384
+#define FC_AMX_TILE_SLOTS 768
 #endif
 #define PF_TILE_SLOTS FC_AMX_TILE_SLOTS
 #define PF_AMX 1
