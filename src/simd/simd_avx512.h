@@ -55,4 +55,24 @@ static inline __m512 fc512_exp2(__m512 x) {
   return _mm512_scalef_ps(poly, n);
 }
 
+/* 2^x for weights rounded to bf16 next (FC_EXP2_BF16_*, 1.8e-7): eight
+ * instructions instead of fc512_exp2's ten. `finite` (a constant where it
+ * is inlined) says no lane is -inf: then the clamp can go, since for any
+ * finite x below -150 the result is 0 either way; NaN stays NaN. */
+static inline __attribute__((always_inline)) __m512
+fc512_exp2_bf16(__m512 x, const int finite) {
+  const __m512 clamped =
+      finite ? x : _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
+  const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
+                                                     _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(clamped, n);
+  __m512 poly = _mm512_set1_ps(FC_EXP2_BF16_C5);
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C4));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C3));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C2));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C1));
+  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(poly, n);
+}
+
 #endif
