@@ -197,26 +197,6 @@ fc_prefill_scratch fc_prefill_carve(const fc_prefill_args *a,
   return s;
 }
 
-/* A kernel's own tile size (larger tiles amortise its K/V staging over
- * more rows), halved towards the default while the problem would have
- * fewer than 4 tiles per team: under a causal mask the heaviest-first order
- * needs a few per team to balance them. No slot's arithmetic depends on
- * the tiles (KV blocks are aligned to absolute keys), so neither do the
- * bytes. */
-static fc_prefill_plan plan_tiles(const fc_kernel_env *env,
-                                  const fc_problem *p,
-                                  const fc_prefill_shape *shape) {
-  int64_t slots = shape->tile_slots > 0 ? shape->tile_slots
-                                        : FC_PREFILL_TILE_SLOTS;
-  fc_prefill_plan plan = fc_prefill_plan_for(p, slots);
-  const int64_t wanted = 4 * (int64_t)env->runtime->plan.team_count;
-  while (slots / 2 >= FC_PREFILL_TILE_SLOTS && plan.tile_count < wanted) {
-    slots /= 2;
-    plan = fc_prefill_plan_for(p, slots);
-  }
-  return plan;
-}
-
 flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
                                const fc_prefill_shape *shape,
                                fc_tile_kernel tile) {
@@ -224,7 +204,7 @@ flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
   a.p = p;
   a.row_to_f32 = env->row_to_f32;
   a.dequant_row = env->dequant_row;
-  a.plan = plan_tiles(env, p, shape);
+  a.plan = fc_prefill_plan_tiles(p, shape, env->runtime->plan.team_count);
   a.shape = *shape;
   a.blocks_per_tile = (a.plan.slots_per_tile + shape->slots - 1) / shape->slots;
   /* f32 V is read in place unless pages break its rows' fixed stride. */

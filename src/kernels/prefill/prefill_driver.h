@@ -69,6 +69,12 @@ typedef struct fc_prefill_shape {
                          K/V staging is amortised over them */
 } fc_prefill_shape;
 
+/* The plan of a kernel's tiles for `teams` teams: its own tile size, or a
+ * smaller one that balances them better (prefill_tile_size.c). */
+fc_prefill_plan fc_prefill_plan_tiles(const fc_problem *p,
+                                      const fc_prefill_shape *shape,
+                                      int teams);
+
 /* n rounded up to a multiple of align. */
 static inline int64_t fc_prefill_padded(int64_t n, int64_t align) {
   return (n + align - 1) / align * align;
