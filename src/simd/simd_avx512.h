@@ -36,43 +36,40 @@ static inline __m512 fc512_saturate(__m512 x) {
                        _mm512_max_ps(_mm512_set1_ps(-FLT_MAX), x));
 }
 
-/* 2^x for every lane, to about 2 ulp: x = n + f with n = round(x) and
- * f in [-0.5, 0.5], 2^f by a degree-6 polynomial, 2^n by scalef. The clamp
- * at -150 gives exactly 0 below it (-inf included: 2^-150 rounds to 0) and
- * keeps NaN, which MAXPS returns as its second operand, x: no blends. */
-static inline __m512 fc512_exp2(__m512 x) {
-  const __m512 clamped = _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
-  const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
-                                                     _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(clamped, n);
-  __m512 poly = _mm512_set1_ps(FC_EXP2_C6);
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C5));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C4));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C3));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C2));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C1));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_C0));
-  return _mm512_scalef_ps(poly, n);
-}
-
-/* 2^x for weights rounded to bf16 next (FC_EXP2_BF16_*, 1.8e-7): eight
- * instructions instead of fc512_exp2's ten. `finite` (a constant where it
- * is inlined) says no lane is -inf: then the clamp can go, since for any
- * finite x below -150 the result is 0 either way; NaN stays NaN. */
+/* 2^x for every lane: x = n + f with n = round(x) and f in [-0.5, 0.5],
+ * 2^f by the polynomial c[0] + f (c[1] + ... + f c[degree]) (Horner), 2^n
+ * by scalef. The clamp at -150 gives exactly 0 below it (-inf included:
+ * 2^-150 rounds to 0) and keeps NaN, which MAXPS returns as its second
+ * operand, x: no blends. `finite` (a constant where this is inlined) says
+ * no lane is -inf: then the clamp can go, since every finite x below -150
+ * gives 0 either way. */
 static inline __attribute__((always_inline)) __m512
-fc512_exp2_bf16(__m512 x, const int finite) {
+fc512_exp2_poly(__m512 x, const float *c, const int degree, const int finite) {
   const __m512 clamped =
       finite ? x : _mm512_max_ps(_mm512_set1_ps(-150.0f), x);
   const __m512 n = _mm512_roundscale_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
                                                      _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(clamped, n);
-  __m512 poly = _mm512_set1_ps(FC_EXP2_BF16_C5);
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C4));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C3));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C2));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(FC_EXP2_BF16_C1));
-  poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(1.0f));
+  __m512 poly = _mm512_set1_ps(c[degree]);
+  for (int i = degree - 1; i >= 0; i--)
+    poly = _mm512_fmadd_ps(poly, f, _mm512_set1_ps(c[i]));
   return _mm512_scalef_ps(poly, n);
+}
+
+/* 2^x to about 2 ulp (the degree-6 polynomial of exp2_poly.h). */
+static inline __m512 fc512_exp2(__m512 x) {
+  static const float c[] = {FC_EXP2_C0, FC_EXP2_C1, FC_EXP2_C2, FC_EXP2_C3,
+                             FC_EXP2_C4, FC_EXP2_C5, FC_EXP2_C6};
+  return fc512_exp2_poly(x, c, 6, 0);
+}
+
+/* 2^x for weights rounded to bf16 next (FC_EXP2_BF16_*, 1.8e-7): eight
+ * instructions instead of fc512_exp2's ten, seven where `finite`. */
+static inline __attribute__((always_inline)) __m512
+fc512_exp2_bf16(__m512 x, const int finite) {
+  static const float c[] = {1.0f, FC_EXP2_BF16_C1, FC_EXP2_BF16_C2,
+                            FC_EXP2_BF16_C3, FC_EXP2_BF16_C4, FC_EXP2_BF16_C5};
+  return fc512_exp2_poly(x, c, 5, finite);
 }
 
 #endif
