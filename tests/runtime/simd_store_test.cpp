@@ -91,8 +91,8 @@ const char *DtypeName(flashcpu_dtype dtype) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, SimdStore,
                          testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
                                          FLASHCPU_DTYPE_BF16),
-                         [](const testing::TestParamInfo<flashcpu_dtype> &info) {
-                           return std::string(DtypeName(info.param));
+                         [](const testing::TestParamInfo<flashcpu_dtype> &param) {
+                           return std::string(DtypeName(param.param));
                          });
 
 }  // namespace
