@@ -15,6 +15,10 @@
  *   pv          O^T of 32 columns x 32 slots: load, six steps of 32 keys
  *               (two V^T tiles, two P pair tiles), store
  *   pv-l2       pv over a 48 KiB V^T block and six O^T and P blocks
+ *   reg+N fma   registers with N independent vector FMAs (8 chains)
+ *               issued per four TDPBF16PS: how much AVX-512 work runs
+ *               free beside the tiles (on an Intel Xeon, about 64: while
+ *               the tiles run, one of the two AVX-512 ports issues)
  * Prints nanoseconds per TDPBF16PS (median of --reps) and each pattern's
  * rate as a share of the registers pattern's. */
 #define _GNU_SOURCE /* syscall */
@@ -103,10 +107,42 @@ ALWAYS_INLINE void pv(const uint16_t *vt, const uint16_t *p, float *o) {
 }
 
 typedef enum pattern {
-  REGISTERS, QK, QK_ORDERED, QK_KEEP, QK_L2, PV, PV_L2, PATTERNS
+  REGISTERS, QK, QK_ORDERED, QK_KEEP, QK_L2, PV, PV_L2,
+  REG_FMA32, REG_FMA64, REG_FMA96, REG_FMA128, PATTERNS
 } pattern;
 static const char *const names[PATTERNS] = {
-    "registers", "qk", "qk-ordered", "qk-keep", "qk-l2", "pv", "pv-l2"};
+    "registers", "qk", "qk-ordered", "qk-keep", "qk-l2", "pv", "pv-l2",
+    "reg+32fma", "reg+64fma", "reg+96fma", "reg+128fma"};
+
+float toolkit_fma_sink; /* keeps the FMAs of registers_with_fmas alive */
+
+/* The registers pattern with `fmas` FMAs (a multiple of 8, in 8
+ * independent chains) after every four TDPBF16PS. */
+static void registers_with_fmas(const buffers *b, int64_t calls, int fmas) {
+  __m512 acc[8];
+  for (int i = 0; i < 8; i++) acc[i] = _mm512_set1_ps(0.001f * (float)i);
+  const __m512 half = _mm512_set1_ps(0.5f), quarter = _mm512_set1_ps(0.25f);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, b->k, 64);
+  _tile_loadd(5, b->k + TILE, 64);
+  _tile_loadd(6, b->q, 128);
+  _tile_loadd(7, b->q + 32, 128);
+  for (int64_t i = 0; i < calls * 4; i++) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+    for (int f = 0; f < fmas; f += 8)
+      for (int c = 0; c < 8; c++)
+        acc[c] = _mm512_fmadd_ps(acc[c], half, quarter);
+  }
+  _tile_stored(0, b->s, 128);
+  for (int c = 1; c < 8; c++) acc[0] = _mm512_add_ps(acc[0], acc[c]);
+  toolkit_fma_sink = _mm512_reduce_add_ps(acc[0]);
+}
 
 /* One pass of `calls` calls of the pattern; returns products issued. */
 static int64_t run(pattern which, const buffers *b, int64_t calls) {
@@ -164,6 +200,13 @@ static int64_t run(pattern which, const buffers *b, int64_t calls) {
           pv(b->vt + c * 12 * TILE, b->p + r * 96 * 64,
              b->o + r * 4096 + c * 1024);
     products = (calls / (4 * BLOCKS)) * 4 * BLOCKS * 24;
+    break;
+  case REG_FMA32:
+  case REG_FMA64:
+  case REG_FMA96:
+  case REG_FMA128:
+    registers_with_fmas(b, calls, 32 * (1 + (int)(which - REG_FMA32)));
+    products = calls * 16;
     break;
   default: break;
   }
