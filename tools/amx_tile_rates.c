@@ -114,7 +114,7 @@ static const char *const names[PATTERNS] = {
     "registers", "qk", "qk-ordered", "qk-keep", "qk-l2", "pv", "pv-l2",
     "reg+32fma", "reg+64fma", "reg+96fma", "reg+128fma"};
 
-float toolkit_fma_sink; /* keeps the FMAs of registers_with_fmas alive */
+static volatile float fma_sink; /* keeps the FMAs of registers_with_fmas alive */
 
 /* The registers pattern with `fmas` FMAs (a multiple of 8, in 8
  * independent chains) after every four TDPBF16PS. */
@@ -141,7 +141,7 @@ static void registers_with_fmas(const buffers *b, int64_t calls, int fmas) {
   }
   _tile_stored(0, b->s, 128);
   for (int c = 1; c < 8; c++) acc[0] = _mm512_add_ps(acc[0], acc[c]);
-  toolkit_fma_sink = _mm512_reduce_add_ps(acc[0]);
+  fma_sink = _mm512_reduce_add_ps(acc[0]);
 }
 
 /* One pass of `calls` calls of the pattern; returns products issued. */
