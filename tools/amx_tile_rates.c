@@ -116,8 +116,9 @@ static const char *const names[PATTERNS] = {
 
 static volatile float fma_sink; /* keeps the FMAs of registers_with_fmas alive */
 
-/* The registers pattern with `fmas` FMAs (a multiple of 8, in 8
- * independent chains) after every four TDPBF16PS. */
+/* TDPBF16PS with its operands in registers, with `fmas` FMAs (a multiple
+ * of 8, in 8 independent chains; 0 for the registers pattern) after every
+ * four. */
 static void registers_with_fmas(const buffers *b, int64_t calls, int fmas) {
   __m512 acc[8];
   for (int i = 0; i < 8; i++) acc[i] = _mm512_set1_ps(0.001f * (float)i);
@@ -150,21 +151,7 @@ static int64_t run(pattern which, const buffers *b, int64_t calls) {
   int64_t products = 0;
   switch (which) {
   case REGISTERS:
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    _tile_loadd(4, b->k, 64);
-    _tile_loadd(5, b->k + TILE, 64);
-    _tile_loadd(6, b->q, 128);
-    _tile_loadd(7, b->q + 32, 128);
-    for (int64_t i = 0; i < calls * 4; i++) {
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, b->s, 128);
+    registers_with_fmas(b, calls, 0);
     products = calls * 16;
     break;
   case QK:
