@@ -17,7 +17,7 @@
 #endif
 #define PF_KV_BLOCK_KEYS FC_AMX_KV_BLOCK
 /* 768 slots per tile (192 rows of a 4-head group), four times the
- * driver's, fewer where a problem has few tiles (prefill_driver.c): the
+ * driver's, fewer where a problem has few tiles (prefill_tile_size.c): the
  * staging of each K/V block into tiles and its row fetches were a sixth of
  * this kernel's time at 192 and 11% at 384 (perf on an Intel Xeon). */
 #ifndef FC_AMX_TILE_SLOTS
