@@ -1,9 +1,9 @@
 /* How many slots a prefill tile takes. Larger tiles amortise a kernel's
  * K/V staging (one pass per KV block and tile) over more rows; smaller ones
  * balance the teams better where a problem has few tiles. Between the
- * kernel's own size and the default, over every tile count per kv head,
- * the choice is the size whose heaviest-first schedule (what the launch
- * runs) finishes first by a cost model: a tile costs its visible (row, key) pairs plus, per KV block it
+ * kernel's own size and the default, halving, the choice is the size whose
+ * heaviest-first schedule (what the launch runs) finishes first by a cost
+ * model: a tile costs its visible (row, key) pairs plus, per KV block it
  * stages, about one register block's step. No slot's arithmetic depends
  * on the tiles (KV blocks are aligned to absolute keys), so the bytes do
  * not either. */
@@ -73,43 +73,20 @@ static double makespan(const fc_problem *p, const fc_prefill_plan *plan,
   return largest;
 }
 
-static int64_t common_divisor(int64_t a, int64_t b) {
-  while (b) {
-    const int64_t r = a % b;
-    a = b;
-    b = r;
-  }
-  return a;
-}
-
 fc_prefill_plan fc_prefill_plan_tiles(const fc_problem *p,
                                       const fc_prefill_shape *shape,
                                       int teams) {
-  const int64_t largest = shape->tile_slots > 0 ? shape->tile_slots
-                                                : FC_PREFILL_TILE_SLOTS;
-  fc_prefill_plan best = fc_prefill_plan_for(p, largest);
+  int64_t slots = shape->tile_slots > 0 ? shape->tile_slots
+                                        : FC_PREFILL_TILE_SLOTS;
+  fc_prefill_plan best = fc_prefill_plan_for(p, slots);
   /* ragged batches locate tiles through the launch's tile_starts */
-  if (p->q_lens || largest / 2 < FC_PREFILL_TILE_SLOTS) return best;
+  if (p->q_lens || slots / 2 < FC_PREFILL_TILE_SLOTS) return best;
   /* plenty of tiles: the largest balance well enough */
   if (best.tile_count >= 8 * (int64_t)teams) return best;
   double best_time = makespan(p, &best, shape, teams);
-  /* Every tile count per head between the largest tiles' and the
-   * smallest's, each with the fewest rows that give it, rounded up to
-   * whole register blocks of slots: a count that divides the rows evenly
-   * among the teams (512 rows of 8 kv heads at 16 teams: 4 tiles of 128
-   * rows) beats the halvings around it. */
-  const int64_t align = shape->slots / common_divisor(shape->slots, p->group);
-  const int64_t fewest_rows =
-      (FC_PREFILL_TILE_SLOTS / p->group + align - 1) / align * align;
-  int64_t last_rows = best.rows_per_tile;
-  for (int64_t per_head = best.tiles_per_head + 1;
-       best_time >= 0.0 && last_rows > fewest_rows; per_head++) {
-    int64_t rows = (p->q_len + per_head - 1) / per_head;
-    rows = (rows + align - 1) / align * align;
-    if (rows < fewest_rows) rows = fewest_rows;
-    if (rows >= last_rows) continue;
-    last_rows = rows;
-    const fc_prefill_plan plan = fc_prefill_plan_for(p, rows * p->group);
+  while (best_time >= 0.0 && slots / 2 >= FC_PREFILL_TILE_SLOTS) {
+    slots /= 2;
+    const fc_prefill_plan plan = fc_prefill_plan_for(p, slots);
     const double time = makespan(p, &plan, shape, teams);
     if (time < 0.0) break;
     if (time < best_time) {
