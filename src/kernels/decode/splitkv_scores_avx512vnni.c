@@ -32,28 +32,36 @@ static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
                                        float *out) {
   const bool prefetch = shared != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared);
+  /* The rows' and q's pointers in locals, and the loop over head_dim
+   * unrolled where dim is a constant: kept in registers, not reloaded per
+   * step (perf showed them reloaded beside every 4 dot products). */
+  const int16_t *q_rows[CHUNK];
+  for (int s = 0; s < CHUNK; s++) q_rows[s] = q->codes + s * q->stride;
   __m512i groups[BLOCK / KEYS];
   for (int g = 0; g < BLOCK / KEYS; g++) {
     if (g * KEYS >= n) {
       groups[g] = _mm512_setzero_si512();
       continue;
     }
+    const char *rows[KEYS];
+    for (int j = 0; j < KEYS; j++) rows[j] = k->row[g * KEYS + j];
     __m512i acc[CHUNK * KEYS]; /* acc[slot * KEYS + key] */
     for (int i = 0; i < CHUNK * KEYS; i++) acc[i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
     for (int64_t d = 0; d < dim; d += PAIR) {
       const int64_t left = dim - d;
       const __mmask32 mask = left >= PAIR ? (__mmask32)0xffffffffu
                                           : (__mmask32)((1u << left) - 1u);
       __m512i codes[KEYS];
       for (int j = 0; j < KEYS; j++) {
-        const __m256i raw =
-            _mm256_maskz_loadu_epi8(mask, k->row[g * KEYS + j] + d);
-        if (prefetch && d % (2 * PAIR) == 0) fc_sweep_next(&sweep);
+        const __m256i raw = _mm256_maskz_loadu_epi8(mask, rows[j] + d);
         codes[j] = dtype == FLASHCPU_DTYPE_U8 ? _mm512_cvtepu8_epi16(raw)
                                               : _mm512_cvtepi8_epi16(raw);
       }
+      if (prefetch && d % (2 * PAIR) == 0)
+        for (int j = 0; j < KEYS; j++) fc_sweep_next(&sweep);
       for (int s = 0; s < CHUNK; s++) {
-        const __m512i qs = _mm512_loadu_si512(q->codes + s * q->stride + d);
+        const __m512i qs = _mm512_loadu_si512(q_rows[s] + d);
         for (int j = 0; j < KEYS; j++)
           acc[s * KEYS + j] = _mm512_dpwssd_epi32(acc[s * KEYS + j], qs,
                                                   codes[j]);
