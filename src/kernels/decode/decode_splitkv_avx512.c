@@ -115,18 +115,27 @@ static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
     __m512 acc[CHUNK * KEYS_PER_GROUP];
     for (int i = 0; i < CHUNK * KEYS_PER_GROUP; i++)
       acc[i] = _mm512_setzero_ps();
+    /* The group's rows and scales in locals and the loop over head_dim
+     * unrolled where dim is a constant, as the integer scores do. */
+    const char *rows[KEYS_PER_GROUP];
+    float scales[KEYS_PER_GROUP], zeros[KEYS_PER_GROUP];
+    for (int j = 0; j < KEYS_PER_GROUP; j++) {
+      rows[j] = k_rows->row[g * KEYS_PER_GROUP + j];
+      scales[j] = k_rows->scale[g * KEYS_PER_GROUP + j];
+      zeros[j] = k_rows->zero[g * KEYS_PER_GROUP + j];
+    }
+#pragma GCC unroll 8
     for (int64_t d = 0; d < dim; d += PAIR) {
       __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
-      for (int j = 0; j < KEYS_PER_GROUP; j++) {
-        const int key = g * KEYS_PER_GROUP + j;
-        /* a line per line the span starts: 1-byte rows every other span */
-        if (prefetch && (d * size) % FC_SWEEP_LINE == 0) {
+      for (int j = 0; j < KEYS_PER_GROUP; j++)
+        load_span(rows[j], dtype, pairs, d, span_of(d, dim), scales[j],
+                  zeros[j], &lo[j], &hi[j]);
+      /* a line per line the span starts: 1-byte rows every other span */
+      if (prefetch && (d * size) % FC_SWEEP_LINE == 0)
+        for (int j = 0; j < KEYS_PER_GROUP; j++) {
           fc_sweep_next(&sweep);
           if (PAIR * size > FC_SWEEP_LINE) fc_sweep_next(&sweep);
         }
-        load_span(k_rows->row[key], dtype, pairs, d, span_of(d, dim),
-                  k_rows->scale[key], k_rows->zero[key], &lo[j], &hi[j]);
-      }
       for (int s = 0; s < CHUNK; s++) {
         const __m512 q_lo = _mm512_loadu_ps(q + s * padded_dim + d);
         const __m512 q_hi = _mm512_loadu_ps(q + s * padded_dim + d + 16);
