@@ -15,6 +15,7 @@
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/registry.h"
+#include "simd/lanes_avx512.h"
 #include "simd/simd_avx512.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -30,24 +31,31 @@ static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
                                         fc_splitkv_int_weights *out) {
   const __m512 scale = _mm512_loadu_ps(v->scale);
   const __mmask16 keys = fc512_tail_mask(n);
+  __m512 w[CHUNK], size[CHUNK];
+  __mmask16 not_finite = 0;
+  for (int s = 0; s < CHUNK; s++) {
+    w[s] = _mm512_maskz_mul_ps((__mmask16)(seen[s] & keys),
+                               _mm512_loadu_ps(weights + s * BLOCK), scale);
+    size[s] = _mm512_abs_ps(w[s]);
+    not_finite |=
+        _mm512_cmp_ps_mask(size[s], _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+  }
+  if (not_finite) return false; /* NaN or inf */
+  /* The 4 slots' largest in one tree (lane s), not 4 reductions. */
+  float largest[16];
+  _mm512_storeu_ps(largest, fc512_max4_by_lane(size));
   __m512i codes[CHUNK];
   for (int s = 0; s < CHUNK; s++) {
-    const __m512 w = _mm512_maskz_mul_ps((__mmask16)(seen[s] & keys),
-                                         _mm512_loadu_ps(weights + s * BLOCK),
-                                         scale);
-    const __m512 size = _mm512_abs_ps(w);
-    if (_mm512_cmp_ps_mask(size, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ))
-      return false; /* NaN or inf */
-    const float largest = _mm512_reduce_max_ps(size);
-    if (largest == 0.0f) {
+    if (largest[s] == 0.0f) {
       codes[s] = _mm512_setzero_si512();
       out->step[s] = 0.0f;
       continue;
     }
-    const float inverse = 32767.0f / largest;
+    const float inverse = 32767.0f / largest[s];
     if (!(inverse <= FLT_MAX)) return false;
-    codes[s] = _mm512_cvtps_epi32(_mm512_mul_ps(w, _mm512_set1_ps(inverse)));
-    out->step[s] = largest / 32767.0f;
+    codes[s] =
+        _mm512_cvtps_epi32(_mm512_mul_ps(w[s], _mm512_set1_ps(inverse)));
+    out->step[s] = largest[s] / 32767.0f;
   }
   const __m512 zero = _mm512_loadu_ps(v->zero);
   for (int s = 0; s < CHUNK; s++) {
