@@ -4,6 +4,7 @@
 #ifndef FLASHCPU_SIMD_QUANT_CODES_AVX512_H
 #define FLASHCPU_SIMD_QUANT_CODES_AVX512_H
 
+#include <float.h>
 #include <immintrin.h>
 #include <stdint.h>
 
@@ -60,6 +61,27 @@ static inline __m512 fc512_dequant_lanes(flashcpu_dtype dtype,
                                          const char *row, int64_t d,
                                          __mmask16 mask, float scale,
                                          float zero) {
+  const float folded = scale * 256.0f; /* exact: a power of two */
+  if (dtype == FLASHCPU_DTYPE_F8_E4M3 && folded <= FLT_MAX) {
+    /* E4M3's f16 (value * 2^-8) times scale * 2^8: the bits of value *
+     * scale, two instructions fewer than scaling twice; the f16 built
+     * as sign << 8 beside magnitude << 7 in one ternary logic step. */
+    const __m256i wide =
+        _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mask, row + d));
+    const __m256i magnitude =
+        _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x7f)), 7);
+    const __m256i half = _mm256_ternarylogic_epi32(
+        _mm256_slli_epi16(wide, 8), magnitude, _mm256_set1_epi16((short)0x8000),
+        0xe4); /* sign bit from the first, the rest from the second */
+    const __m512 value = _mm512_cvtph_ps(half);
+    const __mmask16 nan =
+        _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f << 7));
+    const __m512 quiet = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+        _mm512_castps_si512(value), _mm512_set1_epi32((int)0x80000000u),
+        _mm512_set1_epi32(0x7fc00000), 0xea)); /* (value & sign) | qnan */
+    return _mm512_maskz_mul_ps(mask, _mm512_mask_mov_ps(value, nan, quiet),
+                               _mm512_set1_ps(folded));
+  }
   __m512 value = fc512_quant_codes(dtype, row, d, mask);
   if (dtype == FLASHCPU_DTYPE_U8)
     value = _mm512_maskz_sub_ps(mask, value, _mm512_set1_ps(zero));
