@@ -6,11 +6,31 @@
 
 #include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "common/quant.h"
 #include "flashcpu/flashcpu.h"
 #include "simd/q8_0_scale_f16c.h"
+
+/* 16 E4M3 codes as f32 values times 2^-8 (exact): the f16 with the code's
+ * sign in bit 15 and its magnitude in bits 7..13 (one ternary-logic step),
+ * NaN codes (magnitude 0x7f) as a quiet NaN of their sign. */
+static inline __m512 fc512_e4m3_quarter_byte(__m128i raw) {
+  const __m256i wide = _mm256_cvtepu8_epi16(raw);
+  const __m256i magnitude =
+      _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x7f)), 7);
+  const __m256i half = _mm256_ternarylogic_epi32(
+      _mm256_slli_epi16(wide, 8), magnitude, _mm256_set1_epi16((short)0x8000),
+      0xe4); /* bit 15 from the first operand, the rest from the second */
+  const __m512 value = _mm512_cvtph_ps(half);
+  const __mmask16 nan =
+      _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f << 7));
+  const __m512 quiet = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+      _mm512_castps_si512(value), _mm512_set1_epi32((int)0x80000000u),
+      _mm512_set1_epi32(0x7fc00000), 0xea)); /* (value & sign) | qnan */
+  return _mm512_mask_mov_ps(value, nan, quiet);
+}
 
 /* 16 codes from element d as f32 (Q8_0: times its block's d); lanes
  * outside mask are zero and read nothing. */
@@ -33,22 +53,8 @@ static inline __m512 fc512_quant_codes(flashcpu_dtype dtype,
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(raw));
   case FLASHCPU_DTYPE_F8_E5M2: /* an f16's upper byte */
     return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(raw), 8));
-  default: { /* E4M3 as an f16 of value * 2^-8 (exact), times 2^8 */
-    const __m256i wide = _mm256_cvtepu8_epi16(raw);
-    const __m256i magnitude = _mm256_and_si256(wide, _mm256_set1_epi16(0x7f));
-    const __m256i half = _mm256_or_si256(
-        _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x80)), 8),
-        _mm256_slli_epi16(magnitude, 7));
-    const __m512 value =
-        _mm512_mul_ps(_mm512_cvtph_ps(half), _mm512_set1_ps(256.0f));
-    const __mmask16 nan =
-        _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f));
-    const __m512i quiet = _mm512_or_si512(
-        _mm512_and_si512(_mm512_castps_si512(value),
-                         _mm512_set1_epi32((int)0x80000000u)),
-        _mm512_set1_epi32(0x7fc00000));
-    return _mm512_mask_mov_ps(value, nan, _mm512_castsi512_ps(quiet));
-  }
+  default: /* E4M3 */
+    return _mm512_mul_ps(fc512_e4m3_quarter_byte(raw), _mm512_set1_ps(256.0f));
   }
 }
 
@@ -61,27 +67,13 @@ static inline __m512 fc512_dequant_lanes(flashcpu_dtype dtype,
                                          const char *row, int64_t d,
                                          __mmask16 mask, float scale,
                                          float zero) {
-  const float folded = scale * 256.0f; /* exact: a power of two */
-  if (dtype == FLASHCPU_DTYPE_F8_E4M3 && folded <= FLT_MAX) {
-    /* E4M3's f16 (value * 2^-8) times scale * 2^8: the bits of value *
-     * scale, two instructions fewer than scaling twice; the f16 built
-     * as sign << 8 beside magnitude << 7 in one ternary logic step. */
-    const __m256i wide =
-        _mm256_cvtepu8_epi16(_mm_maskz_loadu_epi8(mask, row + d));
-    const __m256i magnitude =
-        _mm256_slli_epi16(_mm256_and_si256(wide, _mm256_set1_epi16(0x7f)), 7);
-    const __m256i half = _mm256_ternarylogic_epi32(
-        _mm256_slli_epi16(wide, 8), magnitude, _mm256_set1_epi16((short)0x8000),
-        0xe4); /* sign bit from the first, the rest from the second */
-    const __m512 value = _mm512_cvtph_ps(half);
-    const __mmask16 nan =
-        _mm256_cmpeq_epi16_mask(magnitude, _mm256_set1_epi16(0x7f << 7));
-    const __m512 quiet = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
-        _mm512_castps_si512(value), _mm512_set1_epi32((int)0x80000000u),
-        _mm512_set1_epi32(0x7fc00000), 0xea)); /* (value & sign) | qnan */
-    return _mm512_maskz_mul_ps(mask, _mm512_mask_mov_ps(value, nan, quiet),
-                               _mm512_set1_ps(folded));
-  }
+  /* E4M3: the 2^8 folded into the scale (exact where it stays finite),
+   * one multiplication fewer with the same bits. */
+  const float folded = scale * 256.0f;
+  if (dtype == FLASHCPU_DTYPE_F8_E4M3 && fabsf(folded) <= FLT_MAX)
+    return _mm512_maskz_mul_ps(
+        mask, fc512_e4m3_quarter_byte(_mm_maskz_loadu_epi8(mask, row + d)),
+        _mm512_set1_ps(folded));
   __m512 value = fc512_quant_codes(dtype, row, d, mask);
   if (dtype == FLASHCPU_DTYPE_U8)
     value = _mm512_maskz_sub_ps(mask, value, _mm512_set1_ps(zero));

@@ -115,8 +115,8 @@ static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
     __m512 acc[CHUNK * KEYS_PER_GROUP];
     for (int i = 0; i < CHUNK * KEYS_PER_GROUP; i++)
       acc[i] = _mm512_setzero_ps();
-    /* The group's rows and scales in locals and the loop over head_dim
-     * unrolled where dim is a constant, as the integer scores do. */
+    /* The group's rows and scales in locals, as the integer scores keep
+     * theirs (splitkv_scores_avx512vnni.c). */
     const char *rows[KEYS_PER_GROUP];
     float scales[KEYS_PER_GROUP], zeros[KEYS_PER_GROUP];
     for (int j = 0; j < KEYS_PER_GROUP; j++) {
