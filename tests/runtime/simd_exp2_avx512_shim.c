@@ -10,15 +10,11 @@ void fc_test_exp2_avx512(const float *input, float *output, int count) {
   }
 }
 
-/* The exp2 of weights that are rounded to bf16 next: with the clamp for
- * -inf (finite = 0) and without it (finite = 1). */
-void fc_test_exp2_bf16_avx512(const float *input, float *output, int count,
-                              int finite) {
+/* The exp2 of weights that are rounded to bf16 next. */
+void fc_test_exp2_bf16_avx512(const float *input, float *output, int count) {
   for (int i = 0; i < count; i += 16) {
     __mmask16 mask = fc512_tail_mask(count - i);
     __m512 x = _mm512_maskz_loadu_ps(mask, input + i);
-    _mm512_mask_storeu_ps(output + i, mask,
-                          finite ? fc512_exp2_bf16(x, 1)
-                                 : fc512_exp2_bf16(x, 0));
+    _mm512_mask_storeu_ps(output + i, mask, fc512_exp2_bf16(x));
   }
 }
