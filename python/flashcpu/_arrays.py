@@ -2,6 +2,7 @@
 copies, and outputs of the same kind."""
 
 import ctypes
+import struct
 
 from . import errors
 from ._library import Tensor
@@ -139,12 +140,22 @@ def _address(shape, address):
     return address
 
 
+# flashcpu_tensor's bytes (data, dtype, dims[4], strides[4]) packed in one
+# step: a Tensor built from bytes costs a fifth of one built from fields
+# (0.4 against 2 us), and every call builds four.
+_TENSOR_BYTES = struct.Struct("@Pi4q4q")
+assert _TENSOR_BYTES.size == ctypes.sizeof(Tensor)
+
+
 def _ordered(address, code, shape, strides, layout):
     """The flashcpu_tensor [B, S, H, D] of a 4-dim geometry in layout."""
     if layout == "bshd":
-        return Tensor(address, code, shape, (strides[0], strides[1], strides[2], 1))
-    return Tensor(address, code, (shape[0], shape[2], shape[1], shape[3]),
-                  (strides[0], strides[2], strides[1], 1))
+        return Tensor.from_buffer_copy(_TENSOR_BYTES.pack(
+            address, code, shape[0], shape[1], shape[2], shape[3],
+            strides[0], strides[1], strides[2], 1))
+    return Tensor.from_buffer_copy(_TENSOR_BYTES.pack(
+        address, code, shape[0], shape[2], shape[1], shape[3],
+        strides[0], strides[2], strides[1], 1))
 
 
 def view(x, layout, what):
