@@ -158,15 +158,25 @@ def _ordered(address, code, shape, strides, layout):
         strides[0], strides[2], strides[1], 1))
 
 
-def view(x, layout, what):
-    """A flashcpu_tensor over x, [B, S, H, D] ("bshd") or [B, H, S, D]
-    ("bhsd"), the last dim contiguous."""
-    if _KINDS.get(type(x)) == "torch":  # the common case in a few steps
+def torch_view(x, layout):
+    """view()'s common case in a few steps: a 4-dim torch CPU float tensor
+    with its last dim contiguous and a non-NULL address; None for anything
+    else (view() then says what is wrong)."""
+    if _KINDS.get(type(x)) == "torch":
         code = _TORCH_DTYPES.get(x.dtype)
         if code is not None and x.is_cpu and x.dim() == 4:
             shape, strides, address = x.shape, x.stride(), x.data_ptr()
             if address and (strides[3] == 1 or shape[3] <= 1):
                 return _ordered(address, code, shape, strides, layout)
+    return None
+
+
+def view(x, layout, what):
+    """A flashcpu_tensor over x, [B, S, H, D] ("bshd") or [B, H, S, D]
+    ("bhsd"), the last dim contiguous."""
+    fast = torch_view(x, layout)
+    if fast is not None:
+        return fast
     shape, strides, address = geometry(x)
     if len(shape) != 4:
         _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",

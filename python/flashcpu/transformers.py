@@ -79,6 +79,10 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     # back, through a [B, H, L, Dv] view of it: no copy after the call.
     batch, heads, rows, _ = query.shape
     out = torch.empty((batch, rows, heads, value.shape[-1]), dtype=query.dtype)
+    if additive is None and lengths is None and s_aux is None and \
+            _api.attention_plain_torch(query, key, value, out, bool(causal), window,
+                                       float(softcap or 0.0), scaling) is not None:
+        return out, None  # the call without mask arrays, in fewer steps
     _api.attention(query, key, value, causal=bool(causal), window=window,
                    softcap=float(softcap or 0.0), scale=scaling, kv_lengths=lengths,
                    additive_mask=additive, sinks=s_aux, out=out.transpose(1, 2),
