@@ -184,17 +184,19 @@ def test_paged_custom_ops_and_their_fakes():
     assert torch.equal(out4, flashcpu.attention(q4, k4, v4, causal=True, sinks=sinks))
 
 
+class CausalModule:
+    """What the transformers backend reads of the attention module."""
+    is_causal = True
+    training = False
+
+
 def test_transformers_sinks_argument():
     import flashcpu.transformers as backend
-
-    class Module:
-        is_causal = True
-        training = False
 
     torch.manual_seed(4)
     q, k, v = torch.randn(1, 8, 5, 32), torch.randn(1, 2, 12, 32), torch.randn(1, 2, 12, 32)
     s_aux = torch.randn(8)
-    out, _ = backend.attention_forward(Module(), q, k, v, None, scaling=0.2, s_aux=s_aux)
+    out, _ = backend.attention_forward(CausalModule(), q, k, v, None, scaling=0.2, s_aux=s_aux)
     expected, _ = reference.attention(*(x.transpose(1, 2).numpy() for x in (q, k, v)),
                                       causal=True, scale=0.2, sinks=s_aux.numpy())
     np.testing.assert_allclose(out.numpy(), expected, atol=2e-5, rtol=1e-4)
@@ -206,22 +208,18 @@ def test_transformers_call_without_masks_reads_strided_views():
     output [B, L, H, D]."""
     import flashcpu.transformers as backend
 
-    class Module:
-        is_causal = True
-        training = False
-
     torch.manual_seed(5)
     q = torch.randn(2, 3, 8, 32).transpose(1, 2)
     cache_k, cache_v = torch.randn(2, 2, 20, 32), torch.randn(2, 2, 20, 32)
     k, v = cache_k[:, :, :12], cache_v[:, :, :12]
-    out, _ = backend.attention_forward(Module(), q, k, v, None, scaling=0.3)
+    out, _ = backend.attention_forward(CausalModule(), q, k, v, None, scaling=0.3)
     assert tuple(out.shape) == (2, 3, 8, 32)
     expected, _ = reference.attention(*(x.transpose(1, 2).numpy() for x in (q, k, v)),
                                       causal=True, scale=0.3)
     np.testing.assert_allclose(out.numpy(), expected, atol=2e-5, rtol=1e-4)
     # bf16, one query row: a decode step
     qb, kb, vb = (x.to(torch.bfloat16) for x in (q[:, :, -1:], k, v))
-    out, _ = backend.attention_forward(Module(), qb, kb, vb, None, scaling=0.3)
+    out, _ = backend.attention_forward(CausalModule(), qb, kb, vb, None, scaling=0.3)
     expected, _ = reference.attention(*(x.float().transpose(1, 2).numpy() for x in (qb, kb, vb)),
                                       causal=True, scale=0.3)
     np.testing.assert_allclose(out.float().numpy(), expected, atol=1e-2, rtol=1e-2)
@@ -230,15 +228,11 @@ def test_transformers_call_without_masks_reads_strided_views():
 def test_transformers_call_without_masks_raises_as_attention_does():
     import flashcpu.transformers as backend
 
-    class Module:
-        is_causal = True
-        training = False
-
     q, k, v = torch.randn(1, 8, 5, 32), torch.randn(1, 3, 12, 32), torch.randn(1, 3, 12, 32)
     with pytest.raises(flashcpu.ShapeMismatchError):  # 8 query heads onto 3
-        backend.attention_forward(Module(), q, k, v, None)
+        backend.attention_forward(CausalModule(), q, k, v, None)
     with pytest.raises(flashcpu.UnsupportedDtypeError):
-        backend.attention_forward(Module(), q.double(), k[:, :2].double(),
+        backend.attention_forward(CausalModule(), q.double(), k[:, :2].double(),
                                   v[:, :2].double(), None)
 
 
