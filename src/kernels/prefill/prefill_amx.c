@@ -16,6 +16,14 @@
 #define FC_AMX_KV_BLOCK 192
 #endif
 #define PF_KV_BLOCK_KEYS FC_AMX_KV_BLOCK
+/* Keys whose weights are computed beside each S^T tile step (four
+ * products, about 64 cycles): 4 keys are some 90 vector instructions, what
+ * the one vector port free beside the tiles issues meanwhile (8 stalled the
+ * tiles: 6% slower at one thread and 5-10% at 16 on an Intel Xeon). */
+#ifndef FC_AMX_WEIGH_KEYS /* a build may set another even count */
+#define FC_AMX_WEIGH_KEYS 4
+#endif
+#define PF_WEIGH_KEYS FC_AMX_WEIGH_KEYS
 /* 768 slots per tile (192 rows of a 4-head group), four times the
  * driver's, fewer where a problem has few tiles (prefill_tile_size.c): the
  * staging of each K/V block into tiles and its row fetches were a sixth of
