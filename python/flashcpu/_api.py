@@ -157,6 +157,13 @@ def _tree(mask, batch, rows):
     return tree, bits
 
 
+def _run(ctx, qv, kv, vv, ov, lse_pointer, params):
+    """flashcpu_attention on prepared views; raises on a non-zero status."""
+    _context.check(_lib.flashcpu_attention(
+        ctx.handle, ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv), ctypes.byref(ov),
+        lse_pointer, ctypes.byref(params)), ctx.handle)
+
+
 def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               kv_lengths=None, additive_mask=None, tree_mask=None, sinks=None,
               alibi_slopes=None, out=None, return_lse=False, layout="bshd",
@@ -229,10 +236,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
         tree, bits = _tree(tree_mask, batch, rows)
         params.tree_mask = ctypes.pointer(tree)
         keep.extend((tree, bits))
-    lse_pointer = None if lse is None else _arrays.geometry(lse)[2]
-    _context.check(_lib.flashcpu_attention(
-        ctx.handle, ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv), ctypes.byref(ov),
-        lse_pointer, ctypes.byref(params)), ctx.handle)
+    _run(ctx, qv, kv, vv, ov, None if lse is None else _arrays.geometry(lse)[2], params)
     out = _arrays.raw(out)
     return (out, lse) if return_lse else out
 
@@ -249,11 +253,8 @@ def attention_plain_torch(q, k, v, out, causal, window, softcap, scale):
     ov = _arrays.torch_view(out, "bshd")
     if qv is None or kv is None or vv is None or ov is None:
         return None
-    params = plain_params(causal, window, softcap, scale)
-    ctx = _context.default_context()
-    _context.check(_lib.flashcpu_attention(
-        ctx.handle, ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv), ctypes.byref(ov),
-        None, ctypes.byref(params)), ctx.handle)
+    _run(_context.default_context(), qv, kv, vv, ov, None,
+         plain_params(causal, window, softcap, scale))
     return out
 
 
