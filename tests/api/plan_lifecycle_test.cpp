@@ -114,7 +114,8 @@ TEST(PlanLifecycle, ForcedPrefillKernelRunsEveryRequest) {
 // cannot take that kernel, and the message says why.
 TEST(PlanLifecycle, PlansInt8PagesOntoTheirOwnKernel) {
   int ran = 0;
-  for (const std::string name : {"fc_decode_splitkv_i16dot__avx512vnni", "fc_decode_splitkv_i16dot__avx2"}) {
+  for (const std::string name : {"fc_decode_splitkv_i8dot__avx512vnni", "fc_decode_splitkv_i16dot__avx512vnni",
+                                 "fc_decode_splitkv_i16dot__avx2"}) {
     bool runnable = false;
     flashcpu_kernel_info info;
     for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)

@@ -180,8 +180,13 @@ bool CannotTake(flashcpu_status status, flashcpu_context *context) {
          std::string(flashcpu_last_error(context)).find("cannot take") != std::string::npos;
 }
 
-// Kernels whose scores round q to integers (registry rows named "i16dot").
-bool RoundsQ(Kernel kernel) { return std::string(kernel->name).find("i16dot") != std::string::npos; }
+// Kernels whose scores round q to integers (registry rows named "i16dot":
+// 15-bit codes and int16 weights; "i8dot": 8-bit codes and weights).
+bool RoundsQ(Kernel kernel) {
+  const std::string name = kernel->name;
+  return name.find("i16dot") != std::string::npos || name.find("i8dot") != std::string::npos;
+}
+bool RoundsToBytes(Kernel kernel) { return std::string(kernel->name).find("i8dot") != std::string::npos; }
 
 // The f32 split-KV kernel of an integer kernel's ISA.
 Kernel ExactKernelOf(Kernel kernel) {
@@ -229,15 +234,17 @@ TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
     ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
 }
 
-// A kernel that rounds q to 15-bit integers for its scores against the
-// exact kernel of its ISA on the same quantized cache: q's rounding moves
-// each (natural-log) score by at most max|q| * scale / 32766 * ||k_j||_1,
-// and a softmax whose scores move by at most e moves the output by at most
-// 2 e max|v| (to first order; twice that allowed). Where V is I8 or U8 the
-// weights times the rows' scales are rounded to int16 against each
-// 16-key block's largest: a step of at most w_max(block) * r / 32767 (r:
-// the largest over the smallest V row scale) for each weight, so at most
-// 16 r / 65534 max|v| on the normalised output (twice that allowed).
+// A kernel that rounds q to integers for its scores (codes up to c = 16383,
+// or 127 for byte dot products) against the exact kernel of its ISA on the
+// same quantized cache: q's rounding moves each (natural-log) score by at
+// most max|q| * scale / (2 c) * ||k_j||_1, and a softmax whose scores move
+// by at most e moves the output by at most 2 e max|v| (to first order;
+// twice that allowed). Where V is I8 or U8 the weights times the rows'
+// scales are rounded against each 16-key block's largest, to int16 (a
+// step of w_max(block) * r / 32767, r: the largest over the smallest V row
+// scale) or to bytes (w_max(block) * r / 255) for each weight, so at most
+// 16 r / (2 * 32767) (or / 510) max|v| on the normalised output (twice
+// that allowed).
 TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   const QuantCase &c = test_case();
   if (!RoundsQ(kernel())) GTEST_SKIP() << "exact scores: SameBytesAsTheDequantizedCache checks it";
@@ -260,14 +267,16 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
       l1 += std::fabs(static_cast<double>(in.k.dequantized[row * static_cast<size_t>(in.D) + static_cast<size_t>(d)]));
     k_l1 = std::max(k_l1, l1);
   }
-  const double score_error = q_max / std::sqrt(static_cast<double>(in.D)) / 32766.0 * k_l1;
+  const bool bytes = RoundsToBytes(kernel());
+  const double q_codes = bytes ? 127.0 : 16383.0, w_codes = bytes ? 255.0 : 32767.0;
+  const double score_error = q_max / std::sqrt(static_cast<double>(in.D)) / (2.0 * q_codes) * k_l1;
   double scale_ratio = 1.0;
   if (!in.v.scales.empty()) {
     const auto [low, high] = std::minmax_element(in.v.scales.begin(), in.v.scales.end());
     scale_ratio = static_cast<double>(*high) / static_cast<double>(*low);
   }
   const bool integer_values = c.v == FLASHCPU_DTYPE_I8 || c.v == FLASHCPU_DTYPE_U8;
-  const double value_error = integer_values ? 16.0 * scale_ratio / 65534.0 * v_max : 0.0;
+  const double value_error = integer_values ? 16.0 * scale_ratio / (2.0 * w_codes) * v_max : 0.0;
   const double bound = 4.0 * score_error * v_max + 2.0 * value_error + 1e-6;
   double worst = 0.0;
   for (size_t i = 0; i < out.size(); i++) {

@@ -64,8 +64,9 @@ flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
 
 /* A chunk's q rounded to integers for integer dot-product scores: slot s's
  * row is codes + s * stride (int16, |code| <= 16383, zero-padded to a
- * multiple of 32 elements), q_s[d] ~ codes[d] * scale[s], and sum[s] is
- * the sum of its codes (for U8 zero points). */
+ * multiple of 32 elements; with a q limit of 127, int8 codes at the same
+ * address: (const int8_t *)(codes + s * stride)), q_s[d] ~ codes[d] *
+ * scale[s], and sum[s] is the sum of its codes (zero points). */
 typedef struct fc_splitkv_int_q {
   const int16_t *codes;
   int64_t stride;
@@ -133,14 +134,24 @@ bool fc_splitkv_values_i16dot__avx512vnni(
     int64_t padded_dv, int64_t n, float *o, const float *weights,
     const float *alpha, const unsigned *seen, struct fc_prefetch_sweep *sweep);
 
+/* The byte values of AVX512-VNNI (splitkv_values_i8dot_avx512vnni.c):
+ * as fc_splitkv_int_values_fn, the weights rounded to 8 bits (0..255)
+ * against each slot's largest in the block instead of to int16. */
+bool fc_splitkv_values_i8dot__avx512vnni(
+    const struct fc_splitkv_rows *v, flashcpu_dtype v_dtype, int64_t dv,
+    int64_t padded_dv, int64_t n, float *o, const float *weights,
+    const float *alpha, const unsigned *seen, struct fc_prefetch_sweep *sweep);
+
 /* The integer dot-product kernels: int_scores where K is I8 or U8 read in
- * place and the chunk's q rounds to int16; int_values (may be NULL) for
- * those chunks where V is I8 or U8 read in place too. Everything else as
- * the ISA's f32 kernel. */
+ * place and the chunk's q rounds to integers (|code| <= q_limit: 16383,
+ * int16 codes, or 127, int8 codes); int_values (may be NULL) for those
+ * chunks where V is I8 or U8 read in place too. Everything else as the
+ * ISA's f32 kernel. */
 flashcpu_status fc_splitkv_run_avx512_int(const fc_kernel_env *env,
                                           const fc_problem *p,
                                           fc_splitkv_int_scores_fn int_scores,
-                                          fc_splitkv_int_values_fn int_values);
+                                          fc_splitkv_int_values_fn int_values,
+                                          int q_limit);
 flashcpu_status fc_splitkv_run_avx2_int(const fc_kernel_env *env,
                                         const fc_problem *p,
                                         fc_splitkv_int_scores_fn int_scores,

@@ -45,5 +45,5 @@ flashcpu_status fc_splitkv_run_avx2_int(const fc_kernel_env *env,
                                         const fc_problem *p,
                                         fc_splitkv_int_scores_fn int_scores,
                                         fc_splitkv_int_values_fn int_values) {
-  return DS_NAME(run)(env, p, NULL, int_scores, int_values);
+  return DS_NAME(run)(env, p, NULL, int_scores, int_values, 16383);
 }

@@ -65,9 +65,12 @@ typedef struct fc_splitkv_args {
   /* bf16 q and K by dot products on the raw rows (q copied unscaled,
    * q_factor applied to the sums); NULL: K widened to f32 and FMA. */
   fc_splitkv_bf16_scores_fn bf16_scores;
-  /* I8/U8 K read in place by integer dot products with q rounded to int16
-   * per row (chunks whose q is not finite take the f32 path); NULL: none. */
+  /* I8/U8 K read in place by integer dot products with q rounded to
+   * integers per row (chunks whose q is not finite take the f32 path);
+   * NULL: none. */
   fc_splitkv_int_scores_fn int_scores;
+  int int_q_limit; /* q's codes within +-int_q_limit: 16383 (int16) or 127
+                      (int8, fc_splitkv_int_q's bytes) */
   /* I8/U8 V read in place by integer dot products, for the chunks whose
    * scores are integer ones; NULL: none. */
   fc_splitkv_int_values_fn int_values;

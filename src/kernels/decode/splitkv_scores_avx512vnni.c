@@ -103,5 +103,5 @@ static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
 flashcpu_status fc_decode_splitkv_i16dot__avx512vnni(const fc_kernel_env *env,
                                                      const fc_problem *p) {
   return fc_splitkv_run_avx512_int(env, p, int16_scores,
-                                   fc_splitkv_values_i16dot__avx512vnni);
+                                   fc_splitkv_values_i16dot__avx512vnni, 16383);
 }
