@@ -415,19 +415,19 @@ typedef struct flashcpu_tensor {
  * the zero point only for U8 (0 for the others, and for U8 without zero
  * points). One exception, for speed: decode with an I8 or U8 K whose
  * scales do not vary along a row (on AVX2 also: head_dim a multiple of 16)
- * rounds each q row to integers for integer dot products with K's codes,
- * and where V is I8 or U8 too (on AVX2: v_head_dim a multiple of 16),
- * rounds each 16-key block's softmax weights times the V row scales to
- * integers for integer dot products with V's codes. With AVX512-VNNI
- * (fc_decode_splitkv_i8dot__avx512vnni) both go to 8 bits, as the codes
- * themselves are: q to within 1/254 of its row's largest element, weights
- * to within 1/510 of the block's largest (about 15% more RMS error than
- * the f32 path over an I8 cache of random data, against the I8 cache's
- * own 2.7x over bf16's). The kernel option or tune key `kernel =
- * fc_decode_splitkv_i16dot__avx512vnni` (and AVX2's integer kernel)
- * rounds to 15-bit q and int16 weights instead (2^-15 and 2^-16), and
- * `kernel = fc_decode_splitkv__avx512` (or `__avx2`) keeps them in f32.
- * The scales
+ * rounds each q row to 15-bit integers (to within 2^-15 of its largest
+ * element) for integer dot products with K's codes, and where V is I8 or
+ * U8 too (on AVX2: v_head_dim a multiple of 16), rounds each 16-key
+ * block's softmax weights times the V row scales to int16 (to within
+ * 2^-16 of the block's largest) for integer dot products with V's codes;
+ * the kernel option or tune key `kernel = fc_decode_splitkv__avx512` (or
+ * `__avx2`) keeps them in f32. With AVX512-VNNI, `kernel =
+ * fc_decode_splitkv_i8dot__avx512vnni` rounds both to 8 bits instead, as
+ * the codes themselves are (q to within 1/254 of its row's largest
+ * element, weights to within 1/510 of the block's largest: about 15% more
+ * RMS error than the f32 path over an I8 cache of random data, whose own
+ * is 2.7x bf16's); it is faster where a thread's arithmetic binds decode
+ * (one thread), no faster where memory does. The scales
  * of a tensor are a view of their own:
  *   scale(b, s, h, d) = data[b * strides[0] + s * strides[1] +
  *                            h * strides[2] + d * strides[3]]

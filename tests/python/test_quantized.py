@@ -2,8 +2,6 @@
 attention over quantized codes, against a numpy decoding of the formats
 written here from their definitions (include/flashcpu/flashcpu.h)."""
 
-import os
-
 import numpy as np
 import pytest
 
@@ -54,33 +52,22 @@ def decode(x):
     return values
 
 
-def rounds_to_bytes():
-    """Whether decode's default kernel here is AVX512-VNNI's byte one (q and
-    the weights rounded to 8 bits) rather than a 15-bit one."""
-    if os.environ.get("FLASHCPU_ISA", "auto") not in ("auto", "avx512"):
-        return False
-    return any(k["name"] == "fc_decode_splitkv_i8dot__avx512vnni" and k["runnable"]
-               for k in flashcpu.info()["kernels"])
-
-
 def score_rounding(q, k_values, v_values, scale=None, v=None):
     """The tolerance for an int8 or uint8 K: decode's integer kernels (AVX2,
-    AVX512-VNNI) round each q row to integers (the header's one exception):
-    codes up to c = 16383 (or 127 for the byte kernel), within 1 / (2 c) of
-    its largest element, which moves a score by at most scale * max|q| /
-    (2 c) * sum_d |k_d|, and the output by at most twice that times max|v|.
-    Where V (v, quantized) is int8 or uint8 too, they round each 16-key
-    block's weights times the V row scales to w = 32767 (or 255) steps of
-    the largest: at most 16 r / (2 w) max|v| more (r: the largest V row
-    scale over the smallest), twice that allowed."""
-    q_codes, w_codes = (127, 255) if rounds_to_bytes() else (16383, 32767)
+    AVX512-VNNI) round each q row to 15-bit integers (within 2^-15 of its
+    largest element; the header's one exception), which moves a score by at
+    most scale * 2^-15 * max|q| * sum_d |k_d|, and the output by at most
+    twice that times max|v|. Where V (v, quantized) is int8 or uint8 too,
+    they round each 16-key block's weights times the V row scales to int16:
+    at most 16 r / 65534 max|v| more (r: the largest V row scale over the
+    smallest), twice that allowed."""
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    score = scale / (2 * q_codes) * np.abs(q).max() * np.abs(k_values).sum(axis=-1).max()
+    score = scale * 2.0 ** -15 * np.abs(q).max() * np.abs(k_values).sum(axis=-1).max()
     tolerance = 2e-5 + 2 * score * np.abs(v_values).max()
     if v is not None and v.format in ("i8", "u8"):
         scales = np.asarray(v.scales, dtype=np.float64) if v.scales is not None else np.ones(1)
         ratio = np.abs(scales).max() / np.abs(scales).min()
-        tolerance += 2 * 16 * ratio / (2 * w_codes) * np.abs(v_values).max()
+        tolerance += 2 * 16 * ratio / 65534 * np.abs(v_values).max()
     return tolerance
 
 
