@@ -12,6 +12,7 @@
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_common.h"
+#include "kernels/decode/splitkv_int_scores_avx512.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
 #include "simd/simd_avx512.h"
@@ -70,23 +71,9 @@ static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
     groups[g] = fc512_sum16_by_lane_as(acc, 1); /* exact */
   }
   if (prefetch) *shared = sweep;
-  /* Lane 4 * key + slot of groups[g] (in each 128-bit lane g'): the 128-bit
-   * transpose puts slot s's 16 keys in one vector, as fc512_transpose_128x4
-   * does for the f32 path. */
-  __m512 sums[BLOCK / KEYS], scores[CHUNK];
-  for (int g = 0; g < BLOCK / KEYS; g++)
-    sums[g] = _mm512_cvtepi32_ps(groups[g]);
-  fc512_transpose_128x4(sums, scores);
-  const __m512 row_scale = _mm512_loadu_ps(k->scale);
   const __m512 zero = _mm512_loadu_ps(k->zero);
-  for (int s = 0; s < CHUNK; s++) {
-    __m512 value = scores[s];
-    if (dtype == FLASHCPU_DTYPE_U8)
-      value = _mm512_fnmadd_ps(zero, _mm512_set1_ps(q->sum[s]), value);
-    value = _mm512_mul_ps(_mm512_mul_ps(value, row_scale),
-                          _mm512_set1_ps(q->scale[s]));
-    _mm512_storeu_ps(out + s * BLOCK, fc512_saturate(value));
-  }
+  fc512_int_scores_finish(groups, k, q,
+                          dtype == FLASHCPU_DTYPE_U8 ? &zero : NULL, out);
 }
 
 static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,

@@ -12,6 +12,7 @@
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_common.h"
+#include "kernels/decode/splitkv_int_scores_avx512.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
 #include "simd/simd_avx512.h"
@@ -70,25 +71,12 @@ static ALWAYS_INLINE void scores_bytes(const fc_splitkv_rows *k,
     groups[g] = fc512_sum16_by_lane_as(acc, 1); /* exact */
   }
   if (prefetch) *shared = sweep;
-  /* Lane 4 * key + slot of groups[g]: as in splitkv_scores_avx512vnni.c. */
-  __m512 sums[BLOCK / KEYS], scores[CHUNK];
-  for (int g = 0; g < BLOCK / KEYS; g++)
-    sums[g] = _mm512_cvtepi32_ps(groups[g]);
-  fc512_transpose_128x4(sums, scores);
-  const __m512 row_scale = _mm512_loadu_ps(k->scale);
   /* The codes' offset from their values: U8's zero point, or the 128 the
    * flipped sign bit added to I8's. */
   const __m512 offset = dtype == FLASHCPU_DTYPE_U8
                             ? _mm512_loadu_ps(k->zero)
                             : _mm512_set1_ps(128.0f);
-  for (int s = 0; s < CHUNK; s++) {
-    const __m512 value =
-        _mm512_fnmadd_ps(offset, _mm512_set1_ps(q->sum[s]), scores[s]);
-    _mm512_storeu_ps(out + s * BLOCK,
-                     fc512_saturate(_mm512_mul_ps(
-                         _mm512_mul_ps(value, row_scale),
-                         _mm512_set1_ps(q->scale[s]))));
-  }
+  fc512_int_scores_finish(groups, k, q, &offset, out);
 }
 
 static void byte_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
