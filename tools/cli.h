@@ -35,6 +35,8 @@ typedef struct run_options {
   int check_rows; /* sampled rows checked against the oracle; 0: none */
   int layers;     /* KV caches rotated in decode and verify; 0: enough for
                      the LLC */
+  const char *against_tune; /* a second context's tune file, timed in
+                               turns with the first; NULL: none */
 } run_options;
 
 /* Parses `flashcpu run` arguments (argv[0] is "run"). Returns -1 when the

@@ -58,6 +58,11 @@ void cli_print_run_help(FILE *stream) {
 "  --layers N           KV caches rotated in decode and verify; 0 = enough\n"
 "                       to exceed the last-level cache 4 times, at least 32,\n"
 "                       within a quarter of RAM (default 0)\n"
+"  --against-tune FILE  also time a second context set by the tune file\n"
+"                       FILE, the two in turns (bursts of 5 calls, each\n"
+"                       after a pause that lets the other's threads\n"
+"                       sleep), and report its time over the first's: an\n"
+"                       A/B of two settings on a host whose speed drifts\n"
 "  -h, --help           this help\n"
 "\n"
 "presets:\n");
@@ -88,7 +93,8 @@ static bool is_valued_flag(const char *flag) {
       "--preset", "--phase",   "--rows",    "--kv",      "--batch",
       "--dtype",  "--kv-dtype", "--out-dtype", "--threads", "--isa",
       "--window", "--softcap", "--reps",    "--check-rows", "--layers",
-      "--team-level", "--max-team", "--page-size", "--prefix"};
+      "--team-level", "--max-team", "--page-size", "--prefix",
+      "--against-tune"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(flag, flags[i]) == 0) return true;
   return false;
@@ -289,6 +295,8 @@ static int apply_valued(run_options *options, const char *flag,
                           &options->page_size);
   } else if (strcmp(flag, "--prefix") == 0) {
     return integer_option(flag, value, 0, INT64_C(1) << 26, &options->prefix);
+  } else if (strcmp(flag, "--against-tune") == 0) {
+    options->against_tune = value;
   }
   return -1;
 }

@@ -19,8 +19,14 @@ enum {
   DEFAULT_VERIFY_ROWS = 8,
   DEFAULT_SERVE_KV = 32768,
   DEFAULT_SERVE_ROWS = 512,
-  DEFAULT_SERVE_BATCH = 32
+  DEFAULT_SERVE_BATCH = 32,
+  AGAINST_DEFAULT_REPS = 30, /* each context's, with --against-tune */
+  AGAINST_BURST_CALLS = 5    /* timed calls a context makes in its turn */
 };
+/* Before each turn: the idle threads of the other context's pool fall
+ * asleep (they would compete for the cores), and the turn's first call,
+ * untimed, wakes this context's. */
+static const double AGAINST_PAUSE_SECONDS = 0.03;
 static const double AUTO_SECONDS = 1.0;
 static const double QUICK_CALL_SECONDS = 0.1;
 static const uint64_t CHECK_SEED = 0xc4ec5eedull;
@@ -113,6 +119,58 @@ static int compare_doubles(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* reps sorted times into *result. */
+static void summarize(double *seconds, int reps, timing *result) {
+  qsort(seconds, (size_t)reps, sizeof(double), compare_doubles);
+  result->reps = reps;
+  result->min = seconds[0];
+  result->max = seconds[reps - 1];
+  result->median = reps % 2 ? seconds[reps / 2]
+                            : 0.5 * (seconds[reps / 2 - 1] + seconds[reps / 2]);
+}
+
+/* A second context, timed in turns with the first (--against-tune). */
+typedef struct against_context {
+  flashcpu_context *ctx;
+  flashcpu_plan *plan;
+  timing timing;
+} against_context;
+
+/* The two contexts in turns, bursts of AGAINST_BURST_CALLS timed calls
+ * each, both walking one sequence of KV layers, until each has `reps`. */
+static flashcpu_status time_in_turns(flashcpu_context *ctx,
+                                     const toolkit_workload *workload,
+                                     const flashcpu_plan *plan, int reps,
+                                     timing *result, against_context *other) {
+  double *seconds = malloc(2 * (size_t)reps * sizeof(double));
+  if (!seconds) return FLASHCPU_ERROR_OUT_OF_MEMORY;
+  flashcpu_context *const contexts[2] = {ctx, other->ctx};
+  const flashcpu_plan *const plans[2] = {plan, other->plan};
+  int done[2] = {0, 0}, layer = 0;
+  flashcpu_status status = FLASHCPU_OK;
+  while (status == FLASHCPU_OK && done[1] < reps) {
+    for (int side = 0; side < 2 && status == FLASHCPU_OK; side++) {
+      toolkit_sleep_seconds(AGAINST_PAUSE_SECONDS);
+      status = toolkit_workload_call(contexts[side], workload, plans[side],
+                                     layer++);
+      for (int i = 0; i < AGAINST_BURST_CALLS && done[side] < reps &&
+                      status == FLASHCPU_OK;
+           i++) {
+        const double start = toolkit_now_seconds();
+        status = toolkit_workload_call(contexts[side], workload, plans[side],
+                                       layer++);
+        seconds[side * reps + done[side]++] = toolkit_now_seconds() - start;
+      }
+    }
+  }
+  if (status == FLASHCPU_OK) {
+    summarize(seconds, reps, result);
+    summarize(seconds + reps, reps, &other->timing);
+  }
+  free(seconds);
+  return status;
+}
+
 /* Warm-up, then timed calls, each on the next KV layer. */
 static flashcpu_status time_calls(flashcpu_context *ctx,
                                   const toolkit_workload *workload,
@@ -138,14 +196,7 @@ static flashcpu_status time_calls(flashcpu_context *ctx,
     seconds[reps] = toolkit_now_seconds() - start;
     total += seconds[reps++];
   }
-  if (status == FLASHCPU_OK) {
-    qsort(seconds, (size_t)reps, sizeof(double), compare_doubles);
-    result->reps = reps;
-    result->min = seconds[0];
-    result->max = seconds[reps - 1];
-    result->median = reps % 2 ? seconds[reps / 2]
-                              : 0.5 * (seconds[reps / 2 - 1] + seconds[reps / 2]);
-  }
+  if (status == FLASHCPU_OK) summarize(seconds, reps, result);
   free(seconds);
   return status;
 }
@@ -228,11 +279,30 @@ static flashcpu_status make_plan(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
-/* Builds, times and checks one workload; *median gets its median time. */
+/* The second context's time against the first's, and its own check (its
+ * last call's output, on layer `layer`). */
+static bool print_against(const run_options *options,
+                          const toolkit_workload *workload,
+                          const timing *first, against_context *other,
+                          int layer) {
+  char median[32], min[32], max[32];
+  format_time(other->timing.median, median, sizeof median);
+  format_time(other->timing.min, min, sizeof min);
+  format_time(other->timing.max, max, sizeof max);
+  printf("  against    %s: median %s, min %s, max %s (%d reps, in turns "
+         "with the above): %.3f x its median time, %.3f x its min\n",
+         options->against_tune, median, min, max, other->timing.reps,
+         other->timing.median / first->median, other->timing.min / first->min);
+  printf("             kernels %s\n", flashcpu_context_last_kernels(other->ctx));
+  return print_check(workload, layer, options->check_rows);
+}
+
+/* Builds, times and checks one workload; *median gets its median time.
+ * With other, its context is timed in turns with ctx. */
 static int measure(flashcpu_context *ctx, const run_options *options,
                    const toolkit_workload_spec *spec,
                    const toolkit_ceilings *ceilings, bool contiguous_twin,
-                   double *median) {
+                   against_context *other, double *median) {
   toolkit_workload workload;
   char error[256];
   if (toolkit_workload_build(spec, &workload, error, sizeof error) != 0) {
@@ -255,13 +325,29 @@ static int measure(flashcpu_context *ctx, const run_options *options,
   int exit_code = CLI_EXIT_OK;
   flashcpu_plan *plan = NULL;
   flashcpu_status status = make_plan(ctx, &workload, &plan);
+  flashcpu_context *failed = ctx;
   timing measured = {0, 0.0, 0.0, 0.0, 0};
-  if (status == FLASHCPU_OK)
+  if (status == FLASHCPU_OK && other) {
+    failed = other->ctx;
+    status = toolkit_workload_plan(other->ctx, &workload, &other->plan);
+    if (status == FLASHCPU_OK) {
+      failed = ctx;
+      status = time_in_turns(ctx, &workload, plan,
+                             options->reps > 0 ? options->reps
+                                               : AGAINST_DEFAULT_REPS,
+                             &measured, other);
+    }
+    /* Each context's output checked after a call of its own. */
+    if (status == FLASHCPU_OK)
+      status = toolkit_workload_call(ctx, &workload, plan, 0);
+    measured.last_layer = 0;
+  } else if (status == FLASHCPU_OK) {
     status = time_calls(ctx, &workload, plan, options->reps, &measured);
+  }
   if (status != FLASHCPU_OK) {
     fprintf(stderr, "flashcpu run: %s failed: %s: %s\n",
             spec->page_size > 0 ? "the paged step" : "flashcpu_attention",
-            flashcpu_status_name(status), flashcpu_last_error(ctx));
+            flashcpu_status_name(status), flashcpu_last_error(failed));
     exit_code = CLI_EXIT_FAILURE;
   } else {
     print_timing(&workload, &measured, ceilings,
@@ -269,6 +355,21 @@ static int measure(flashcpu_context *ctx, const run_options *options,
     if (!print_check(&workload, measured.last_layer, options->check_rows))
       exit_code = CLI_EXIT_FAILURE;
     *median = measured.median;
+    if (other) {
+      status = toolkit_workload_call(other->ctx, &workload, other->plan, 0);
+      if (status != FLASHCPU_OK) {
+        fprintf(stderr, "flashcpu run: the --against-tune context failed: "
+                "%s: %s\n", flashcpu_status_name(status),
+                flashcpu_last_error(other->ctx));
+        exit_code = CLI_EXIT_FAILURE;
+      } else if (!print_against(options, &workload, &measured, other, 0)) {
+        exit_code = CLI_EXIT_FAILURE;
+      }
+    }
+  }
+  if (other) {
+    flashcpu_plan_destroy(other->plan);
+    other->plan = NULL;
   }
   flashcpu_plan_destroy(plan);
   toolkit_workload_free(&workload);
@@ -278,13 +379,15 @@ static int measure(flashcpu_context *ctx, const run_options *options,
 /* A paged case is followed by the same case on contiguous K/V (built once
  * the paged one is freed, so the two never hold memory together). */
 static int run_case(flashcpu_context *ctx, const run_options *options,
-                    toolkit_phase phase, const toolkit_ceilings *ceilings) {
+                    toolkit_phase phase, const toolkit_ceilings *ceilings,
+                    against_context *other) {
   toolkit_workload_spec spec = make_spec(options, phase);
   double paged = 0.0, contiguous = 0.0;
-  int exit_code = measure(ctx, options, &spec, ceilings, false, &paged);
+  int exit_code = measure(ctx, options, &spec, ceilings, false, other, &paged);
   if (exit_code != CLI_EXIT_OK || spec.page_size == 0) return exit_code;
   spec.page_size = 0;
-  exit_code = measure(ctx, options, &spec, ceilings, true, &contiguous);
+  exit_code =
+      measure(ctx, options, &spec, ceilings, true, other, &contiguous);
   if (exit_code == CLI_EXIT_OK)
     printf("  paged      %.3f x the time on contiguous K/V\n",
            paged / contiguous);
@@ -305,6 +408,21 @@ int cli_run(const run_options *options) {
             flashcpu_status_name(status), flashcpu_last_error(NULL));
     return CLI_EXIT_FAILURE;
   }
+  against_context against = {NULL, NULL, {0, 0.0, 0.0, 0.0, 0}};
+  against_context *other_ctx = NULL;
+  if (options->against_tune) {
+    context_options.tune_file = options->against_tune;
+    status = flashcpu_context_create(&context_options, &against.ctx);
+    if (status != FLASHCPU_OK) {
+      fprintf(stderr,
+              "flashcpu run: flashcpu_context_create (--against-tune) "
+              "failed: %s: %s\n",
+              flashcpu_status_name(status), flashcpu_last_error(NULL));
+      flashcpu_context_destroy(ctx);
+      return CLI_EXIT_FAILURE;
+    }
+    other_ctx = &against;
+  }
   const int threads = flashcpu_context_num_threads(ctx);
   toolkit_cpu_info info;
   toolkit_cpu_info_query(&info);
@@ -316,6 +434,7 @@ int cli_run(const run_options *options) {
   toolkit_ceilings ceilings;
   if (toolkit_measure_ceilings(threads, &ceilings) != 0) {
     fprintf(stderr, "flashcpu run: cannot allocate the bandwidth buffer\n");
+    flashcpu_context_destroy(against.ctx);
     flashcpu_context_destroy(ctx);
     return CLI_EXIT_FAILURE;
   }
@@ -323,17 +442,22 @@ int cli_run(const run_options *options) {
   toolkit_print_ceilings(stdout, &ceilings);
   int exit_code = CLI_EXIT_OK;
   if (options->run_decode &&
-      run_case(ctx, options, TOOLKIT_PHASE_DECODE, &ceilings) != CLI_EXIT_OK)
+      run_case(ctx, options, TOOLKIT_PHASE_DECODE, &ceilings, other_ctx) !=
+          CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
   if (options->run_verify &&
-      run_case(ctx, options, TOOLKIT_PHASE_VERIFY, &ceilings) != CLI_EXIT_OK)
+      run_case(ctx, options, TOOLKIT_PHASE_VERIFY, &ceilings, other_ctx) !=
+          CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
   if (options->run_prefill &&
-      run_case(ctx, options, TOOLKIT_PHASE_PREFILL, &ceilings) != CLI_EXIT_OK)
+      run_case(ctx, options, TOOLKIT_PHASE_PREFILL, &ceilings, other_ctx) !=
+          CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
   if (options->run_serve &&
-      run_case(ctx, options, TOOLKIT_PHASE_SERVE, &ceilings) != CLI_EXIT_OK)
+      run_case(ctx, options, TOOLKIT_PHASE_SERVE, &ceilings, other_ctx) !=
+          CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
+  flashcpu_context_destroy(against.ctx);
   flashcpu_context_destroy(ctx);
   return exit_code;
 }

@@ -9,3 +9,11 @@ double toolkit_now_seconds(void) {
   clock_gettime(CLOCK_MONOTONIC, &now);
   return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
 }
+
+void toolkit_sleep_seconds(double seconds) {
+  struct timespec wait;
+  wait.tv_sec = (time_t)seconds;
+  wait.tv_nsec = (long)((seconds - (double)wait.tv_sec) * 1e9);
+  while (nanosleep(&wait, &wait) != 0) {
+  }
+}

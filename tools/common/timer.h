@@ -10,6 +10,10 @@ extern "C" {
 /* Seconds since an arbitrary fixed point (CLOCK_MONOTONIC). */
 double toolkit_now_seconds(void);
 
+/* Sleeps for about `seconds` (a few milliseconds: long enough for the
+ * idle threads of a pool to fall asleep). */
+void toolkit_sleep_seconds(double seconds);
+
 #ifdef __cplusplus
 }
 #endif
