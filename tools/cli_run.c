@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_turns.h"
 #include "common/ceilings.h"
 #include "common/cpu_info.h"
 #include "common/timer.h"
@@ -19,23 +20,13 @@ enum {
   DEFAULT_VERIFY_ROWS = 8,
   DEFAULT_SERVE_KV = 32768,
   DEFAULT_SERVE_ROWS = 512,
-  DEFAULT_SERVE_BATCH = 32,
-  AGAINST_DEFAULT_REPS = 30, /* each context's, with --against-tune */
-  AGAINST_BURST_CALLS = 5    /* timed calls a context makes in its turn */
+  DEFAULT_SERVE_BATCH = 32
 };
-/* Before each turn: the idle threads of the other context's pool fall
- * asleep (they would compete for the cores), and the turn's first call,
- * untimed, wakes this context's. */
-static const double AGAINST_PAUSE_SECONDS = 0.03;
 static const double AUTO_SECONDS = 1.0;
 static const double QUICK_CALL_SECONDS = 0.1;
 static const uint64_t CHECK_SEED = 0xc4ec5eedull;
 
-typedef struct timing {
-  int reps;
-  double median, min, max; /* seconds */
-  int last_layer;          /* the layer whose result out holds */
-} timing;
+typedef cli_timing timing;
 
 static toolkit_workload_spec make_spec(const run_options *options,
                                        toolkit_phase phase) {
@@ -114,63 +105,6 @@ static void print_case(const toolkit_workload *workload) {
   printf("\n");
 }
 
-static int compare_doubles(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* reps sorted times into *result. */
-static void summarize(double *seconds, int reps, timing *result) {
-  qsort(seconds, (size_t)reps, sizeof(double), compare_doubles);
-  result->reps = reps;
-  result->min = seconds[0];
-  result->max = seconds[reps - 1];
-  result->median = reps % 2 ? seconds[reps / 2]
-                            : 0.5 * (seconds[reps / 2 - 1] + seconds[reps / 2]);
-}
-
-/* A second context, timed in turns with the first (--against-tune). */
-typedef struct against_context {
-  flashcpu_context *ctx;
-  flashcpu_plan *plan;
-  timing timing;
-} against_context;
-
-/* The two contexts in turns, bursts of AGAINST_BURST_CALLS timed calls
- * each, both walking one sequence of KV layers, until each has `reps`. */
-static flashcpu_status time_in_turns(flashcpu_context *ctx,
-                                     const toolkit_workload *workload,
-                                     const flashcpu_plan *plan, int reps,
-                                     timing *result, against_context *other) {
-  double *seconds = malloc(2 * (size_t)reps * sizeof(double));
-  if (!seconds) return FLASHCPU_ERROR_OUT_OF_MEMORY;
-  flashcpu_context *const contexts[2] = {ctx, other->ctx};
-  const flashcpu_plan *const plans[2] = {plan, other->plan};
-  int done[2] = {0, 0}, layer = 0;
-  flashcpu_status status = FLASHCPU_OK;
-  while (status == FLASHCPU_OK && done[1] < reps) {
-    for (int side = 0; side < 2 && status == FLASHCPU_OK; side++) {
-      toolkit_sleep_seconds(AGAINST_PAUSE_SECONDS);
-      status = toolkit_workload_call(contexts[side], workload, plans[side],
-                                     layer++);
-      for (int i = 0; i < AGAINST_BURST_CALLS && done[side] < reps &&
-                      status == FLASHCPU_OK;
-           i++) {
-        const double start = toolkit_now_seconds();
-        status = toolkit_workload_call(contexts[side], workload, plans[side],
-                                       layer++);
-        seconds[side * reps + done[side]++] = toolkit_now_seconds() - start;
-      }
-    }
-  }
-  if (status == FLASHCPU_OK) {
-    summarize(seconds, reps, result);
-    summarize(seconds + reps, reps, &other->timing);
-  }
-  free(seconds);
-  return status;
-}
-
 /* Warm-up, then timed calls, each on the next KV layer. */
 static flashcpu_status time_calls(flashcpu_context *ctx,
                                   const toolkit_workload *workload,
@@ -196,7 +130,7 @@ static flashcpu_status time_calls(flashcpu_context *ctx,
     seconds[reps] = toolkit_now_seconds() - start;
     total += seconds[reps++];
   }
-  if (status == FLASHCPU_OK) summarize(seconds, reps, result);
+  if (status == FLASHCPU_OK) cli_summarize(seconds, reps, result);
   free(seconds);
   return status;
 }
@@ -279,30 +213,51 @@ static flashcpu_status make_plan(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
-/* The second context's time against the first's, and its own check (its
- * last call's output, on layer `layer`). */
-static bool print_against(const run_options *options,
-                          const toolkit_workload *workload,
-                          const timing *first, against_context *other,
-                          int layer) {
+/* The second side of a comparison in turns, against the timed calls:
+ * another context (then its own check, after a call on layer 0) or the
+ * read of the call's bytes. */
+static bool print_second_side(const run_options *options,
+                              const toolkit_workload *workload,
+                              const timing *first, const cli_turn_side *other,
+                              const timing *second, double per_turn) {
   char median[32], min[32], max[32];
-  format_time(other->timing.median, median, sizeof median);
-  format_time(other->timing.min, min, sizeof min);
-  format_time(other->timing.max, max, sizeof max);
+  format_time(second->median, median, sizeof median);
+  format_time(second->min, min, sizeof min);
+  format_time(second->max, max, sizeof max);
+  if (!other->ctx) {
+    const double bytes = workload->bytes_per_call;
+    printf("  read       in turns: %.3g GB/s median, %.3g best, %.3g worst "
+           "(reading the call's %.3g MB, %d reps): the calls' median rate is "
+           "%.3g%% of it, %.3g%% per turn\n",
+           bytes / second->median * 1e-9, bytes / second->min * 1e-9,
+           bytes / second->max * 1e-9, bytes * 1e-6, second->reps,
+           100.0 * second->median / first->median, 100.0 * per_turn);
+    return true;
+  }
   printf("  against    %s: median %s, min %s, max %s (%d reps, in turns "
-         "with the above): %.3f x its median time, %.3f x its min\n",
-         options->against_tune, median, min, max, other->timing.reps,
-         other->timing.median / first->median, other->timing.min / first->min);
+         "with the above): %.3f x its median time (%.3f per turn), %.3f x "
+         "its min\n",
+         options->against_tune, median, min, max, second->reps,
+         second->median / first->median, per_turn, second->min / first->min);
   printf("             kernels %s\n", flashcpu_context_last_kernels(other->ctx));
-  return print_check(workload, layer, options->check_rows);
+  const flashcpu_status status =
+      toolkit_workload_call(other->ctx, workload, other->plan, 0);
+  if (status != FLASHCPU_OK) {
+    fprintf(stderr, "flashcpu run: the --against-tune context failed: %s: "
+            "%s\n", flashcpu_status_name(status),
+            flashcpu_last_error(other->ctx));
+    return false;
+  }
+  return print_check(workload, 0, options->check_rows);
 }
 
 /* Builds, times and checks one workload; *median gets its median time.
- * With other, its context is timed in turns with ctx. */
+ * With other (its plan made here where it has a context), the calls are
+ * timed in turns with it. */
 static int measure(flashcpu_context *ctx, const run_options *options,
                    const toolkit_workload_spec *spec,
                    const toolkit_ceilings *ceilings, bool contiguous_twin,
-                   against_context *other, double *median) {
+                   cli_turn_side *other, double *median) {
   toolkit_workload workload;
   char error[256];
   if (toolkit_workload_build(spec, &workload, error, sizeof error) != 0) {
@@ -323,21 +278,29 @@ static int measure(flashcpu_context *ctx, const run_options *options,
   }
   fflush(stdout);
   int exit_code = CLI_EXIT_OK;
-  flashcpu_plan *plan = NULL;
+  flashcpu_plan *plan = NULL, *other_plan = NULL;
   flashcpu_status status = make_plan(ctx, &workload, &plan);
   flashcpu_context *failed = ctx;
-  timing measured = {0, 0.0, 0.0, 0.0, 0};
+  timing measured = {0, 0.0, 0.0, 0.0, 0}, second = measured;
+  double per_turn = 0.0;
   if (status == FLASHCPU_OK && other) {
-    failed = other->ctx;
-    status = toolkit_workload_plan(other->ctx, &workload, &other->plan);
+    if (other->ctx) {
+      failed = other->ctx;
+      status = toolkit_workload_plan(other->ctx, &workload, &other_plan);
+      other->plan = other_plan;
+    }
     if (status == FLASHCPU_OK) {
       failed = ctx;
-      status = time_in_turns(ctx, &workload, plan,
-                             options->reps > 0 ? options->reps
-                                               : AGAINST_DEFAULT_REPS,
-                             &measured, other);
+      const cli_turn_side sides[2] = {{ctx, plan, NULL}, *other};
+      timing results[2];
+      status = cli_time_in_turns(
+          sides, &workload,
+          options->reps > 0 ? options->reps : CLI_TURN_DEFAULT_REPS, results,
+          &per_turn);
+      measured = results[0];
+      second = results[1];
     }
-    /* Each context's output checked after a call of its own. */
+    /* The output checked is that of a call on layer 0. */
     if (status == FLASHCPU_OK)
       status = toolkit_workload_call(ctx, &workload, plan, 0);
     measured.last_layer = 0;
@@ -355,22 +318,12 @@ static int measure(flashcpu_context *ctx, const run_options *options,
     if (!print_check(&workload, measured.last_layer, options->check_rows))
       exit_code = CLI_EXIT_FAILURE;
     *median = measured.median;
-    if (other) {
-      status = toolkit_workload_call(other->ctx, &workload, other->plan, 0);
-      if (status != FLASHCPU_OK) {
-        fprintf(stderr, "flashcpu run: the --against-tune context failed: "
-                "%s: %s\n", flashcpu_status_name(status),
-                flashcpu_last_error(other->ctx));
-        exit_code = CLI_EXIT_FAILURE;
-      } else if (!print_against(options, &workload, &measured, other, 0)) {
-        exit_code = CLI_EXIT_FAILURE;
-      }
-    }
+    if (other && !print_second_side(options, &workload, &measured, other,
+                                    &second, per_turn))
+      exit_code = CLI_EXIT_FAILURE;
   }
-  if (other) {
-    flashcpu_plan_destroy(other->plan);
-    other->plan = NULL;
-  }
+  if (other) other->plan = NULL;
+  flashcpu_plan_destroy(other_plan);
   flashcpu_plan_destroy(plan);
   toolkit_workload_free(&workload);
   return exit_code;
@@ -380,7 +333,7 @@ static int measure(flashcpu_context *ctx, const run_options *options,
  * the paged one is freed, so the two never hold memory together). */
 static int run_case(flashcpu_context *ctx, const run_options *options,
                     toolkit_phase phase, const toolkit_ceilings *ceilings,
-                    against_context *other) {
+                    cli_turn_side *other) {
   toolkit_workload_spec spec = make_spec(options, phase);
   double paged = 0.0, contiguous = 0.0;
   int exit_code = measure(ctx, options, &spec, ceilings, false, other, &paged);
@@ -408,8 +361,8 @@ int cli_run(const run_options *options) {
             flashcpu_status_name(status), flashcpu_last_error(NULL));
     return CLI_EXIT_FAILURE;
   }
-  against_context against = {NULL, NULL, {0, 0.0, 0.0, 0.0, 0}};
-  against_context *other_ctx = NULL;
+  cli_turn_side against = {NULL, NULL, NULL};
+  cli_turn_side *other_ctx = NULL;
   if (options->against_tune) {
     context_options.tune_file = options->against_tune;
     status = flashcpu_context_create(&context_options, &against.ctx);
@@ -440,6 +393,15 @@ int cli_run(const run_options *options) {
   }
   printf("ceilings   ");
   toolkit_print_ceilings(stdout, &ceilings);
+  if (options->read_in_turns) {
+    against.probe = toolkit_read_probe_create(threads);
+    if (!against.probe) {
+      fprintf(stderr, "flashcpu run: cannot allocate the read buffer\n");
+      flashcpu_context_destroy(ctx);
+      return CLI_EXIT_FAILURE;
+    }
+    other_ctx = &against;
+  }
   int exit_code = CLI_EXIT_OK;
   if (options->run_decode &&
       run_case(ctx, options, TOOLKIT_PHASE_DECODE, &ceilings, other_ctx) !=
@@ -457,6 +419,7 @@ int cli_run(const run_options *options) {
       run_case(ctx, options, TOOLKIT_PHASE_SERVE, &ceilings, other_ctx) !=
           CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
+  toolkit_read_probe_destroy(against.probe);
   flashcpu_context_destroy(against.ctx);
   flashcpu_context_destroy(ctx);
   return exit_code;

@@ -89,6 +89,71 @@ static double measure_read(const toolkit_ceiling_kernels *kernels, int threads,
   return (double)bytes / best * 1e-9;
 }
 
+struct toolkit_read_probe {
+  toolkit_ceiling_kernels kernels;
+  float *buffer;
+  size_t count, next; /* floats in all; where the next read starts */
+  int threads;
+};
+
+toolkit_read_probe *toolkit_read_probe_create(int threads) {
+  toolkit_read_probe *probe = calloc(1, sizeof *probe);
+  if (!probe) return NULL;
+  const uint64_t bytes = read_buffer_bytes();
+  probe->kernels = select_kernels();
+  probe->threads = threads < 1 ? 1 : threads;
+  probe->count = (size_t)(bytes / sizeof(float));
+  probe->buffer = aligned_alloc(4096, (size_t)bytes);
+  if (!probe->buffer) {
+    free(probe);
+    return NULL;
+  }
+  float *buffer = probe->buffer;
+  const size_t count = probe->count;
+#pragma omp parallel num_threads(probe->threads)
+  {
+    size_t begin, end;
+    thread_share(count, omp_get_num_threads(), omp_get_thread_num(), &begin,
+                 &end);
+    for (size_t i = begin; i < end; i++) buffer[i] = 1.0f / (float)(i % 7 + 1);
+  }
+  return probe;
+}
+
+double toolkit_read_probe_run(toolkit_read_probe *probe, uint64_t bytes) {
+  size_t count = (size_t)(bytes / sizeof(float));
+  count -= count % FLOATS_PER_STEP;
+  if (count > probe->count) count = probe->count;
+  if (probe->next + count > probe->count) probe->next = 0;
+  const float *window = probe->buffer + probe->next;
+  probe->next += count;
+  const toolkit_ceiling_kernels *kernels = &probe->kernels;
+  double start = 0.0, elapsed = 0.0;
+  float sink = 0.0f;
+#pragma omp parallel num_threads(probe->threads) reduction(+ : sink)
+  {
+    size_t begin, end;
+    thread_share(count, omp_get_num_threads(), omp_get_thread_num(), &begin,
+                 &end);
+#pragma omp barrier
+#pragma omp single
+    start = toolkit_now_seconds();
+    sink += kernels->read_sum(window + begin, end - begin);
+#pragma omp barrier
+#pragma omp single
+    elapsed = toolkit_now_seconds() - start;
+  }
+  volatile float keep = sink;
+  (void)keep;
+  return elapsed;
+}
+
+void toolkit_read_probe_destroy(toolkit_read_probe *probe) {
+  if (!probe) return;
+  free(probe->buffer);
+  free(probe);
+}
+
 /* A compute loop to rate: run(context, iterations) does iterations of a
  * fixed number of flops and returns a value that depends on all of them. */
 typedef float (*rate_loop)(const void *context, int64_t iterations);
