@@ -37,7 +37,6 @@ typedef struct run_options {
                      the LLC */
   const char *against_tune; /* a second context's tune file, timed in
                                turns with the first; NULL: none */
-  bool read_in_turns; /* a read of the call's bytes timed in turns */
 } run_options;
 
 /* Parses `flashcpu run` arguments (argv[0] is "run"). Returns -1 when the

@@ -63,11 +63,6 @@ void cli_print_run_help(FILE *stream) {
 "                       after a pause that lets the other's threads\n"
 "                       sleep), and report its time over the first's: an\n"
 "                       A/B of two settings on a host whose speed drifts\n"
-"  --read-in-turns      also time reads of the call's bytes from memory\n"
-"                       (the read ceiling's loads, a new part of a buffer\n"
-"                       4x the last-level caches each time) in turns with\n"
-"                       the calls, and report the calls' rate as a share\n"
-"                       of that read's\n"
 "  -h, --help           this help\n"
 "\n"
 "presets:\n");
@@ -323,10 +318,6 @@ int cli_parse_run_options(int argc, char **argv, run_options *options) {
       options->causal = 0;
       continue;
     }
-    if (strcmp(arg, "--read-in-turns") == 0) {
-      options->read_in_turns = true;
-      continue;
-    }
     if (strncmp(arg, "--", 2) != 0)
       return usage_error("unexpected argument '%s'", arg);
     /* --name=value or --name value */
@@ -350,8 +341,5 @@ int cli_parse_run_options(int argc, char **argv, run_options *options) {
         apply_valued(options, flag, value, &kv_dtype_set, &out_dtype_set);
     if (status >= 0) return status;
   }
-  if (options->read_in_turns && options->against_tune)
-    return usage_error("--read-in-turns and --against-tune each take the "
-                       "calls' turns: give one of them");
   return -1;
 }

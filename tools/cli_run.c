@@ -213,9 +213,8 @@ static flashcpu_status make_plan(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
-/* The second side of a comparison in turns, against the timed calls:
- * another context (then its own check, after a call on layer 0) or the
- * read of the call's bytes. */
+/* The second context of a comparison in turns, against the timed calls,
+ * and its own check (after a call on layer 0). */
 static bool print_second_side(const run_options *options,
                               const toolkit_workload *workload,
                               const timing *first, const cli_turn_side *other,
@@ -224,16 +223,6 @@ static bool print_second_side(const run_options *options,
   format_time(second->median, median, sizeof median);
   format_time(second->min, min, sizeof min);
   format_time(second->max, max, sizeof max);
-  if (!other->ctx) {
-    const double bytes = workload->bytes_per_call;
-    printf("  read       in turns: %.3g GB/s median, %.3g best, %.3g worst "
-           "(reading the call's %.3g MB, %d reps): the calls' median rate is "
-           "%.3g%% of it, %.3g%% per turn\n",
-           bytes / second->median * 1e-9, bytes / second->min * 1e-9,
-           bytes / second->max * 1e-9, bytes * 1e-6, second->reps,
-           100.0 * second->median / first->median, 100.0 * per_turn);
-    return true;
-  }
   printf("  against    %s: median %s, min %s, max %s (%d reps, in turns "
          "with the above): %.3f x its median time (%.3f per turn), %.3f x "
          "its min\n",
@@ -252,8 +241,7 @@ static bool print_second_side(const run_options *options,
 }
 
 /* Builds, times and checks one workload; *median gets its median time.
- * With other (its plan made here where it has a context), the calls are
- * timed in turns with it. */
+ * With other (its plan made here), the calls are timed in turns with it. */
 static int measure(flashcpu_context *ctx, const run_options *options,
                    const toolkit_workload_spec *spec,
                    const toolkit_ceilings *ceilings, bool contiguous_twin,
@@ -284,14 +272,12 @@ static int measure(flashcpu_context *ctx, const run_options *options,
   timing measured = {0, 0.0, 0.0, 0.0, 0}, second = measured;
   double per_turn = 0.0;
   if (status == FLASHCPU_OK && other) {
-    if (other->ctx) {
-      failed = other->ctx;
-      status = toolkit_workload_plan(other->ctx, &workload, &other_plan);
-      other->plan = other_plan;
-    }
+    failed = other->ctx;
+    status = toolkit_workload_plan(other->ctx, &workload, &other_plan);
+    other->plan = other_plan;
     if (status == FLASHCPU_OK) {
       failed = ctx;
-      const cli_turn_side sides[2] = {{ctx, plan, NULL}, *other};
+      const cli_turn_side sides[2] = {{ctx, plan}, *other};
       timing results[2];
       status = cli_time_in_turns(
           sides, &workload,
@@ -361,7 +347,7 @@ int cli_run(const run_options *options) {
             flashcpu_status_name(status), flashcpu_last_error(NULL));
     return CLI_EXIT_FAILURE;
   }
-  cli_turn_side against = {NULL, NULL, NULL};
+  cli_turn_side against = {NULL, NULL};
   cli_turn_side *other_ctx = NULL;
   if (options->against_tune) {
     context_options.tune_file = options->against_tune;
@@ -393,15 +379,6 @@ int cli_run(const run_options *options) {
   }
   printf("ceilings   ");
   toolkit_print_ceilings(stdout, &ceilings);
-  if (options->read_in_turns) {
-    against.probe = toolkit_read_probe_create(threads);
-    if (!against.probe) {
-      fprintf(stderr, "flashcpu run: cannot allocate the read buffer\n");
-      flashcpu_context_destroy(ctx);
-      return CLI_EXIT_FAILURE;
-    }
-    other_ctx = &against;
-  }
   int exit_code = CLI_EXIT_OK;
   if (options->run_decode &&
       run_case(ctx, options, TOOLKIT_PHASE_DECODE, &ceilings, other_ctx) !=
@@ -419,7 +396,6 @@ int cli_run(const run_options *options) {
       run_case(ctx, options, TOOLKIT_PHASE_SERVE, &ceilings, other_ctx) !=
           CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
-  toolkit_read_probe_destroy(against.probe);
   flashcpu_context_destroy(against.ctx);
   flashcpu_context_destroy(ctx);
   return exit_code;

@@ -5,8 +5,8 @@
 #include "common/timer.h"
 
 enum { BURST_CALLS = 5 };
-/* Long enough for flashcpu's idle workers to stop spinning and yielding
- * and sleep (the tools' own OpenMP threads sleep at once). */
+/* Long enough for the idle workers of the other context to stop spinning
+ * and yielding, and sleep. */
 static const double PAUSE_SECONDS = 0.03;
 
 static int compare_doubles(const void *a, const void *b) {
@@ -26,11 +26,6 @@ void cli_summarize(double *seconds, int reps, cli_timing *result) {
 static flashcpu_status side_call(const cli_turn_side *side,
                                  const toolkit_workload *workload, int layer,
                                  double *seconds) {
-  if (!side->ctx) {
-    *seconds = toolkit_read_probe_run(side->probe,
-                                      (uint64_t)workload->bytes_per_call);
-    return FLASHCPU_OK;
-  }
   const double start = toolkit_now_seconds();
   const flashcpu_status status =
       toolkit_workload_call(side->ctx, workload, side->plan, layer);

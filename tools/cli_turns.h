@@ -1,12 +1,9 @@
-/* `flashcpu run`'s comparisons in turns: the timed calls and a second
- * side in alternating bursts, so that a host whose speed drifts moves both
- * alike. The second side is the same workload on another context (a tune
- * file's settings: --against-tune) or a read of the call's bytes from
- * memory (--read-in-turns). */
+/* `flashcpu run --against-tune`: the timed calls and the same workload on
+ * a second context (a tune file's settings) in alternating bursts, so that
+ * a host whose speed drifts moves both alike. */
 #ifndef FLASHCPU_TOOLS_CLI_TURNS_H
 #define FLASHCPU_TOOLS_CLI_TURNS_H
 
-#include "common/ceilings.h"
 #include "common/workload.h"
 #include "flashcpu/flashcpu.h"
 
@@ -21,12 +18,10 @@ typedef struct cli_timing {
 /* The timing of seconds[0..reps) (sorted in place). */
 void cli_summarize(double *seconds, int reps, cli_timing *result);
 
-/* One side: the workload's call on ctx with plan, or (ctx NULL) a read of
- * its bytes by probe. */
+/* One side: the workload's call on ctx with plan. */
 typedef struct cli_turn_side {
   flashcpu_context *ctx;
   const flashcpu_plan *plan;
-  toolkit_read_probe *probe;
 } cli_turn_side;
 
 /* Sides 0 and 1 in turns until each has `reps` timed calls: per turn, a

@@ -4,7 +4,6 @@
 #ifndef FLASHCPU_TOOLS_CEILINGS_H
 #define FLASHCPU_TOOLS_CEILINGS_H
 
-#include <stdint.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
@@ -28,18 +27,6 @@ typedef struct toolkit_ceilings {
  * short passes; well under a second in all). Returns 0, or -1 when the
  * buffer cannot be allocated (then read_gbps is 0). */
 int toolkit_measure_ceilings(int threads, toolkit_ceilings *ceilings);
-
-/* A read of the call's bytes, timed in turns with the calls it judges
- * (`flashcpu run --read-in-turns`): each run reads the next `bytes` of a
- * buffer of 4x the last-level caches (wrapping), split between `threads`
- * OpenMP threads, with the ceiling's loads. */
-typedef struct toolkit_read_probe toolkit_read_probe;
-/* NULL when the buffer cannot be allocated. */
-toolkit_read_probe *toolkit_read_probe_create(int threads);
-/* Reads the next `bytes` (at most the buffer's; rounded down to whole
- * 256-byte steps); returns the seconds it took. */
-double toolkit_read_probe_run(toolkit_read_probe *probe, uint64_t bytes);
-void toolkit_read_probe_destroy(toolkit_read_probe *probe);
 
 /* One line: "threads 2: read 24.1 GB/s (avx512, 128 MiB), fma 301.3
  * GFLOP/s (avx512)", then the bf16 units' rates where measured. */
