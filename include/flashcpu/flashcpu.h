@@ -245,7 +245,10 @@ typedef struct flashcpu_context_options {
    * core the process may run on (not per hyperthread). The calling thread
    * takes part as thread 0 and is never bound; the other threads are pinned
    * one per core (then to further hyperthreads) where the OS supports
-   * binding. They are OpenMP threads kept in a persistent pool between
+   * binding. A call made from a core that a worker is pinned to (a host
+   * that binds its own thread there, say) moves that worker to the core
+   * planned for the caller, so that no two of a call's threads share a
+   * core. They are OpenMP threads kept in a persistent pool between
    * calls (they spin briefly, then sleep), unless `launch` says REGION or
    * host_openmp gives the host's runtime. */
   int num_threads;

@@ -1,8 +1,12 @@
 /* Runtime: thread i of a launch (from a parallel region or the persistent
  * pool) is thread i of the team plan; workers bind themselves to their PU
  * the first time they serve this runtime, so later launches pay no binding
- * cost. */
+ * cost. The caller is never bound: where it runs on a worker's PU, the two
+ * swap places for the launch (caller_place). */
+#define _GNU_SOURCE /* sched_getcpu */
 #include "runtime/runtime.h"
+
+#include <sched.h>
 
 #include <omp.h>
 #include <stdatomic.h>
@@ -181,6 +185,42 @@ static int prepare_order(fc_runtime *runtime, const fc_launch *launch) {
   return 0;
 }
 
+/* The PU the calling thread runs on, -1 where the OS cannot tell. */
+static int current_pu(void) {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+/* Where the caller launches from a worker's PU, that worker and the caller
+ * swap places: an unbound thread stays where the OS put it, and the OS
+ * does not move a busy thread to the idle PU planned for it, so without
+ * the swap the two would share one core for the whole call (3x slower
+ * decode at 16 threads on 16 cores, docs/performance.md). The worker
+ * rebinds to the caller's planned PU on its next launch. */
+static void place_caller(fc_runtime *runtime) {
+  const fc_team_plan *plan = &runtime->plan;
+  if (!plan->pinned || runtime->mode == FC_LAUNCH_HOST ||
+      plan->thread_count < 2)
+    return;
+  const int pu = current_pu();
+  if (pu < 0) return;
+  for (int t = 0; t < plan->thread_count; t++)
+    if (plan->threads[t].pu_os_index == pu) {
+      runtime->caller_place = t;
+      return;
+    }
+  runtime->caller_place = 0; /* on a PU no thread is planned for */
+}
+
+/* The plan's place of launch thread `thread` (the caller is thread 0). */
+static int place_of(const fc_runtime *runtime, int thread) {
+  if (thread == 0) return runtime->caller_place;
+  return thread == runtime->caller_place ? 0 : thread;
+}
+
 /* What one thread does in a launch. */
 static void serve(fc_runtime *runtime, const fc_launch *launch,
                   const fc_team_view *view, atomic_llong *next_tile,
@@ -216,7 +256,7 @@ static void launch_thread(void *opaque, int thread) {
   launch_state *state = opaque;
   fc_runtime *runtime = state->runtime;
   const fc_team_plan *plan = &runtime->plan;
-  const fc_thread_place *place = &plan->threads[thread];
+  const fc_thread_place *place = &plan->threads[place_of(runtime, thread)];
   /* The caller's thread is thread 0 and is never bound: its affinity is the
    * engine's business, and binding and restoring it would cost three system
    * calls (~4.5 us measured) per launch. */
@@ -256,6 +296,7 @@ static void host_region_thread(void *opaque) {
  * order). */
 static void run_launch(fc_runtime *runtime, const fc_launch *launch,
                        const weighted_tile *order) {
+  place_caller(runtime);
   launch_state state;
   state.runtime = runtime;
   state.launch = launch;

@@ -42,6 +42,10 @@ typedef struct fc_runtime {
   void *call_workspace;
   size_t call_workspace_bytes;
   uint64_t id; /* tells pinned threads which runtime pinned them */
+  /* The plan's thread whose place the caller (thread 0) takes, and which
+   * takes thread 0's place in turn: the one pinned to the core the caller
+   * last launched from (0: none, every thread in its own place). */
+  int caller_place;
 } fc_runtime;
 
 typedef struct fc_runtime_options {
