@@ -6,9 +6,8 @@
 #define _GNU_SOURCE /* sched_getcpu */
 #include "runtime/runtime.h"
 
-#include <sched.h>
-
 #include <omp.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,11 +194,11 @@ static int current_pu(void) {
 }
 
 /* Where the caller launches from a worker's PU, that worker and the caller
- * swap places: an unbound thread stays where the OS put it, and the OS
- * does not move a busy thread to the idle PU planned for it, so without
- * the swap the two would share one core for the whole call (3x slower
- * decode at 16 threads on 16 cores, docs/performance.md). The worker
- * rebinds to the caller's planned PU on its next launch. */
+ * swap places: the caller is never moved (the host may have bound it
+ * there), and without the swap the two would share one core for the whole
+ * call (a caller bound there made 16-thread decode 1.8x slower on 16
+ * cores, docs/performance.md). The worker rebinds to the caller's planned
+ * PU as its launch starts. */
 static void place_caller(fc_runtime *runtime) {
   const fc_team_plan *plan = &runtime->plan;
   if (!plan->pinned || runtime->mode == FC_LAUNCH_HOST ||
