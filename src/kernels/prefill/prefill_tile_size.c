@@ -1,15 +1,12 @@
 /* How many slots a prefill tile takes. Larger tiles amortise a kernel's
  * K/V staging (one pass per KV block and tile) over more rows; smaller ones
- * balance the teams better where a problem has few tiles. Among every whole
- * number of register blocks between the kernel's own size and the default,
- * the choice is the size whose heaviest-first schedule (what the launch
- * runs) finishes first by a cost model: a tile costs its visible (row, key)
- * pairs plus, per KV block it stages, about one register block's step.
- * Sizes that are not halvings matter: 512 rows on 8 kv heads split evenly
- * among 16 teams in tiles of 512 slots, where halving offers 768 and 384
- * (a short last tile per head, three tiles for some teams). No slot's
- * arithmetic depends on the tiles (KV blocks are aligned to absolute keys),
- * so the bytes do not either. */
+ * balance the teams better where a problem has few tiles. Between the
+ * kernel's own size and the default, halving, the choice is the size whose
+ * heaviest-first schedule (what the launch runs) finishes first by a cost
+ * model: a tile costs its visible (row, key) pairs plus, per KV block it
+ * stages, about one register block's step. No slot's arithmetic depends
+ * on the tiles (KV blocks are aligned to absolute keys), so the bytes do
+ * not either. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -83,20 +80,13 @@ fc_prefill_plan fc_prefill_plan_tiles(const fc_problem *p,
                                         : FC_PREFILL_TILE_SLOTS;
   fc_prefill_plan best = fc_prefill_plan_for(p, slots);
   /* ragged batches locate tiles through the launch's tile_starts */
-  if (p->q_lens || shape->slots < 1 ||
-      slots - shape->slots < FC_PREFILL_TILE_SLOTS)
-    return best;
+  if (p->q_lens || slots / 2 < FC_PREFILL_TILE_SLOTS) return best;
   /* plenty of tiles: the largest balance well enough */
   if (best.tile_count >= 8 * (int64_t)teams) return best;
   double best_time = makespan(p, &best, shape, teams);
-  int64_t rows_tried = best.rows_per_tile;
-  /* a register block fewer each step; a tie keeps the larger tile */
-  for (slots -= shape->slots;
-       best_time >= 0.0 && slots >= FC_PREFILL_TILE_SLOTS;
-       slots -= shape->slots) {
+  while (best_time >= 0.0 && slots / 2 >= FC_PREFILL_TILE_SLOTS) {
+    slots /= 2;
     const fc_prefill_plan plan = fc_prefill_plan_for(p, slots);
-    if (plan.rows_per_tile == rows_tried) continue;
-    rows_tried = plan.rows_per_tile;
     const double time = makespan(p, &plan, shape, teams);
     if (time < 0.0) break;
     if (time < best_time) {
