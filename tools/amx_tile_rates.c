@@ -95,6 +95,35 @@ ALWAYS_INLINE void qk(const uint16_t *k, const uint16_t *q, float *s,
   }
 }
 
+/* qk as two halves of 16 slots, each on its own two accumulators
+ * (tmm0-1, then tmm2-3) and Q tile (tmm6, then tmm7), so that one half's
+ * stores drain while the other's products run; K tiles load twice. */
+ALWAYS_INLINE void qk_halves(const uint16_t *k, const uint16_t *q,
+                             float *s) {
+  _tile_zero(0);
+  _tile_zero(1);
+  for (int d = 0; d < 4; d++) {
+    _tile_loadd(4, k + d * TILE, 64);
+    _tile_loadd(5, k + (4 + d) * TILE, 64);
+    _tile_loadd(6, q + d * 16 * 64, 128);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 5, 6);
+  }
+  _tile_stored(0, s, 128);
+  _tile_stored(1, s + 16 * 32, 128);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int d = 0; d < 4; d++) {
+    _tile_loadd(4, k + d * TILE, 64);
+    _tile_loadd(5, k + (4 + d) * TILE, 64);
+    _tile_loadd(7, q + d * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(2, s + 16, 128);
+  _tile_stored(3, s + 16 * 32 + 16, 128);
+}
+
 ALWAYS_INLINE void pv(const uint16_t *vt, const uint16_t *p, float *o,
                       const uint16_t *fetch) {
   _tile_loadd(0, o, 128);
@@ -121,13 +150,14 @@ ALWAYS_INLINE void pv(const uint16_t *vt, const uint16_t *p, float *o,
 }
 
 typedef enum pattern {
-  REGISTERS, QK, QK_ORDERED, QK_KEEP, QK_L2, QK_L2_FETCH, QK_L2_PAIRS, PV,
+  REGISTERS, QK, QK_ORDERED, QK_KEEP, QK_HALVES, QK_L2, QK_L2_FETCH,
+  QK_L2_PAIRS, QK_L2_HALVES, PV,
   PV_L2, PV_L2_FETCH, PV_L2_PAIRS,
   REG_FMA32, REG_FMA64, REG_FMA96, REG_FMA128, PATTERNS
 } pattern;
 static const char *const names[PATTERNS] = {
-    "registers", "qk", "qk-ordered", "qk-keep", "qk-l2", "qk-l2-fetch",
-    "qk-l2-pairs", "pv", "pv-l2", "pv-l2-fetch", "pv-l2-pairs",
+    "registers", "qk", "qk-ordered", "qk-keep", "qk-halves", "qk-l2",
+    "qk-l2-fetch", "qk-l2-pairs", "qk-l2-halves", "pv", "pv-l2", "pv-l2-fetch", "pv-l2-pairs",
     "reg+32fma", "reg+64fma", "reg+96fma", "reg+128fma"};
 
 static volatile float fma_sink; /* keeps the FMAs of registers_with_fmas alive */
@@ -194,6 +224,18 @@ static int64_t run(pattern which, const buffers *b, int64_t calls) {
              which == QK_L2_FETCH
                  ? b->k + (slab + 1) % BLOCKS * 8 * TILE
                  : NULL);
+    products = (calls / (BLOCKS * BLOCKS)) * BLOCKS * BLOCKS * 16;
+    break;
+  case QK_HALVES:
+    for (int64_t i = 0; i < calls; i++) qk_halves(b->k, b->q, b->s);
+    products = calls * 16;
+    break;
+  case QK_L2_HALVES:
+    for (int64_t i = 0; i < calls; i += BLOCKS * BLOCKS)
+      for (int r = 0; r < BLOCKS; r++)
+        for (int slab = 0; slab < BLOCKS; slab++)
+          qk_halves(b->k + slab * 8 * TILE, b->q + r * 64 * 64,
+                    b->s + (r * BLOCKS + slab) % BLOCKS * 1024);
     products = (calls / (BLOCKS * BLOCKS)) * BLOCKS * BLOCKS * 16;
     break;
   case QK_L2_PAIRS:
