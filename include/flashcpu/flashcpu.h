@@ -252,9 +252,14 @@ typedef struct flashcpu_context_options {
    * calls (they spin briefly, then sleep), unless `launch` says REGION or
    * host_openmp gives the host's runtime. */
   int num_threads;
-  /* Team shape; FLASHCPU_TEAM_AUTO by default. */
+  /* Team shape; FLASHCPU_TEAM_AUTO by default. Like the settings below, a
+   * field left at its default takes the tune file's value: tune file
+   * team_level = auto | core | l2 | l3 | numa (`flashcpu tune` races the
+   * team shapes this machine offers on a prefill and a decode and writes
+   * the fastest). */
   flashcpu_team_level team_level;
-  /* At most this many threads per team (0: no limit beyond the level). */
+  /* At most this many threads per team (0: no limit beyond the level).
+   * Tune file: max_team_size = 0..4096. */
   int max_team_size;
   /* Highest ISA to use. FLASHCPU_ISA_AUTO (default) means the best present;
    * the environment variable FLASHCPU_ISA=scalar|avx2|avx512|neon lowers

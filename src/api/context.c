@@ -211,8 +211,8 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   if (!created)
     return fc_fail(NULL, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": out of memory");
   char error[256];
-  fc_runtime_options runtime_options = {source, threads, options->team_level,
-                                        options->max_team_size,
+  fc_runtime_options runtime_options = {source, threads, settings.team_level,
+                                        settings.max_team_size,
                                         settings.launch, options->host_openmp};
   int failure = fc_runtime_create(&created->runtime, &runtime_options, error,
                                   sizeof error);

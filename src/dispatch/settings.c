@@ -26,6 +26,8 @@ void fc_settings_default(fc_settings *s, const fc_cpu_features *cpu) {
   s->kernel.decode_bf16_dot = decode_bf16_dot_default(cpu);
   s->kernel.decode_prefetch_l1 = cpu->vendor_amd;
   s->launch = FC_LAUNCH_POOL;
+  s->team_level = FLASHCPU_TEAM_AUTO;
+  s->max_team_size = 0;
 }
 
 int fc_settings_error(char *error, size_t size, const char *format, ...) {
@@ -51,6 +53,9 @@ static int word_index(const char *text, size_t length,
 static const char *const switch_words[] = {"auto", "on", "off", NULL};
 static const char *const launch_words[] = {"pool", "region", NULL};
 static const char *const prefetch_words[] = {"auto", "l1", "l2", NULL};
+/* In flashcpu_team_level's order. */
+static const char *const team_words[] = {"auto", "core", "l2", "l3", "numa",
+                                         NULL};
 
 static void set_switch(bool *field, int word, bool automatic) {
   *field = word == 0 ? automatic : word == 1;
@@ -109,6 +114,31 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
     s->kernel.decode_prefetch_l1 = word == 0 ? cpu->vendor_amd : word == 1;
     return 0;
   }
+  if (text_is(key, key_length, "team_level")) {
+    int word = word_index(value, value_length, team_words);
+    if (word < 0)
+      return fc_settings_error(error, error_size,
+                  "team_level = \"%.*s\": expected auto, core, l2, l3 or numa",
+                  shown, value);
+    s->team_level = (flashcpu_team_level)word;
+    return 0;
+  }
+  if (text_is(key, key_length, "max_team_size")) {
+    long long number = 0;
+    size_t i = 0;
+    for (; i < value_length && value[i] >= '0' && value[i] <= '9' &&
+           number <= FC_SETTINGS_MAX_TEAM_SIZE;
+         i++)
+      number = number * 10 + (value[i] - '0');
+    if (value_length == 0 || i != value_length ||
+        number > FC_SETTINGS_MAX_TEAM_SIZE)
+      return fc_settings_error(error, error_size,
+                  "max_team_size = \"%.*s\": expected 0 (no limit) or a "
+                  "team size up to %d",
+                  shown, value, FC_SETTINGS_MAX_TEAM_SIZE);
+    s->max_team_size = (int)number;
+    return 0;
+  }
   if (text_is(key, key_length, "kernel")) {
     if (text_is(value, value_length, "auto")) {
       s->forced_kernel[0] = '\0';
@@ -138,7 +168,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
   return fc_settings_error(error, error_size,
               "unknown key \"%.*s\" (known: splitkv_max_rows, launch, "
               "prefill_bf16_dot, prefill_amx, decode_bf16_dot, "
-              "decode_prefetch, kernel)",
+              "decode_prefetch, kernel, team_level, max_team_size)",
               key_shown, key);
 }
 
@@ -184,6 +214,9 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
                 "decode_prefetch is %d; expected a flashcpu_prefetch_level",
                 (int)o->decode_prefetch);
   }
+  /* check_options has range-checked both */
+  if (o->team_level != FLASHCPU_TEAM_AUTO) s->team_level = o->team_level;
+  if (o->max_team_size != 0) s->max_team_size = o->max_team_size;
   (void)cpu;
   if (o->kernel) {
     char message[1536];
@@ -195,14 +228,18 @@ int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
 }
 
 void fc_settings_describe(const fc_settings *s, char *text, size_t size) {
+  const int level = (int)s->team_level;
   snprintf(text, size,
            "splitkv_max_rows=%lld launch=%s prefill_bf16_dot=%s "
-           "prefill_amx=%s decode_bf16_dot=%s decode_prefetch=%s kernel=%s",
+           "prefill_amx=%s decode_bf16_dot=%s decode_prefetch=%s kernel=%s "
+           "team_level=%s max_team_size=%d",
            (long long)s->kernel.splitkv_max_rows,
            s->launch == FC_LAUNCH_POOL ? "pool" : "region",
            s->kernel.prefill_bf16_dot ? "on" : "off",
            s->kernel.prefill_amx ? "on" : "off",
            s->kernel.decode_bf16_dot ? "on" : "off",
            s->kernel.decode_prefetch_l1 ? "l1" : "l2",
-           s->forced_kernel[0] ? s->forced_kernel : "auto");
+           s->forced_kernel[0] ? s->forced_kernel : "auto",
+           level >= 0 && level <= FLASHCPU_TEAM_NUMA ? team_words[level] : "?",
+           s->max_team_size);
 }

@@ -1,14 +1,16 @@
-/* A context's settings: every choice that is not the ISA cap, the thread
- * count or the team shape. Built-in defaults, then the tune file, then the
- * context options; each is a key of the tune file and a field of
- * flashcpu_context_options with the same name, parsed by one grammar here:
+/* A context's settings: every choice that is not the ISA cap or the thread
+ * count. Built-in defaults, then the tune file, then the context options;
+ * each is a key of the tune file and a field of flashcpu_context_options
+ * with the same name, parsed by one grammar here:
  *   splitkv_max_rows  0..64
  *   launch            pool | region
  *   prefill_bf16_dot  auto | on | off
  *   prefill_amx       auto | on | off
  *   decode_bf16_dot   auto | on | off
  *   decode_prefetch   auto | l1 | l2
- *   kernel            an attention kernel's name (kernels.inc), or auto */
+ *   kernel            an attention kernel's name (kernels.inc), or auto
+ *   team_level        auto | core | l2 | l3 | numa
+ *   max_team_size     0 (no limit) .. FC_SETTINGS_MAX_TEAM_SIZE */
 #ifndef FLASHCPU_DISPATCH_SETTINGS_H
 #define FLASHCPU_DISPATCH_SETTINGS_H
 
@@ -19,13 +21,16 @@
 #include "kernels/kernel_env.h"
 #include "runtime/runtime.h"
 
-/* Longest kernel name a setting holds. */
-enum { FC_KERNEL_NAME_MAX = 96 };
+/* Longest kernel name a setting holds; the largest max_team_size a tune
+ * file may give. */
+enum { FC_KERNEL_NAME_MAX = 96, FC_SETTINGS_MAX_TEAM_SIZE = 4096 };
 
 typedef struct fc_settings {
   fc_kernel_settings kernel;
   fc_launch_mode launch;
   char forced_kernel[FC_KERNEL_NAME_MAX]; /* "" : choose per call */
+  flashcpu_team_level team_level;         /* the team shape */
+  int max_team_size;
 } fc_settings;
 
 /* Formats a message into error (error_size bytes) and returns -1: the

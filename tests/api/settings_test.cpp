@@ -67,7 +67,44 @@ std::vector<OneSetting> EverySetting() {
        [](flashcpu_context_options &o) {
          o.decode_prefetch = VendorIsAmd() ? FLASHCPU_PREFETCH_L1 : FLASHCPU_PREFETCH_L2;
        }},
+      {"team_level", "auto", "l3", "core",
+       [](flashcpu_context_options &o) { o.team_level = FLASHCPU_TEAM_CORE; }},
+      {"max_team_size", "0", "2", "3", [](flashcpu_context_options &o) { o.max_team_size = 3; }},
   };
+}
+
+// The tune file's team shape is the context's: the same teams as the same
+// fields given as options.
+TEST_F(Settings, TuneFileTeamShapeShapesTheTeams) {
+  for (int threads : {2, 4}) {
+    flashcpu_context_options options = DefaultOptions();
+    options.num_threads = threads;
+    options.team_level = FLASHCPU_TEAM_L3;
+    options.max_team_size = 2;
+    Context by_options(options);
+    ASSERT_TRUE(by_options.ok()) << flashcpu_last_error(nullptr);
+
+    TuneText file("team_level = l3\nmax_team_size = 2\n");
+    options = DefaultOptions();
+    options.num_threads = threads;
+    options.tune_file = file.path();
+    Context by_file(options);
+    ASSERT_TRUE(by_file.ok()) << flashcpu_last_error(nullptr);
+    EXPECT_EQ(flashcpu_context_num_teams(by_file), flashcpu_context_num_teams(by_options))
+        << threads << " threads";
+
+    options.team_level = FLASHCPU_TEAM_CORE;  // the option wins
+    options.max_team_size = 0;
+    Context core(options);
+    ASSERT_TRUE(core.ok()) << flashcpu_last_error(nullptr);
+    options = DefaultOptions();
+    options.num_threads = threads;
+    options.team_level = FLASHCPU_TEAM_CORE;
+    Context plain_core(options);
+    ASSERT_TRUE(plain_core.ok()) << flashcpu_last_error(nullptr);
+    EXPECT_EQ(flashcpu_context_num_teams(core), flashcpu_context_num_teams(plain_core))
+        << threads << " threads";
+  }
 }
 
 TEST_F(Settings, OptionWinsOverTuneFileWhichWinsOverDefaults) {

@@ -27,7 +27,7 @@ std::string DefaultSettings() {
   return std::string("splitkv_max_rows=8 launch=pool prefill_bf16_dot=off prefill_amx=on "
                      "decode_bf16_dot=") +
          (amd && CpuHasFeature("avx512_bf16") ? "on" : "off") +
-         " decode_prefetch=" + (amd ? "l1" : "l2") + " kernel=auto";
+         " decode_prefetch=" + (amd ? "l1" : "l2") + " kernel=auto team_level=auto max_team_size=0";
 }
 
 // The whole settings line of ctx.
@@ -111,6 +111,10 @@ const KeyValue kEveryValue[] = {
     {"prefill_amx", "on", "on"},           {"decode_bf16_dot", "on", "on"},
     {"decode_bf16_dot", "off", "off"},     {"decode_prefetch", "l1", "l1"},
     {"decode_prefetch", "l2", "l2"},       {"kernel", "auto", "auto"},
+    {"team_level", "auto", "auto"},        {"team_level", "core", "core"},
+    {"team_level", "l2", "l2"},            {"team_level", "l3", "l3"},
+    {"team_level", "numa", "numa"},        {"max_team_size", "0", "0"},
+    {"max_team_size", "2", "2"},           {"max_team_size", "4096", "4096"},
 };
 
 TEST_F(TuneFile, ReadsEveryKeyAndValue) {
@@ -223,6 +227,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"KernelUnknown", "flashcpu-tune 2\nkernel = fc_no_such_kernel\n",
                 {":2:", "fc_no_such_kernel", "no kernel of that name"}},
         BadFile{"KernelEmpty", "flashcpu-tune 2\nkernel =\n", {":2:", "kernel"}},
+        BadFile{"TeamLevelBad", "flashcpu-tune 2\nteam_level = socket\n",
+                {":2:", "team_level", "\"socket\"", "auto, core, l2, l3 or numa"}},
+        BadFile{"TeamLevelIsCaseSensitive", "flashcpu-tune 2\nteam_level = L2\n",
+                {":2:", "team_level"}},
+        BadFile{"MaxTeamSizeTooLarge", "flashcpu-tune 2\nmax_team_size = 4097\n",
+                {":2:", "max_team_size", "up to 4096"}},
+        BadFile{"MaxTeamSizeNegative", "flashcpu-tune 2\nmax_team_size = -2\n",
+                {":2:", "max_team_size", "0 (no limit)"}},
+        BadFile{"MaxTeamSizeNotANumber", "flashcpu-tune 2\nmax_team_size = two\n",
+                {":2:", "\"two\""}},
         BadFile{"DuplicateNamesBothLines",
                 "flashcpu-tune 2\nsplitkv_max_rows = 1\n# x\nsplitkv_max_rows = 2\n",
                 {":4:", "splitkv_max_rows", "twice", "line 2"}},
