@@ -1,7 +1,8 @@
 /* `flashcpu tune`: measures where the split-KV decode kernel and the
- * prefill kernel cross over on this machine, and which unit runs bf16
- * prefill fastest (AMX tiles, AVX512-BF16 dot products or fp32 FMA), and
- * writes the settings as a tune file the library reads
+ * prefill kernel cross over on this machine, which unit runs bf16
+ * prefill fastest (AMX tiles, AVX512-BF16 dot products or fp32 FMA) and
+ * which team shape runs a prefill and a decode fastest (cli_tune_teams.c),
+ * and writes the settings as a tune file the library reads
  * (flashcpu_context_options.tune_file or FLASHCPU_TUNE_FILE).
  *
  * Each kernel family is forced through the context option
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_tune_teams.h"
 #include "common/cpu_info.h"
 #include "common/timer.h"
 #include "common/workload.h"
@@ -103,8 +105,17 @@ static void print_help(FILE *stream) {
 "usage: flashcpu tune [--quick] [--out PATH]\n"
 "\n"
 "Measures, on this machine, up to how many query rows the split-KV decode\n"
-"kernel beats the prefill kernel and writes that setting as a tune file:\n"
+"kernel beats the prefill kernel, which unit runs bf16 prefill fastest and\n"
+"which team shape runs a prefill and a decode fastest, and writes those\n"
+"settings as a tune file:\n"
 "  splitkv_max_rows   split-KV vs the prefill kernel by query rows\n"
+"  prefill_amx, prefill_bf16_dot\n"
+"                     AMX tiles, AVX512-BF16 dots or fp32 FMA (where the\n"
+"                     CPU has more than one)\n"
+"  team_level, max_team_size\n"
+"                     the threads sharing each tile's K/V: one per core,\n"
+"                     the cores of an L2, or 2, 4 or all cores of an L3\n"
+"                     (where these differ), in turns with the default\n"
 "on the llama3-8b shape (GQA 32/8, head_dim 128), bf16, with the KV caches\n"
 "rotated past the last-level cache. Progress goes to stderr, the summary\n"
 "(the setting with the timings behind it) to stdout and, as comments,\n"
@@ -249,6 +260,23 @@ static void format_ms(double seconds, char *buffer, size_t size) {
   snprintf(buffer, size, "%.3f ms", seconds * 1e3);
 }
 
+/* bf16 KV caches of batch x kv to rotate past the last-level cache. */
+static int rotated_layers(const tune_options *options, int64_t batch,
+                          int64_t kv) {
+  const uint64_t layer_bytes = 2u * (uint64_t)batch * (uint64_t)kv *
+                               (uint64_t)options->preset->kv_heads *
+                               (uint64_t)options->preset->head_dim * 2u;
+  uint64_t target = ROTATE_CACHE_MULTIPLE *
+                    (options->llc_bytes ? options->llc_bytes
+                                        : (uint64_t)32 << 20);
+  if (options->quick && target > QUICK_ROTATE_BYTES)
+    target = QUICK_ROTATE_BYTES;
+  const uint64_t layers = (target + layer_bytes - 1) / layer_bytes;
+  return layers < ROTATE_MIN_LAYERS ? ROTATE_MIN_LAYERS
+         : layers > 1024            ? 1024
+                                    : (int)layers;
+}
+
 static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
                      const tune_options *options, progress *p) {
   for (int i = 0; i < s->count; i++) {
@@ -263,18 +291,7 @@ static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
     toolkit_workload_spec spec = toolkit_workload_spec_make(
         options->preset, TOOLKIT_PHASE_DECODE, rows, kv, FLASHCPU_DTYPE_BF16);
     spec.batch = batch;
-    const uint64_t layer_bytes = 2u * (uint64_t)batch * (uint64_t)kv *
-                                 (uint64_t)options->preset->kv_heads *
-                                 (uint64_t)options->preset->head_dim * 2u;
-    uint64_t target = ROTATE_CACHE_MULTIPLE *
-                      (options->llc_bytes ? options->llc_bytes
-                                          : (uint64_t)32 << 20);
-    if (options->quick && target > QUICK_ROTATE_BYTES)
-      target = QUICK_ROTATE_BYTES;
-    uint64_t layers = (target + layer_bytes - 1) / layer_bytes;
-    spec.layers = layers < ROTATE_MIN_LAYERS ? ROTATE_MIN_LAYERS
-                  : layers > 1024            ? 1024
-                                             : (int)layers;
+    spec.layers = rotated_layers(options, batch, kv);
     toolkit_workload workload;
     char error[256];
     if (toolkit_workload_build(&spec, &workload, error, sizeof error) != 0) {
@@ -320,7 +337,7 @@ static void report_sweep(report *r, const sweep *s,
 /* The report as the file's comments ("# " before each line). */
 static bool write_file(const char *path, const report *r,
                        const sweep *sweeps, int count,
-                       const unit_race *race) {
+                       const unit_race *race, const cli_team_race *teams) {
   char temporary[4096];
   snprintf(temporary, sizeof temporary, "%s.tmp", path);
   FILE *file = fopen(temporary, "w");
@@ -340,6 +357,10 @@ static bool write_file(const char *path, const report *r,
     fprintf(file, "prefill_amx = %s\nprefill_bf16_dot = %s\n",
             race->winner == UNIT_AMX ? "on" : "off",
             race->winner == UNIT_DOT ? "on" : "off");
+  if (teams->ran)
+    fprintf(file, "team_level = %s\nmax_team_size = %d\n",
+            cli_team_level_word(teams->shapes[teams->winner].level),
+            teams->shapes[teams->winner].max_team_size);
   bool ok = ferror(file) == 0;
   ok = fclose(file) == 0 && ok;
   if (ok) ok = rename(temporary, path) == 0;
@@ -447,6 +468,30 @@ static void report_race(report *r, const unit_race *race) {
   }
 }
 
+static void report_teams(report *r, const cli_team_race *teams) {
+  if (!teams->ran) return;
+  const cli_team_shape *won = &teams->shapes[teams->winner];
+  say(r, "\nteam_level = %s\nmax_team_size = %d\n",
+      cli_team_level_word(won->level), won->max_team_size);
+  say(r, "  %d threads; time over the default shape's, medians of per-turn "
+         "ratios,\n  bf16 prefill L = S = %lld causal / decode kv %lld "
+         "(a shape wins below %.2f):\n",
+      teams->threads, (long long)teams->prefill_length,
+      (long long)teams->decode_kv, CLI_TEAM_WIN_BELOW);
+  for (int s = 0; s < teams->count; s++) {
+    const cli_team_shape *shape = &teams->shapes[s];
+    char name[48];
+    if (shape->max_team_size > 0)
+      snprintf(name, sizeof name, "%s, at most %d",
+               cli_team_level_word(shape->level), shape->max_team_size);
+    else
+      snprintf(name, sizeof name, "%s", cli_team_level_word(shape->level));
+    say(r, "    %-18s %3d team%s  %6.3f / %6.3f%s\n", name, shape->teams,
+        shape->teams == 1 ? " " : "s", shape->prefill_ratio,
+        shape->decode_ratio, s == teams->winner ? "  <- chosen" : "");
+  }
+}
+
 static void set_sweep(sweep *s, const char *key, kernel a, kernel b,
                       char axis, int64_t batch, int64_t rows, int64_t kv,
                       const int64_t *values, int count) {
@@ -500,6 +545,8 @@ int cli_tune(int argc, char **argv) {
   int sweep_count = 0;
   unit_race race;
   memset(&race, 0, sizeof race);
+  cli_team_race teams;
+  memset(&teams, 0, sizeof teams);
   if (exit_code == CLI_EXIT_OK) {
     toolkit_cpu_info info;
     toolkit_cpu_info_query(&info);
@@ -549,12 +596,28 @@ int cli_tune(int argc, char **argv) {
       exit_code =
           run_unit_race(&race, flashcpu_context_isa(contexts[0]), &options);
     report_race(&r, &race);
+    if (exit_code == CLI_EXIT_OK) {
+      cli_team_race_spec spec = {
+          preset, options.quick, options.quick ? 1024 : 2048, 0, 0,
+          FLASHCPU_SETTING_AUTO, FLASHCPU_SETTING_AUTO};
+      spec.decode_kv = options.quick ? 2048 : 4096;
+      spec.decode_layers = rotated_layers(&options, 1, spec.decode_kv);
+      if (race.ran) {
+        spec.prefill_amx =
+            race.winner == UNIT_AMX ? FLASHCPU_SETTING_ON : FLASHCPU_SETTING_OFF;
+        spec.prefill_bf16_dot =
+            race.winner == UNIT_DOT ? FLASHCPU_SETTING_ON : FLASHCPU_SETTING_OFF;
+      }
+      fprintf(stderr, "team shapes ...\n");
+      if (cli_tune_team_race(&spec, &teams) != 0) exit_code = CLI_EXIT_FAILURE;
+      report_teams(&r, &teams);
+    }
   }
   for (int k = 0; k < KERNEL_COUNT; k++) flashcpu_context_destroy(contexts[k]);
 
   if (exit_code == CLI_EXIT_OK) {
     fputs(r.text, stdout);
-    if (!write_file(options.out, &r, sweeps, sweep_count, &race)) {
+    if (!write_file(options.out, &r, sweeps, sweep_count, &race, &teams)) {
       fprintf(stderr, "flashcpu tune: cannot write %s\n", options.out);
       exit_code = CLI_EXIT_FAILURE;
     }
