@@ -1,5 +1,5 @@
 /* `flashcpu tune`'s team race (cli_tune_teams.h). The candidates: one team
- * per core, cores sharing an L2, and 2, 4 or all cores sharing an L3, each
+ * per core, cores sharing an L2, and 2, 4, 8 or all cores of an L3, each
  * kept only where it gives a team count that the default and the shapes
  * before it do not. Each is timed in turns with the default shape
  * (cli_time_in_turns), so that a host whose speed drifts moves both
@@ -64,7 +64,7 @@ int cli_tune_team_race(const cli_team_race_spec *spec, cli_team_race *race) {
     int max_size;
   } candidates[] = {{FLASHCPU_TEAM_CORE, 0}, {FLASHCPU_TEAM_L2, 0},
                     {FLASHCPU_TEAM_L3, 2},   {FLASHCPU_TEAM_L3, 4},
-                    {FLASHCPU_TEAM_L3, 0}};
+                    {FLASHCPU_TEAM_L3, 8},   {FLASHCPU_TEAM_L3, 0}};
   *race = (cli_team_race){.ran = false, .winner = 0};
   race->prefill_length = spec->prefill_length;
   race->decode_kv = spec->decode_kv;

@@ -11,7 +11,7 @@
 #include "common/presets.h"
 #include "flashcpu/flashcpu.h"
 
-enum { CLI_TEAM_SHAPES_MAX = 6 };
+enum { CLI_TEAM_SHAPES_MAX = 8 };
 
 typedef struct cli_team_shape {
   flashcpu_team_level level;
