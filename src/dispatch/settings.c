@@ -61,19 +61,22 @@ static void set_switch(bool *field, int word, bool automatic) {
   *field = word == 0 ? automatic : word == 1;
 }
 
+/* A decimal count from 0 to most (digits only); -1 for anything else. */
+static long long count_in(const char *text, size_t length, long long most) {
+  long long number = 0;
+  size_t i = 0;
+  for (; i < length && text[i] >= '0' && text[i] <= '9' && number <= most; i++)
+    number = number * 10 + (text[i] - '0');
+  return length == 0 || i != length || number > most ? -1 : number;
+}
+
 int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
                     const char *key, size_t key_length, const char *value,
                     size_t value_length, char *error, size_t error_size) {
   const int shown = value_length > 64 ? 64 : (int)value_length;
   if (text_is(key, key_length, "splitkv_max_rows")) {
-    long long number = 0;
-    size_t i = 0;
-    for (; i < value_length && value[i] >= '0' && value[i] <= '9' &&
-           number <= FC_SPLITKV_MAX_ROWS;
-         i++)
-      number = number * 10 + (value[i] - '0');
-    if (value_length == 0 || i != value_length ||
-        number > FC_SPLITKV_MAX_ROWS)
+    const long long number = count_in(value, value_length, FC_SPLITKV_MAX_ROWS);
+    if (number < 0)
       return fc_settings_error(error, error_size,
                   "splitkv_max_rows = \"%.*s\": expected an integer from 0 "
                   "to %d",
@@ -124,14 +127,9 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
     return 0;
   }
   if (text_is(key, key_length, "max_team_size")) {
-    long long number = 0;
-    size_t i = 0;
-    for (; i < value_length && value[i] >= '0' && value[i] <= '9' &&
-           number <= FC_SETTINGS_MAX_TEAM_SIZE;
-         i++)
-      number = number * 10 + (value[i] - '0');
-    if (value_length == 0 || i != value_length ||
-        number > FC_SETTINGS_MAX_TEAM_SIZE)
+    const long long number =
+        count_in(value, value_length, FC_SETTINGS_MAX_TEAM_SIZE);
+    if (number < 0)
       return fc_settings_error(error, error_size,
                   "max_team_size = \"%.*s\": expected 0 (no limit) or a "
                   "team size up to %d",
