@@ -521,11 +521,14 @@ int cli_tune(int argc, char **argv) {
   tune_options options;
   int parsed = parse(argc, argv, &options);
   if (parsed >= 0) return parsed;
+  /* Measured against the built-in defaults, whatever tune file the
+   * environment names (a context option left at its default would take
+   * that file's value). */
+  unsetenv("FLASHCPU_TUNE_FILE");
 
   int exit_code = CLI_EXIT_OK;
   flashcpu_context *contexts[KERNEL_COUNT] = {NULL, NULL};
   for (int k = 0; k < KERNEL_COUNT && exit_code == CLI_EXIT_OK; k++) {
-    /* The option wins over any tune file in the environment. */
     flashcpu_context_options context_options;
     flashcpu_context_options_init(&context_options);
     context_options.splitkv_max_rows = kernel_forcing[k];
@@ -597,11 +600,15 @@ int cli_tune(int argc, char **argv) {
           run_unit_race(&race, flashcpu_context_isa(contexts[0]), &options);
     report_race(&r, &race);
     if (exit_code == CLI_EXIT_OK) {
+      const int64_t decode_kv = options.quick ? 2048 : 4096;
       cli_team_race_spec spec = {
-          preset, options.quick, options.quick ? 1024 : 2048, 0, 0,
-          FLASHCPU_SETTING_AUTO, FLASHCPU_SETTING_AUTO};
-      spec.decode_kv = options.quick ? 2048 : 4096;
-      spec.decode_layers = rotated_layers(&options, 1, spec.decode_kv);
+          .preset = preset,
+          .quick = options.quick,
+          .prefill_length = options.quick ? 1024 : 2048,
+          .decode_kv = decode_kv,
+          .decode_layers = rotated_layers(&options, 1, decode_kv),
+          .prefill_amx = FLASHCPU_SETTING_AUTO,
+          .prefill_bf16_dot = FLASHCPU_SETTING_AUTO};
       if (race.ran) {
         spec.prefill_amx =
             race.winner == UNIT_AMX ? FLASHCPU_SETTING_ON : FLASHCPU_SETTING_OFF;
