@@ -49,9 +49,11 @@ static int time_shape(flashcpu_context *base, flashcpu_context *ctx,
     cli_timing timings[2];
     const flashcpu_status status =
         cli_time_in_turns(sides, workloads[w], reps, timings, &ratios[w]);
-    if (status != FLASHCPU_OK) {
-      fprintf(stderr, "flashcpu tune: team race: %s: %s\n",
-              flashcpu_status_name(status), flashcpu_last_error(ctx));
+    if (status != FLASHCPU_OK) { /* either side's call: name both */
+      fprintf(stderr, "flashcpu tune: team race: %s (default shape: %s; "
+                      "this shape: %s)\n",
+              flashcpu_status_name(status), flashcpu_last_error(base),
+              flashcpu_last_error(ctx));
       return -1;
     }
   }
