@@ -350,6 +350,49 @@ TEST_P(QuantSuite, NanValueScaleReachesTheRowsThatSeeIt) {
   EXPECT_LT(nans, out.size() / 2) << "the NaN stays in kv head 1 of batch 1";
 }
 
+// NaN codes of an fp8 cache (0x7f, 0xff) read as NaN: the output is the
+// same kernel's on the dequantized cache with NaN in the same places, so
+// the NaN reaches exactly the rows that see its key (the kernels widen
+// the codes of a block without their NaN step only where it holds none).
+TEST_P(QuantSuite, Fp8NanCodesReachTheRowsThatSeeThem) {
+  const QuantCase &c = test_case();
+  if (c.k != FLASHCPU_DTYPE_F8_E4M3 && c.k != FLASHCPU_DTYPE_F8_E5M2) GTEST_SKIP() << "not an fp8 cache";
+  if (RoundsQ(kernel())) GTEST_SKIP() << "integer kernels do not take fp8 K";
+  flashcpu_context *context = ctx();
+  ASSERT_NE(context, nullptr);
+  Inputs in;
+  in.Make(context, c);
+  if (HasFatalFailure()) return;
+  const auto at = [&](int64_t b, int64_t key, int64_t head, int64_t d) {
+    return static_cast<size_t>(((b * in.S + key) * kKvHeads + head) * in.D + d);
+  };
+  // K: batch 1, key S / 2, kv head 1; V: batch 0, key 10, kv head 0.
+  in.k.codes[at(1, in.S / 2, 1, 5)] = 0x7f;
+  in.k.dequantized[at(1, in.S / 2, 1, 5)] = NAN;
+  in.v.codes[at(0, 10, 0, 3)] = 0xff;
+  in.v.dequantized[at(0, 10, 0, 3)] = NAN;
+  std::vector<float> out_q, out_f, lse_q, lse_f;
+  const flashcpu_status plain = in.Run(context, true, &out_f, &lse_f);
+  if (CannotTake(plain, context))
+    GTEST_SKIP() << kernel()->name << " does not take this shape: " << flashcpu_last_error(context);
+  ASSERT_EQ(plain, FLASHCPU_OK) << flashcpu_last_error(context);
+  const flashcpu_status quantized = in.Run(context, false, &out_q, &lse_q);
+  if (CannotTake(quantized, context))
+    GTEST_SKIP() << kernel()->name << " does not take quantized K/V: " << flashcpu_last_error(context);
+  ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
+  size_t nans = 0;
+  for (size_t i = 0; i < out_q.size(); i++) {
+    ASSERT_EQ(std::isnan(out_q[i]), std::isnan(out_f[i])) << "element " << i;
+    if (std::isnan(out_q[i])) {
+      nans++;
+      continue;
+    }
+    ASSERT_EQ(std::memcmp(&out_q[i], &out_f[i], sizeof(float)), 0) << "element " << i;
+  }
+  EXPECT_GT(nans, 0u);
+  EXPECT_LT(nans, out_q.size() / 2) << "the NaNs stay in their kv heads";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Kernels, QuantSuite,
     testing::ValuesIn(ForEveryKernel(std::vector<QuantCase>(std::begin(kCases), std::end(kCases)))),

@@ -40,6 +40,11 @@ enum {
 };
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+/* How the loads read a row: in order; bf16 in even/odd order per 32
+ * elements; E4M3 codes of a block checked to hold no NaN code, widened
+ * without the NaN step (the bits are the same for every other code). */
+enum { READ_PLAIN, READ_PAIRS, READ_E4M3_FINITE };
+
 static ALWAYS_INLINE __mmask16 lanes_of(int64_t remaining) {
   return remaining <= 0 ? 0 : fc512_tail_mask(remaining);
 }
@@ -70,18 +75,23 @@ static ALWAYS_INLINE int64_t element_bytes(flashcpu_dtype dtype) {
 
 /* Elements d .. d + 31 of a row as two f32 vectors (elements past the
  * span's end zero): bf16 in even/odd order (lo: d, d + 2, ...; hi: d + 1,
- * d + 3, ...) when pairs, else in order (lo: d .. d + 15, hi: d + 16 ..
- * d + 31); quantized rows dequantized with the row's scale and zero. */
+ * d + 3, ...) with READ_PAIRS, else in order (lo: d .. d + 15, hi: d + 16
+ * .. d + 31); quantized rows dequantized with the row's scale and zero. */
 static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
-                                    int pairs, int64_t d, span32 m,
+                                    int mode, int64_t d, span32 m,
                                     float scale, float zero, __m512 *lo,
                                     __m512 *hi) {
+  if (mode == READ_E4M3_FINITE) {
+    *lo = fc512_dequant_e4m3_finite(row, d, m.lo, scale);
+    *hi = fc512_dequant_e4m3_finite(row, d + 16, m.hi, scale);
+    return;
+  }
   if (fc_dtype_is_quantized(dtype)) {
     *lo = fc512_dequant_lanes(dtype, row, d, m.lo, scale, zero);
     *hi = fc512_dequant_lanes(dtype, row, d + 16, m.hi, scale, zero);
     return;
   }
-  if (pairs) {
+  if (mode == READ_PAIRS) {
     const __m512i raw =
         _mm512_maskz_loadu_epi16(m.pair_mask, (const uint16_t *)row + d);
     *lo = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
@@ -97,7 +107,7 @@ static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
  * q_s . k_j (lanes past n are garbage; k_rows past n repeat a valid row).
  * dim and dtype are constants in the specialised callers. */
 static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
-                                       flashcpu_dtype dtype, int pairs,
+                                       flashcpu_dtype dtype, int mode,
                                        const float *q, int64_t padded_dim,
                                        int64_t dim, int64_t n,
                                        fc_prefetch_sweep *shared_sweep,
@@ -128,7 +138,7 @@ static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
     for (int64_t d = 0; d < dim; d += PAIR) {
       __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
       for (int j = 0; j < KEYS_PER_GROUP; j++)
-        load_span(rows[j], dtype, pairs, d, span_of(d, dim), scales[j],
+        load_span(rows[j], dtype, mode, d, span_of(d, dim), scales[j],
                   zeros[j], &lo[j], &hi[j]);
       /* a line per line the span starts: 1-byte rows every other span */
       if (prefetch && (d * size) % FC_SWEEP_LINE == 0)
@@ -163,13 +173,16 @@ static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
   case FLASHCPU_DTYPE_I8: FOR(FLASHCPU_DTYPE_I8, 0, dim_value); return;        \
   case FLASHCPU_DTYPE_U8: FOR(FLASHCPU_DTYPE_U8, 0, dim_value); return;        \
   case FLASHCPU_DTYPE_F8_E4M3:                                                 \
-    FOR(FLASHCPU_DTYPE_F8_E4M3, 0, dim_value);                                 \
+    if (e4m3_finite)                                                           \
+      FOR(FLASHCPU_DTYPE_F8_E4M3, READ_E4M3_FINITE, dim_value);                \
+    else                                                                       \
+      FOR(FLASHCPU_DTYPE_F8_E4M3, READ_PLAIN, dim_value);                      \
     return;                                                                    \
   case FLASHCPU_DTYPE_F8_E5M2:                                                 \
     FOR(FLASHCPU_DTYPE_F8_E5M2, 0, dim_value);                                 \
     return;                                                                    \
   case FLASHCPU_DTYPE_Q8_0: FOR(FLASHCPU_DTYPE_Q8_0, 0, dim_value); return;    \
-  default: FOR(FLASHCPU_DTYPE_BF16, 1, dim_value); return;                     \
+  default: FOR(FLASHCPU_DTYPE_BF16, READ_PAIRS, dim_value); return;            \
   }
 
 /* head_dim 64 and 128 and each K dtype get their own unrolled copy. */
@@ -178,8 +191,10 @@ static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
                                   int64_t padded_dim, int64_t dim, int64_t n,
                                   fc_prefetch_sweep *sweep,
                                   __m512 scores[CHUNK]) {
-#define SCORES_FOR(dt, pairs, dim_value)                                       \
-  chunk_scores(k_rows, dt, pairs, q, padded_dim, dim_value, n, sweep, scores)
+  const int e4m3_finite = dtype == FLASHCPU_DTYPE_F8_E4M3 &&
+                          fc512_e4m3_rows_finite(k_rows->row, n, dim);
+#define SCORES_FOR(dt, mode, dim_value)                                        \
+  chunk_scores(k_rows, dt, mode, q, padded_dim, dim_value, n, sweep, scores)
   if (dim == 128) BY_EVERY_DTYPE(SCORES_FOR, 128)
   if (dim == 64) BY_EVERY_DTYPE(SCORES_FOR, 64)
   BY_EVERY_DTYPE(SCORES_FOR, dim)
@@ -246,7 +261,7 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
  * may hold anything, NaN included; that rarer case has its own loop so
  * that the common one carries no per-key masks. */
 static ALWAYS_INLINE void accumulate_values(const fc_splitkv_rows *v_rows,
-                                            flashcpu_dtype dtype, int pairs,
+                                            flashcpu_dtype dtype, int mode,
                                             int64_t dv, int64_t padded_dv,
                                             int64_t n, float *o,
                                             const float *weights,
@@ -272,9 +287,9 @@ static ALWAYS_INLINE void accumulate_values(const fc_splitkv_rows *v_rows,
         if (prefetch)
           for (int64_t line = 0; line < 2 * PAIR * size; line += FC_SWEEP_LINE)
             fc_sweep_next(&sweep);
-        load_span(v_rows->row[j], dtype, pairs, d, first, v_rows->scale[j],
+        load_span(v_rows->row[j], dtype, mode, d, first, v_rows->scale[j],
                   v_rows->zero[j], &v[0], &v[1]);
-        load_span(v_rows->row[j], dtype, pairs, d + PAIR, second,
+        load_span(v_rows->row[j], dtype, mode, d + PAIR, second,
                   v_rows->scale[j], v_rows->zero[j], &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
           const __m512 w = _mm512_set1_ps(weights[s * KEY_BLOCK + j]);
@@ -287,9 +302,9 @@ static ALWAYS_INLINE void accumulate_values(const fc_splitkv_rows *v_rows,
       for (int64_t j = 0; j < n; j++) {
         if (!((any >> j) & 1u)) continue;
         __m512 v[4];
-        load_span(v_rows->row[j], dtype, pairs, d, first, v_rows->scale[j],
+        load_span(v_rows->row[j], dtype, mode, d, first, v_rows->scale[j],
                   v_rows->zero[j], &v[0], &v[1]);
-        load_span(v_rows->row[j], dtype, pairs, d + PAIR, second,
+        load_span(v_rows->row[j], dtype, mode, d + PAIR, second,
                   v_rows->scale[j], v_rows->zero[j], &v[2], &v[3]);
         for (int s = 0; s < CHUNK; s++) {
           const __mmask16 use =
@@ -314,18 +329,20 @@ static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
                                 const __mmask16 seen[CHUNK],
                                 fc_prefetch_sweep *sweep) {
   const __mmask16 lanes = fc512_tail_mask(n);
+  const int e4m3_finite = dtype == FLASHCPU_DTYPE_F8_E4M3 &&
+                          fc512_e4m3_rows_finite(v_rows->row, n, dv);
   if (seen[0] == lanes && seen[1] == lanes && seen[2] == lanes &&
       seen[3] == lanes) {
-#define VALUES_FOR(dt, pairs, dim)                                             \
-  accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
+#define VALUES_FOR(dt, mode, dim)                                              \
+  accumulate_values(v_rows, dt, mode, dim, padded_dv, n, o, weights, alpha,   \
                     seen, 1, sweep)
     if (dv == 128) BY_EVERY_DTYPE(VALUES_FOR, 128)
     if (dv == 64) BY_EVERY_DTYPE(VALUES_FOR, 64)
     BY_EVERY_DTYPE(VALUES_FOR, dv)
   }
 #undef VALUES_FOR
-#define VALUES_FOR(dt, pairs, dim)                                             \
-  accumulate_values(v_rows, dt, pairs, dim, padded_dv, n, o, weights, alpha,   \
+#define VALUES_FOR(dt, mode, dim)                                              \
+  accumulate_values(v_rows, dt, mode, dim, padded_dv, n, o, weights, alpha,   \
                     seen, 0, NULL)
   BY_EVERY_DTYPE(VALUES_FOR, dv)
 #undef VALUES_FOR
