@@ -15,6 +15,7 @@
 #   avx512bf16 the avx512 flags + -mavx512bf16
 #   avx512vnni the avx512 flags + -mavx512vnni
 #   amxbf16    the avx512bf16 flags + -mamx-tile -mamx-bf16
+#   amxint8    the avx512vnni flags + -mamx-tile -mamx-int8
 #
 # flashcpu_isa_supported(<ISA> <out-var>) sets <out-var> to TRUE when the
 # target processor can take that ISA's files, so callers can leave them out:
@@ -52,11 +53,13 @@ function(flashcpu_isa_compile_flags isa out_var)
     set(flags ${avx512} -mavx512vnni)
   elseif(isa STREQUAL "amxbf16")
     set(flags ${avx512} -mavx512bf16 -mamx-tile -mamx-bf16)
+  elseif(isa STREQUAL "amxint8")
+    set(flags ${avx512} -mavx512vnni -mamx-tile -mamx-int8)
   elseif(isa STREQUAL "neon")
     set(flags "") # the aarch64 baseline
   else()
     message(FATAL_ERROR "flashcpu: unknown ISA '${isa}' "
-                        "(expected avx2, avx512, avx512bf16, avx512vnni, amxbf16 or neon)")
+                        "(expected avx2, avx512, avx512bf16, avx512vnni, amxbf16, amxint8 or neon)")
   endif()
   set(${out_var} ${flags} PARENT_SCOPE)
 endfunction()
@@ -117,6 +120,7 @@ function(flashcpu_isa_available isa out_var)
   set(probe_avx512bf16 "__m512bh a = (__m512bh)_mm512_setzero_si512(); __m512 x = _mm512_dpbf16_ps(_mm512_setzero_ps(), a, a); return (int)_mm512_reduce_add_ps(x);")
   set(probe_avx512vnni "__m512i x = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_set1_epi16(1), _mm512_set1_epi16(2)); return _mm512_reduce_add_epi32(x);")
   set(probe_amxbf16 "_tile_zero(0); _tile_dpbf16ps(0, 1, 2); _tile_release(); return 0;")
+  set(probe_amxint8 "_tile_zero(0); _tile_dpbssd(0, 1, 2); _tile_release(); return 0;")
   string(MAKE_C_IDENTIFIER "FLASHCPU_CC_HAS_${isa}" result_var)
   set(CMAKE_REQUIRED_QUIET ON)
   check_c_source_compiles("#include <immintrin.h>

@@ -427,9 +427,12 @@ typedef struct flashcpu_tensor {
  * element) for integer dot products with K's codes, and where V is I8 or
  * U8 too (on AVX2: v_head_dim a multiple of 16), rounds each 16-key
  * block's softmax weights times the V row scales to int16 (to within
- * 2^-16 of the block's largest) for integer dot products with V's codes;
- * the kernel option or tune key `kernel = fc_decode_splitkv__avx512` (or
- * `__avx2`) keeps them in f32. With AVX512-VNNI, `kernel =
+ * 2^-16 of the block's largest) for integer dot products with V's codes.
+ * Where the CPU has AMX-INT8 and K and V are both I8 or both U8 with
+ * head_dim = v_head_dim = 64 or 128, decode runs those products on AMX
+ * tiles: q rounded the same way, the weights to 15 bits per 64-key group
+ * (to within 2^-16 of the group's largest). The kernel option or tune key
+ * `kernel = fc_decode_splitkv__avx512` (or `__avx2`) keeps them in f32. With AVX512-VNNI, `kernel =
  * fc_decode_splitkv_i8dot__avx512vnni` rounds both to 8 bits instead, as
  * the codes themselves are (q to within 1/254 of its row's largest
  * element, weights to within 1/510 of the block's largest: about 15% more

@@ -79,8 +79,12 @@ static void detect(void) {
     detected.avx512_vnni = detected.avx512f && (leaf7_ecx & (1u << 11));
   }
   bool amx_tile = leaf7_edx & (1u << 24), amx_bf16 = leaf7_edx & (1u << 22);
-  detected.amx_bf16 = amx_tile && amx_bf16 && (xcr0 & XCR0_AMX) == XCR0_AMX;
-  if (detected.amx_bf16) detected.amx_permitted = request_amx_permission();
+  bool amx_int8 = leaf7_edx & (1u << 25);
+  bool tile_state = amx_tile && (xcr0 & XCR0_AMX) == XCR0_AMX;
+  detected.amx_bf16 = tile_state && amx_bf16;
+  detected.amx_int8 = tile_state && amx_int8;
+  if (detected.amx_bf16 || detected.amx_int8)
+    detected.amx_permitted = request_amx_permission();
 }
 #elif defined(__aarch64__)
 static void detect(void) {
@@ -110,7 +114,7 @@ size_t fc_cpu_features_describe(const fc_cpu_features *f, char *buffer,
       {f->avx512bw, "avx512bw"},   {f->avx512vl, "avx512vl"},
       {f->avx512dq, "avx512dq"},   {f->avx512_bf16, "avx512_bf16"},
       {f->avx512_fp16, "avx512_fp16"}, {f->avx512_vnni, "avx512_vnni"},
-      {f->amx_bf16, "amx_bf16"},
+      {f->amx_bf16, "amx_bf16"},   {f->amx_int8, "amx_int8"},
       {f->amx_permitted, "amx_permitted"}, {f->neon, "neon"},
       {f->sve, "sve"},             {f->arm_bf16, "bf16"},
       {f->arm_fp16, "fp16"},

@@ -11,6 +11,8 @@ int fc_kernel_need_met(const fc_cpu_features *cpu, fc_cpu_need need) {
   case FC_NEED_AVX512_VNNI: return cpu->avx512_vnni;
   case FC_NEED_AMX_BF16:
     return cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16;
+  case FC_NEED_AMX_INT8:
+    return cpu->amx_int8 && cpu->amx_permitted && cpu->avx512_vnni;
   }
   return 0;
 }

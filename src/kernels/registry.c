@@ -89,6 +89,26 @@ bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size) {
   return true;
 }
 
+bool fc_takes_splitkv_amx_int8(const fc_problem *p, char *why, size_t size) {
+  if (!fc_takes_splitkv_int_dot(p, why, size)) return false;
+  const fc_view *v = &p->v;
+  if (v->dtype != p->k.dtype) {
+    snprintf(why, size, "v's dtype is not k's");
+    return false;
+  }
+  if (v->scale_strides[3] != 0 && (v->scales || v->zeros)) {
+    snprintf(why, size, "v's scales vary along the row");
+    return false;
+  }
+  if ((p->head_dim != 64 && p->head_dim != 128) ||
+      p->v_head_dim != p->head_dim) {
+    snprintf(why, size, "head dims %lld/%lld are not both 64 or 128",
+             (long long)p->head_dim, (long long)p->v_head_dim);
+    return false;
+  }
+  return true;
+}
+
 static bool is_bf16_qkv(const fc_problem *p, char *why, size_t size) {
   if (is_bf16_qk(p) && p->v.dtype == FLASHCPU_DTYPE_BF16) return true;
   snprintf(why, size, "q, k and v are not all bf16");

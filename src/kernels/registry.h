@@ -22,7 +22,8 @@ typedef enum fc_cpu_need {
   FC_NEED_NONE,
   FC_NEED_AVX512_BF16,
   FC_NEED_AVX512_VNNI,
-  FC_NEED_AMX_BF16 /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
+  FC_NEED_AMX_BF16, /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
+  FC_NEED_AMX_INT8  /* AMX-INT8 tiles granted by the OS, and AVX512-VNNI */
 } fc_cpu_need;
 
 /* Whether a kernel can compute p; false with a short reason in why. */
@@ -90,6 +91,9 @@ bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size);
 /* I8 or U8 K read in place with one scale per row, head_dim <= 256 (the
  * int32 sums of 15-bit q and 8-bit codes cannot overflow). */
 bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size);
+/* I8 K and V, or U8 K and V, read in place with one scale per row, and
+ * head_dim = v_head_dim = 64 or 128 (the AMX-INT8 decode kernel). */
+bool fc_takes_splitkv_amx_int8(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size);
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,

@@ -44,6 +44,11 @@ bool KernelRunsHere(Kernel kernel, std::string *why) {
       *why = cpu->amx_bf16 ? "the OS did not grant this process AMX tile data"
                            : "this CPU (or its OS) lacks AMX-BF16";
       return false;
+    case FC_NEED_AMX_INT8:
+      if (cpu->amx_int8 && cpu->amx_permitted && cpu->avx512_vnni) return true;
+      *why = cpu->amx_int8 ? "the OS did not grant this process AMX tile data"
+                           : "this CPU (or its OS) lacks AMX-INT8";
+      return false;
   }
   *why = "a CPU need the tester does not know (" + std::to_string(kernel->need) +
          "): teach KernelRunsHere";

@@ -5,6 +5,7 @@ few-row and many-row requests and of requests without keys, dtypes,
 strides, out= aliasing, errors, and kv_append round trips."""
 
 import os
+import sys
 import threading
 
 import numpy as np
@@ -140,16 +141,23 @@ KERNELS = [k for k in flashcpu.info()["kernels"] if k["runnable"]]
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k["name"])
-def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel):
+def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch):
     """Forced to one kernel, the paged path writes the bytes flashcpu.attention
     writes on each request's contiguous K/V (the header's promise)."""
     rng = np.random.default_rng(39)
-    bf16 = "bf16dot" in kernel["name"] or "amx" in kernel["name"]  # bf16 q and K only
-    int8_k = "i16dot" in kernel["name"] or "i8dot" in kernel["name"]  # int8 or uint8 K only
+    name = kernel["name"]
+    bf16 = "bf16dot" in name or "amxbf16" in name  # bf16 q and K only
+    int8_v = "amxint8" in name  # int8 K and V, head_dim 64 or 128
+    int8_k = "i16dot" in name or "i8dot" in name or int8_v  # int8 or uint8 K
+    if int8_v:
+        monkeypatch.setattr(sys.modules[__name__], "DIM", 64)
     step = Step(rng, page_size=3, layout="hnd", dtype="bf16" if bf16 else "f32")
-    if int8_k:  # K pages as int8 codes with a scale per token and head
+    if int8_k:  # K (and V) pages as int8 codes with a scale per token and head
         step.k = flashcpu.quantize(step.k, "i8", layout="bhsd")
         step.k_values = flashcpu.dequantize(step.k, layout="bhsd").astype(np.float64)
+        if int8_v:
+            step.v = flashcpu.quantize(step.v, "i8", layout="bhsd")
+            step.v_values = flashcpu.dequantize(step.v, layout="bhsd").astype(np.float64)
         step.kv = flashcpu.PagedKV(step.k, step.v, layout="hnd")
     sinks = rng.standard_normal(HEADS).astype(np.float32)
     slopes = rng.uniform(0.01, 0.3, (len(REQUESTS), HEADS)).astype(np.float32)
@@ -188,13 +196,15 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel):
                 return reference.gather_pages(flashcpu._arrays.raw(cache), "hnd",
                                               step.block_table[r], step.keys[r],
                                               dtype=None)[None]
-            v = gather(step.v)
+            v = (flashcpu.Quantized(gather(step.v.codes), "i8",
+                                    scales=gather(step.v.scales))
+                 if int8_v else gather(step.v))
             k = (flashcpu.Quantized(gather(step.k.codes), "i8",
                                     scales=gather(step.k.scales))
                  if int8_k else gather(step.k))
             expected, expected_lse = flashcpu.attention(
                 wrap(flashcpu._arrays.raw(step.q)[None, rows]),
-                k if int8_k else wrap(k), wrap(v),
+                k if int8_k else wrap(k), v if int8_v else wrap(v),
                 alibi_slopes=slopes[r], return_lse=True, context=context, **options)
             np.testing.assert_array_equal(out[rows], expected[0])
             np.testing.assert_array_equal(lse[:, rows], expected_lse[0])
