@@ -219,6 +219,26 @@ void RunAgainstTheExactKernel(Kernel kernel, flashcpu_context *context, Inputs *
   ASSERT_EQ(in->Run(exact, false, want, &want_lse), FLASHCPU_OK) << flashcpu_last_error(exact);
 }
 
+// Runs in on its dequantized (f32) cache into out_f and lse_f, then on the
+// quantized one into out_q and lse_q, with context's kernel; *skip says
+// why the kernel does not take one of them (nothing more is run then).
+void RunOnBothCaches(flashcpu_context *context, Inputs *in, std::vector<float> *out_q,
+                     std::vector<float> *lse_q, std::vector<float> *out_f, std::vector<float> *lse_f,
+                     std::string *skip) {
+  const flashcpu_status plain = in->Run(context, true, out_f, lse_f);
+  if (CannotTake(plain, context)) {
+    *skip = std::string("does not take this shape: ") + flashcpu_last_error(context);
+    return;
+  }
+  ASSERT_EQ(plain, FLASHCPU_OK) << flashcpu_last_error(context);
+  const flashcpu_status quantized = in->Run(context, false, out_q, lse_q);
+  if (CannotTake(quantized, context)) {
+    *skip = std::string("does not take quantized K/V: ") + flashcpu_last_error(context);
+    return;
+  }
+  ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
+}
+
 TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   const QuantCase &c = test_case();
   flashcpu_context *context = ctx();
@@ -228,14 +248,10 @@ TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   in.Make(context, c);
   if (HasFatalFailure()) return;
   std::vector<float> out_q, out_f, lse_q, lse_f;
-  const flashcpu_status plain = in.Run(context, true, &out_f, &lse_f);
-  if (CannotTake(plain, context))
-    GTEST_SKIP() << kernel()->name << " does not take this shape: " << flashcpu_last_error(context);
-  ASSERT_EQ(plain, FLASHCPU_OK) << flashcpu_last_error(context);
-  const flashcpu_status quantized = in.Run(context, false, &out_q, &lse_q);
-  if (CannotTake(quantized, context))
-    GTEST_SKIP() << kernel()->name << " does not take quantized K/V: " << flashcpu_last_error(context);
-  ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
+  std::string skip;
+  RunOnBothCaches(context, &in, &out_q, &lse_q, &out_f, &lse_f, &skip);
+  if (HasFatalFailure()) return;
+  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
   EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
   for (size_t i = 0; i < out_q.size(); i++)
@@ -396,14 +412,10 @@ TEST_P(QuantSuite, Fp8NanCodesReachTheRowsThatSeeThem) {
   in.v.codes[at(0, 10, 0, 3)] = 0xff;
   in.v.dequantized[at(0, 10, 0, 3)] = NAN;
   std::vector<float> out_q, out_f, lse_q, lse_f;
-  const flashcpu_status plain = in.Run(context, true, &out_f, &lse_f);
-  if (CannotTake(plain, context))
-    GTEST_SKIP() << kernel()->name << " does not take this shape: " << flashcpu_last_error(context);
-  ASSERT_EQ(plain, FLASHCPU_OK) << flashcpu_last_error(context);
-  const flashcpu_status quantized = in.Run(context, false, &out_q, &lse_q);
-  if (CannotTake(quantized, context))
-    GTEST_SKIP() << kernel()->name << " does not take quantized K/V: " << flashcpu_last_error(context);
-  ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
+  std::string skip;
+  RunOnBothCaches(context, &in, &out_q, &lse_q, &out_f, &lse_f, &skip);
+  if (HasFatalFailure()) return;
+  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
   size_t nans = 0;
   for (size_t i = 0; i < out_q.size(); i++) {
     ASSERT_EQ(std::isnan(out_q[i]), std::isnan(out_f[i])) << "element " << i;
