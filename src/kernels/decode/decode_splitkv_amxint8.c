@@ -252,8 +252,12 @@ static row_walk walk_rows(const fc_view *view, const fc_splitkv_tile *t,
 
 /* 16 f32 scales (or zeros) from element at, step apart. */
 static ALWAYS_INLINE __m512 load16(const char *base, int64_t at, int64_t step) {
-  const float *first = (const float *)base + at;
-  if (step == 0) return _mm512_set1_ps(*first);
+  const char *first = base + at * (int64_t)sizeof(float);
+  if (step == 0) {
+    float value;
+    memcpy(&value, first, sizeof value); /* scales need not be aligned */
+    return _mm512_set1_ps(value);
+  }
   if (step == 1) return _mm512_loadu_ps(first);
   const __m512i index = _mm512_mullo_epi32(
       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -296,6 +300,7 @@ static ALWAYS_INLINE void block_at(const amx_args *a, const row_walk *w,
     out->stride = 0;
   }
   if (count == BLOCK && view->scale_dtype == FLASHCPU_DTYPE_F32 &&
+      view->scale_strides[1] >= 0 && view->scale_strides[1] <= INT32_MAX / BLOCK &&
       fc_view_run_end(view, key) >= key + BLOCK) {
     const int64_t at = fc_view_scale_offset(view, w->b, key, w->kv_head);
     const int64_t step = view->scale_strides[1];
