@@ -429,10 +429,12 @@ typedef struct flashcpu_tensor {
  * block's softmax weights times the V row scales to int16 (to within
  * 2^-16 of the block's largest) for integer dot products with V's codes.
  * Where the CPU has AMX-INT8 and K and V are both I8 or both U8 with
- * head_dim = v_head_dim = 64 or 128, decode runs those products on AMX
- * tiles: q rounded the same way, the weights to 15 bits per 64-key group
- * (to within 2^-16 of the group's largest). The kernel option or tune key
- * `kernel = fc_decode_splitkv__avx512` (or `__avx2`) keeps them in f32. With AVX512-VNNI, `kernel =
+ * head_dim = v_head_dim = 64 or 128, `kernel =
+ * fc_decode_splitkv_amx__amxint8` runs those products on AMX tiles: q
+ * rounded the same way, the weights to 15 bits per 64-key group (to within
+ * 2^-16 of the group's largest); faster where K and V are in cache, no
+ * faster where memory binds. The kernel option or tune key `kernel =
+ * fc_decode_splitkv__avx512` (or `__avx2`) keeps them in f32. With AVX512-VNNI, `kernel =
  * fc_decode_splitkv_i8dot__avx512vnni` rounds both to 8 bits instead, as
  * the codes themselves are (q to within 1/254 of its row's largest
  * element, weights to within 1/510 of the block's largest: about 15% more

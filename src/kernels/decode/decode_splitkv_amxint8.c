@@ -31,6 +31,7 @@
 
 #include "common/score.h"
 #include "kernels/decode/decode_splitkv.h"
+#include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/kernel_support.h"
 #include "kernels/registry.h"
@@ -46,7 +47,6 @@ enum {
   STEP = 64,       /* elements per tile row */
   Q_LIMIT = 16383, /* q codes: 15 bits, as the VPDPWSSD kernel's */
   W_LIMIT = 32639, /* weight codes: hi = 127 at most in the balanced split */
-  AHEAD = 16,      /* keys ahead that the passes prefetch into L1 */
   PLANES = 16 * 2 * CHUNK * 4 /* bytes of q's tile per 64-element step */
 };
 
@@ -250,6 +250,28 @@ static row_walk walk_rows(const fc_view *view, const fc_splitkv_tile *t,
   return w;
 }
 
+/* A sweep over keys [key, key + keys) of the tile's heads (rows evenly
+ * spaced; else, or past the split, an empty one): the next block's or
+ * group's lines, one per call of fc_sweep_next spread over the work (a
+ * burst of prefetches stalls the loads behind it). */
+static fc_prefetch_sweep sweep_keys(const amx_args *a, const fc_view *view,
+                                    const fc_splitkv_tile *t, int64_t key,
+                                    int64_t keys) {
+  fc_prefetch_sweep sweep;
+  const row_walk walk = walk_rows(view, t, t->h0);
+  if (key + keys > t->end) keys = t->end - key;
+  fc_sweep_init(&sweep, walk.first ? walk.first + (key - t->begin) * walk.step : NULL,
+                walk.first ? keys : 0, a->shared.heads_per_tile, walk.step,
+                view->strides[2] * view->element_size, a->dim);
+  sweep.into_l1 = a->shared.prefetch_l1 != 0;
+  return sweep;
+}
+
+/* n lines of a sweep. */
+static ALWAYS_INLINE void sweep_lines(fc_prefetch_sweep *sweep, int64_t n) {
+  for (int64_t i = 0; i < n; i++) fc_sweep_next(sweep);
+}
+
 /* 16 f32 scales (or zeros) from element at, step apart. */
 static ALWAYS_INLINE __m512 load16(const char *base, int64_t at, int64_t step) {
   const char *first = base + at * (int64_t)sizeof(float);
@@ -323,15 +345,6 @@ static ALWAYS_INLINE const char *row_of(const key_block *block, int j) {
   return block->spaced ? block->base + j * block->stride : block->rows[j];
 }
 
-/* Prefetches the rows AHEAD keys past a block. */
-static ALWAYS_INLINE void prefetch_ahead(const row_walk *w,
-                                         const key_block *block, int64_t dim) {
-  if (!block->spaced) return;
-  const char *at = block->base + AHEAD * w->step;
-  for (int j = 0; j < BLOCK; j++, at += w->step)
-    for (int64_t line = 0; line < dim; line += 64)
-      _mm_prefetch(at + line, _MM_HINT_T0);
-}
 
 /* The unit's slots' q rounded (their steps and sums) and made into its
  * planes; unit->rounded false where some slot's q cannot be rounded. */
@@ -446,15 +459,20 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
   const int64_t dim = a->dim;
   const bool u8 = a->u8;
   const int64_t per_head = th->count / a->shared.heads_per_tile;
+  /* The first block, which no earlier block prefetched. */
+  fc_prefetch_sweep first_block = sweep_keys(a, &p->k, t, t->begin, BLOCK);
+  fc_sweep_all(&first_block);
   int parity = 0;
   for (int64_t j0 = t->begin; j0 < t->end; j0 += BLOCK) {
     const int64_t n = t->end - j0 < BLOCK ? t->end - j0 : BLOCK;
+    fc_prefetch_sweep sweep = sweep_keys(a, &p->k, t, j0 + BLOCK, BLOCK);
+    const int64_t half_lines = n * (dim / 64) / 2;
     for (int64_t h = 0; h < a->shared.heads_per_tile; h++) {
       const int64_t first = h * per_head;
       const row_walk walk = walk_rows(&p->k, t, th->units[first].kv_head);
       key_block block;
       block_at(a, &walk, t, j0, true, &block);
-      prefetch_ahead(&walk, &block, dim);
+      sweep_lines(&sweep, half_lines);
       const char *rows = block.base;
       long long stride = (long long)block.stride;
       if (!block.spaced) {
@@ -487,6 +505,7 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
                               th->units[u].chunk * CHUNK + s, j0, n,
                               t->kv_length);
       }
+      sweep_lines(&sweep, half_lines);
     }
   }
 }
@@ -659,6 +678,7 @@ static void values_pass(const amx_args *a, const amx_thread *th,
   const int64_t dim = a->dim, halves = dim / STEP;
   const int64_t per_head = th->count / a->shared.heads_per_tile;
   for (int64_t g0 = t->begin; g0 < t->end; g0 += GROUP) {
+    fc_prefetch_sweep sweep = sweep_keys(a, &p->v, t, g0 + GROUP, GROUP);
     for (int64_t h = 0; h < a->shared.heads_per_tile; h++) {
       const int64_t first = h * per_head;
       bool wanted = false;
@@ -676,7 +696,6 @@ static void values_pass(const amx_args *a, const amx_thread *th,
           continue;
         }
         block_at(a, &walk, t, key, false, &blocks[i]);
-        prefetch_ahead(&walk, &blocks[i], dim);
       }
       /* V by 4 keys per tile row: v_tiles[half][k][r] = interleave4 of
        * keys 4 r .. 4 r + 3 at columns 64 half. */
@@ -687,6 +706,7 @@ static void values_pass(const amx_args *a, const amx_thread *th,
                                     row_of(block, j + 2), row_of(block, j + 3)};
         for (int64_t half = 0; half < halves; half++) {
           __m512i quad[4];
+          sweep_lines(&sweep, 4); /* a line per line read */
           interleave4(quad_rows, STEP * half, quad);
           for (int k = 0; k < 4; k++)
             _mm512_store_si512(th->v_tiles + ((half * 4 + k) * 16 + r) * 64,
@@ -781,6 +801,8 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
     configure_tiles();
     for (int64_t u = 0; u < th.count; u++) prepare_unit(a, &th, &t, u);
     scores_pass(a, &th, &t);
+    fc_prefetch_sweep first_group = sweep_keys(a, &a->p->v, &t, t.begin, GROUP);
+    fc_sweep_all(&first_group);
     for (int64_t u = 0; u < th.count; u++) {
       softmax_unit(a, &th, u, t.end - t.begin);
       memset(th.o + u * CHUNK * a->dim, 0,
