@@ -32,6 +32,7 @@
 #include "common/score.h"
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
+#include "kernels/decode/splitkv_amx_rows.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/kernel_support.h"
 #include "kernels/registry.h"
@@ -77,7 +78,7 @@ typedef struct amx_thread {
   int64_t count; /* units: heads per tile x chunks of this thread */
   float *q, *o, *p;
   uint16_t *seen;
-  int16_t *codes;         /* [CHUNK][dim]: one unit's, while rounding */
+  int16_t *codes; /* [CHUNK][dim]: one unit's, while rounding */
   unsigned char *planes;
   unsigned char *v_tiles; /* [dim / 64][4][16][64]: a head's group of V */
   unsigned char *w_bytes; /* [8 rows: hi, lo of 4 slots][GROUP] */
@@ -111,8 +112,8 @@ static size_t scratch_for_team(const void *opaque, int team_size) {
 }
 
 static amx_thread carve(const amx_args *a, const fc_team_view *team) {
-  char *at = (char *)team->scratch +
-             (size_t)team->rank * rank_bytes(a, team->size);
+  char *at =
+      (char *)team->scratch + (size_t)team->rank * rank_bytes(a, team->size);
   at = (char *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
   const size_t dim = (size_t)a->dim, keys = (size_t)a->keys;
   const size_t units = (size_t)units_of_rank(a, team->size);
@@ -123,15 +124,15 @@ static amx_thread carve(const amx_args *a, const fc_team_view *team) {
     at += up64(bytes);                                                         \
   } while (0)
   TAKE(units, amx_unit, units * sizeof(amx_unit));
-  TAKE(q, float, units * CHUNK * dim * sizeof(float));
-  TAKE(o, float, units * CHUNK * dim * sizeof(float));
-  TAKE(p, float, units * CHUNK * keys * sizeof(float));
+  TAKE(q, float, units *CHUNK *dim * sizeof(float));
+  TAKE(o, float, units *CHUNK *dim * sizeof(float));
+  TAKE(p, float, units *CHUNK *keys * sizeof(float));
   TAKE(seen, uint16_t, units * CHUNK * keys / BLOCK * sizeof(uint16_t));
   TAKE(codes, int16_t, CHUNK * dim * sizeof(int16_t));
-  TAKE(planes, unsigned char, units * dim / STEP * PLANES);
+  TAKE(planes, unsigned char, units *dim / STEP * PLANES);
   TAKE(v_tiles, unsigned char, 4 * 16 * dim);
   TAKE(w_bytes, unsigned char, 2 * CHUNK * GROUP);
-  TAKE(k_pack, char, BLOCK * dim);
+  TAKE(k_pack, char, BLOCK *dim);
   TAKE(sums, int32_t, 4 * 2 * CHUNK * 16 * (dim / STEP) * sizeof(int32_t));
   TAKE(score_sums, int32_t, 2 * BLOCK * 2 * CHUNK * sizeof(int32_t));
 #undef TAKE
@@ -152,11 +153,10 @@ typedef struct tile_config {
  * (16 rows x 8 columns x 4 bytes); 6 the weights' bytes (8 rows: hi and lo
  * of 4 slots, x 64 keys); 7 the value sums (8 rows x 16 columns). */
 static void configure_tiles(void) {
-  static const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 2 * CHUNK,
-                                        2 * CHUNK};
-  static const unsigned short bytes[8] = {2 * CHUNK * 4, 2 * CHUNK * 4, 64,
-                                          64, 2 * CHUNK * 4, 2 * CHUNK * 4,
-                                          64, 64};
+  static const unsigned char rows[8] = {16, 16, 16,        16,
+                                        16, 16, 2 * CHUNK, 2 * CHUNK};
+  static const unsigned short bytes[8] = {2 * CHUNK * 4, 2 * CHUNK * 4, 64, 64,
+                                          2 * CHUNK * 4, 2 * CHUNK * 4, 64, 64};
   tile_config c;
   memset(&c, 0, sizeof c);
   c.palette = 1;
@@ -188,17 +188,20 @@ static bool round_q(const float *q, int64_t dim, int16_t *codes, float *step,
     bad |= _mm512_cmp_ps_mask(x, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
     top = _mm512_max_ps(top, x);
   }
-  if (bad) return false;
+  if (bad)
+    return false;
   const float largest = _mm512_reduce_max_ps(top);
   const float s = largest > 0.0f ? largest / (float)Q_LIMIT : 1.0f;
-  if (!(s >= FLT_MIN)) return false;
+  if (!(s >= FLT_MIN))
+    return false;
   __m512i total = _mm512_setzero_si512();
   const __m512 limit = _mm512_set1_ps((float)Q_LIMIT);
   for (int64_t d = 0; d < dim; d += 16) {
     __m512 c = _mm512_roundscale_ps(
         _mm512_div_ps(_mm512_loadu_ps(q + d), _mm512_set1_ps(s)),
         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    c = _mm512_min_ps(limit, _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), limit), c));
+    c = _mm512_min_ps(
+        limit, _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), limit), c));
     const __m512i ci = _mm512_cvttps_epi32(c);
     total = _mm512_add_epi32(total, ci);
     _mm256_storeu_si256((__m256i *)(codes + d), _mm512_cvtepi32_epi16(ci));
@@ -217,11 +220,14 @@ static void make_planes(const int16_t *codes, int64_t dim,
     unsigned char bytes[2 * CHUNK][STEP];
     for (int s = 0; s < CHUNK; s++)
       for (int half = 0; half < 2; half++) {
-        const __m512i c = _mm512_loadu_si512(codes + s * dim + step * STEP + 32 * half);
+        const __m512i c =
+            _mm512_loadu_si512(codes + s * dim + step * STEP + 32 * half);
         const __m512i lo = low_byte16(c);
         const __m512i hi = _mm512_srai_epi16(_mm512_sub_epi16(c, lo), 8);
-        _mm256_storeu_si256((__m256i *)&bytes[s][32 * half], _mm512_cvtepi16_epi8(hi));
-        _mm256_storeu_si256((__m256i *)&bytes[CHUNK + s][32 * half], _mm512_cvtepi16_epi8(lo));
+        _mm256_storeu_si256((__m256i *)&bytes[s][32 * half],
+                            _mm512_cvtepi16_epi8(hi));
+        _mm256_storeu_si256((__m256i *)&bytes[CHUNK + s][32 * half],
+                            _mm512_cvtepi16_epi8(lo));
       }
     unsigned char *plane = planes + step * PLANES;
     for (int r = 0; r < STEP / 4; r++)
@@ -229,122 +235,6 @@ static void make_planes(const int16_t *codes, int64_t dim,
         memcpy(plane + 32 * r + 4 * n, &bytes[n][4 * r], 4);
   }
 }
-
-/* Where a tile's rows of one kv head lie: evenly spaced across the split
- * (a contiguous cache, or a page that holds the split), or looked up per
- * block. */
-typedef struct row_walk {
-  const fc_view *view;
-  int64_t b, kv_head, head_bytes;
-  const char *first; /* the split's first row where evenly spaced, else NULL */
-  int64_t step;
-} row_walk;
-
-static row_walk walk_rows(const fc_view *view, const fc_splitkv_tile *t,
-                          int64_t kv_head) {
-  row_walk w = {view, t->b, kv_head,
-                kv_head * view->strides[2] * view->element_size, NULL,
-                view->strides[1] * view->element_size};
-  if (fc_view_run_end(view, t->begin) >= t->end)
-    w.first = fc_view_row(view, t->b, t->begin, kv_head);
-  return w;
-}
-
-/* A sweep over keys [key, key + keys) of the tile's heads (rows evenly
- * spaced; else, or past the split, an empty one): the next block's or
- * group's lines, one per call of fc_sweep_next spread over the work (a
- * burst of prefetches stalls the loads behind it). */
-static fc_prefetch_sweep sweep_keys(const amx_args *a, const fc_view *view,
-                                    const fc_splitkv_tile *t, int64_t key,
-                                    int64_t keys) {
-  fc_prefetch_sweep sweep;
-  const row_walk walk = walk_rows(view, t, t->h0);
-  if (key + keys > t->end) keys = t->end - key;
-  fc_sweep_init(&sweep, walk.first ? walk.first + (key - t->begin) * walk.step : NULL,
-                walk.first ? keys : 0, a->shared.heads_per_tile, walk.step,
-                view->strides[2] * view->element_size, a->dim);
-  sweep.into_l1 = a->shared.prefetch_l1 != 0;
-  return sweep;
-}
-
-/* n lines of a sweep. */
-static ALWAYS_INLINE void sweep_lines(fc_prefetch_sweep *sweep, int64_t n) {
-  for (int64_t i = 0; i < n; i++) fc_sweep_next(sweep);
-}
-
-/* 16 f32 scales (or zeros) from element at, step apart. */
-static ALWAYS_INLINE __m512 load16(const char *base, int64_t at, int64_t step) {
-  const char *first = base + at * (int64_t)sizeof(float);
-  if (step == 0) {
-    float value;
-    memcpy(&value, first, sizeof value); /* scales need not be aligned */
-    return _mm512_set1_ps(value);
-  }
-  if (step == 1) return _mm512_loadu_ps(first);
-  const __m512i index = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32((int)step));
-  return _mm512_i32gather_ps(index, first, 4);
-}
-
-/* A block of 16 keys of one kv head: evenly spaced rows from base (a full
- * block of a walk with a first row), else each row (past the split's end
- * the last repeated); the rows' scales and zeros. */
-typedef struct key_block {
-  const char *base;
-  int64_t stride;
-  bool spaced;
-  const char *rows[BLOCK];
-  __m512 scale, zero;
-} key_block;
-
-static ALWAYS_INLINE void block_at(const amx_args *a, const row_walk *w,
-                                   const fc_splitkv_tile *t, int64_t key,
-                                   bool is_k, key_block *out) {
-  const fc_view *view = w->view;
-  const int64_t count = t->end - key < BLOCK ? t->end - key : BLOCK;
-  out->spaced = w->first && count == BLOCK;
-  if (out->spaced) {
-    out->base = w->first + (key - t->begin) * w->step;
-    out->stride = w->step;
-  } else {
-    if (w->first) {
-      const char *row = w->first + (key - t->begin) * w->step;
-      for (int64_t j = 0; j < count; j++, row += w->step) out->rows[j] = row;
-    } else {
-      fc_splitkv_block_rows block;
-      fc_splitkv_block_rows_fill(&a->shared, t->b, key, t->end, &block);
-      const char *const *head0 = is_k ? block.k : block.v;
-      for (int64_t j = 0; j < count; j++) out->rows[j] = head0[j] + w->head_bytes;
-    }
-    for (int64_t j = count; j < BLOCK; j++) out->rows[j] = out->rows[count - 1];
-    out->base = out->rows[0];
-    out->stride = 0;
-  }
-  if (count == BLOCK && view->scale_dtype == FLASHCPU_DTYPE_F32 &&
-      view->scale_strides[1] >= 0 && view->scale_strides[1] <= INT32_MAX / BLOCK &&
-      fc_view_run_end(view, key) >= key + BLOCK) {
-    const int64_t at = fc_view_scale_offset(view, w->b, key, w->kv_head);
-    const int64_t step = view->scale_strides[1];
-    out->scale = view->scales ? load16(view->scales, at, step) : _mm512_set1_ps(1.0f);
-    out->zero = view->zeros ? load16(view->zeros, at, step) : _mm512_setzero_ps();
-    return;
-  }
-  float scale[BLOCK], zero[BLOCK];
-  fc_view_block_scales(view, w->b, key, count, w->kv_head, scale, zero);
-  for (int64_t j = count; j < BLOCK; j++) {
-    scale[j] = scale[count - 1];
-    zero[j] = zero[count - 1];
-  }
-  out->scale = _mm512_loadu_ps(scale);
-  out->zero = _mm512_loadu_ps(zero);
-}
-
-/* Row j of a block. */
-static ALWAYS_INLINE const char *row_of(const key_block *block, int j) {
-  return block->spaced ? block->base + j * block->stride : block->rows[j];
-}
-
 
 /* The unit's slots' q rounded (their steps and sums) and made into its
  * planes; unit->rounded false where some slot's q cannot be rounded. */
@@ -365,9 +255,8 @@ static void prepare_unit(const amx_args *a, const amx_thread *th,
           fc_view_row(&p->q, t->b, slot / p->group,
                       unit->kv_head * p->group + slot % p->group),
           dim, a->shared.q_factor, q);
-    unit->rounded = unit->rounded &&
-                    round_q(q, dim, th->codes + s * dim, &unit->q_step[s],
-                            &unit->q_sum[s]);
+    unit->rounded = unit->rounded && round_q(q, dim, th->codes + s * dim,
+                                             &unit->q_step[s], &unit->q_sum[s]);
   }
   if (unit->rounded)
     make_planes(th->codes, dim, th->planes + u * (dim / STEP) * PLANES);
@@ -379,22 +268,26 @@ static void prepare_unit(const amx_args *a, const amx_thread *th,
   do {                                                                         \
     _tile_loadd(4, planes, 2 * CHUNK * 4);                                     \
     _tile_zero(c);                                                             \
-    if (u8) _tile_dpbusd(c, 2, 4); else _tile_dpbssd(c, 2, 4);                 \
+    if (u8)                                                                    \
+      _tile_dpbusd(c, 2, 4);                                                   \
+    else                                                                       \
+      _tile_dpbssd(c, 2, 4);                                                   \
     if (dim == 128) {                                                          \
       _tile_loadd(5, planes + PLANES, 2 * CHUNK * 4);                          \
-      if (u8) _tile_dpbusd(c, 3, 5); else _tile_dpbssd(c, 3, 5);               \
+      if (u8)                                                                  \
+        _tile_dpbusd(c, 3, 5);                                                 \
+      else                                                                     \
+        _tile_dpbssd(c, 3, 5);                                                 \
     }                                                                          \
     _tile_stored(c, sums, 2 * CHUNK * 4);                                      \
   } while (0)
 
 /* A unit's scores of a block from its tile sums: p[s][key - begin]
  * (lanes past n -inf), finished where the problem needs it. */
-static ALWAYS_INLINE void finish_block_scores(const amx_args *a,
-                                              const amx_thread *th,
-                                              const fc_splitkv_tile *t,
-                                              int64_t u, const int32_t *sums,
-                                              const key_block *block,
-                                              int64_t j0, int64_t n) {
+static ALWAYS_INLINE void
+finish_block_scores(const amx_args *a, const amx_thread *th,
+                    const fc_splitkv_tile *t, int64_t u, const int32_t *sums,
+                    const key_block *block, int64_t j0, int64_t n) {
   const amx_unit *unit = &th->units[u];
   /* Lanes 8 key + n (n < 4: hi of slot n, else lo of slot n - 4) of two
    * keys' rows to hi and lo at lane 4 key + slot of four keys. */
@@ -418,7 +311,8 @@ static ALWAYS_INLINE void finish_block_scores(const amx_args *a,
   for (int s = 0; s < CHUNK; s++) {
     __m512 value = slot[s];
     if (a->u8)
-      value = _mm512_fnmadd_ps(block->zero, _mm512_set1_ps(unit->q_sum[s]), value);
+      value =
+          _mm512_fnmadd_ps(block->zero, _mm512_set1_ps(unit->q_sum[s]), value);
     value = _mm512_mul_ps(_mm512_mul_ps(value, block->scale),
                           _mm512_set1_ps(unit->q_step[s]));
     _mm512_storeu_ps(p + s * a->keys,
@@ -430,8 +324,7 @@ static ALWAYS_INLINE void finish_block_scores(const amx_args *a,
 /* A unit's scores of a block in f32 (q could not be rounded). */
 static void block_scores_in_f32(const amx_args *a, const amx_thread *th,
                                 const fc_splitkv_tile *t, int64_t u,
-                                const key_block *block, int64_t j0,
-                                int64_t n) {
+                                const key_block *block, int64_t j0, int64_t n) {
   float scale[BLOCK], zero[BLOCK];
   _mm512_storeu_ps(scale, block->scale);
   _mm512_storeu_ps(zero, block->zero);
@@ -460,18 +353,20 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
   const bool u8 = a->u8;
   const int64_t per_head = th->count / a->shared.heads_per_tile;
   /* The first block, which no earlier block prefetched. */
-  fc_prefetch_sweep first_block = sweep_keys(a, &p->k, t, t->begin, BLOCK);
+  fc_prefetch_sweep first_block =
+      sweep_keys(&a->shared, &p->k, t, t->begin, BLOCK, a->dim);
   fc_sweep_all(&first_block);
   int parity = 0;
   for (int64_t j0 = t->begin; j0 < t->end; j0 += BLOCK) {
     const int64_t n = t->end - j0 < BLOCK ? t->end - j0 : BLOCK;
-    fc_prefetch_sweep sweep = sweep_keys(a, &p->k, t, j0 + BLOCK, BLOCK);
+    fc_prefetch_sweep sweep =
+        sweep_keys(&a->shared, &p->k, t, j0 + BLOCK, BLOCK, a->dim);
     const int64_t half_lines = n * (dim / 64) / 2;
     for (int64_t h = 0; h < a->shared.heads_per_tile; h++) {
       const int64_t first = h * per_head;
       const row_walk walk = walk_rows(&p->k, t, th->units[first].kv_head);
       key_block block;
-      block_at(a, &walk, t, j0, true, &block);
+      block_at(&a->shared, &walk, t, j0, true, &block);
       sweep_lines(&sweep, half_lines);
       const char *rows = block.base;
       long long stride = (long long)block.stride;
@@ -482,11 +377,11 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
         stride = dim;
       }
       _tile_loadd(2, rows, stride);
-      if (dim == 128) _tile_loadd(3, rows + STEP, stride);
+      if (dim == 128)
+        _tile_loadd(3, rows + STEP, stride);
       for (int64_t u = first; u < first + per_head; u++) {
         if (th->units[u].rounded) {
-          const unsigned char *planes =
-              th->planes + u * (dim / STEP) * PLANES;
+          const unsigned char *planes = th->planes + u * (dim / STEP) * PLANES;
           int32_t *sums = th->score_sums + parity * BLOCK * 2 * CHUNK;
           if (parity)
             SCORE_TILES(1);
@@ -499,11 +394,10 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
         }
         if (a->shared.needs_finish)
           for (int s = 0; s < CHUNK; s++)
-            fc_splitkv_finish(&a->shared,
-                              th->p + (u * CHUNK + s) * a->keys + (j0 - t->begin),
-                              t->b, th->units[u].kv_head,
-                              th->units[u].chunk * CHUNK + s, j0, n,
-                              t->kv_length);
+            fc_splitkv_finish(
+                &a->shared, th->p + (u * CHUNK + s) * a->keys + (j0 - t->begin),
+                t->b, th->units[u].kv_head, th->units[u].chunk * CHUNK + s, j0,
+                n, t->kv_length);
       }
       sweep_lines(&sweep, half_lines);
     }
@@ -524,7 +418,8 @@ static void softmax_unit(const amx_args *a, const amx_thread *th, int64_t u,
     unit->l[s] = 0.0f;
     unit->nan[s] = false;
     unit->active[s] = false;
-    if (!unit->valid[s]) continue;
+    if (!unit->valid[s])
+      continue;
     __m512 top = _mm512_set1_ps(-INFINITY);
     __mmask16 unordered = 0;
     for (int64_t i = 0; i < blocks; i++) {
@@ -538,7 +433,8 @@ static void softmax_unit(const amx_args *a, const amx_thread *th, int64_t u,
     }
     const float m = _mm512_reduce_max_ps(top);
     unit->m[s] = m;
-    if (m == -INFINITY) continue;
+    if (m == -INFINITY)
+      continue;
     unit->active[s] = true;
     const __m512 shift = _mm512_set1_ps(m);
     __m512 total = _mm512_setzero_ps();
@@ -565,8 +461,10 @@ static ALWAYS_INLINE void interleave4(const char *const *rows, int64_t col,
   const __m512i v1 = _mm512_loadu_si512(rows[1] + col);
   const __m512i v2 = _mm512_loadu_si512(rows[2] + col);
   const __m512i v3 = _mm512_loadu_si512(rows[3] + col);
-  const __m512i a_lo = _mm512_unpacklo_epi8(v0, v1), a_hi = _mm512_unpackhi_epi8(v0, v1);
-  const __m512i b_lo = _mm512_unpacklo_epi8(v2, v3), b_hi = _mm512_unpackhi_epi8(v2, v3);
+  const __m512i a_lo = _mm512_unpacklo_epi8(v0, v1),
+                a_hi = _mm512_unpackhi_epi8(v0, v1);
+  const __m512i b_lo = _mm512_unpacklo_epi8(v2, v3),
+                b_hi = _mm512_unpackhi_epi8(v2, v3);
   out[0] = _mm512_unpacklo_epi16(a_lo, b_lo);
   out[1] = _mm512_unpackhi_epi16(a_lo, b_lo);
   out[2] = _mm512_unpacklo_epi16(a_hi, b_hi);
@@ -578,8 +476,11 @@ static ALWAYS_INLINE void interleave4(const char *const *rows, int64_t col,
 #define VALUE_TILE(v, index, sums)                                             \
   do {                                                                         \
     _tile_zero(7);                                                             \
-    _tile_loadd(v, th->v_tiles + (index) * 16 * 64, 64);                       \
-    if (u8) _tile_dpbsud(7, 6, v); else _tile_dpbssd(7, 6, v);                 \
+    _tile_loadd(v, th->v_tiles + (index)*16 * 64, 64);                         \
+    if (u8)                                                                    \
+      _tile_dpbsud(7, 6, v);                                                   \
+    else                                                                       \
+      _tile_dpbssd(7, 6, v);                                                   \
     _tile_stored(7, sums, 64);                                                 \
   } while (0)
 
@@ -612,7 +513,8 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
       largest[s] = _mm512_max_ps(largest[s], size);
     }
   }
-  if (bad) return false;
+  if (bad)
+    return false;
   /* The weights as codes 0..W_LIMIT against the group's largest, split
    * 256 hi + lo into rows s (hi) and 4 + s (lo); U8's zero points give an
    * offset per slot. */
@@ -620,7 +522,8 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
   for (int s = 0; s < CHUNK; s++) {
     const float top = _mm512_reduce_max_ps(largest[s]);
     const float inverse = top > 0.0f ? (float)W_LIMIT / top : 0.0f;
-    if (!(inverse <= FLT_MAX)) return false;
+    if (!(inverse <= FLT_MAX))
+      return false;
     step[s] = top / (float)W_LIMIT;
     __m512 zero_sum = _mm512_setzero_ps();
     for (int i = 0; i < GROUP / BLOCK; i++) {
@@ -633,8 +536,9 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
       const __m512i hi = _mm512_srai_epi32(_mm512_sub_epi32(codes, lo), 8);
       _mm_storeu_si128((__m128i *)(th->w_bytes + s * GROUP + BLOCK * i),
                        _mm512_cvtepi32_epi8(hi));
-      _mm_storeu_si128((__m128i *)(th->w_bytes + (CHUNK + s) * GROUP + BLOCK * i),
-                       _mm512_cvtepi32_epi8(lo));
+      _mm_storeu_si128(
+          (__m128i *)(th->w_bytes + (CHUNK + s) * GROUP + BLOCK * i),
+          _mm512_cvtepi32_epi8(lo));
       if (u8)
         zero_sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(codes), blocks[i].zero,
                                    zero_sum);
@@ -648,7 +552,8 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
   }
   /* o += step (sum - offset), the columns back in order. */
   for (int s = 0; s < CHUNK; s++) {
-    if (!unit->active[s]) continue;
+    if (!unit->active[s])
+      continue;
     const __m512 factor = _mm512_set1_ps(step[s]);
     const __m512 shift = _mm512_set1_ps(offset[s]);
     for (int64_t half = 0; half < halves; half++) {
@@ -662,8 +567,10 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
       fc512_transpose_128x4(by_k, by_lane);
       for (int lane = 0; lane < 4; lane++) {
         float *out = th->o + (u * CHUNK + s) * dim + half * STEP + 16 * lane;
-        const __m512 sum = u8 ? _mm512_sub_ps(by_lane[lane], shift) : by_lane[lane];
-        _mm512_storeu_ps(out, _mm512_fmadd_ps(factor, sum, _mm512_loadu_ps(out)));
+        const __m512 sum =
+            u8 ? _mm512_sub_ps(by_lane[lane], shift) : by_lane[lane];
+        _mm512_storeu_ps(out,
+                         _mm512_fmadd_ps(factor, sum, _mm512_loadu_ps(out)));
       }
     }
   }
@@ -678,14 +585,16 @@ static void values_pass(const amx_args *a, const amx_thread *th,
   const int64_t dim = a->dim, halves = dim / STEP;
   const int64_t per_head = th->count / a->shared.heads_per_tile;
   for (int64_t g0 = t->begin; g0 < t->end; g0 += GROUP) {
-    fc_prefetch_sweep sweep = sweep_keys(a, &p->v, t, g0 + GROUP, GROUP);
+    fc_prefetch_sweep sweep =
+        sweep_keys(&a->shared, &p->v, t, g0 + GROUP, GROUP, a->dim);
     for (int64_t h = 0; h < a->shared.heads_per_tile; h++) {
       const int64_t first = h * per_head;
       bool wanted = false;
       for (int64_t u = first; u < first + per_head; u++)
         for (int s = 0; s < CHUNK; s++)
           wanted = wanted || (th->units[u].tiles && th->units[u].active[s]);
-      if (!wanted) continue;
+      if (!wanted)
+        continue;
       const row_walk walk = walk_rows(&p->v, t, th->units[first].kv_head);
       key_block blocks[GROUP / BLOCK];
       for (int i = 0; i < GROUP / BLOCK; i++) {
@@ -695,7 +604,7 @@ static void values_pass(const amx_args *a, const amx_thread *th,
           blocks[i].scale = blocks[i].zero = _mm512_setzero_ps();
           continue;
         }
-        block_at(a, &walk, t, key, false, &blocks[i]);
+        block_at(&a->shared, &walk, t, key, false, &blocks[i]);
       }
       /* V by 4 keys per tile row: v_tiles[half][k][r] = interleave4 of
        * keys 4 r .. 4 r + 3 at columns 64 half. */
@@ -733,17 +642,19 @@ static void values_in_f32(const amx_args *a, const amx_thread *th,
   for (int64_t j0 = t->begin; j0 < t->end; j0 += BLOCK) {
     const int64_t n = t->end - j0 < BLOCK ? t->end - j0 : BLOCK;
     key_block block;
-    block_at(a, &walk, t, j0, false, &block);
+    block_at(&a->shared, &walk, t, j0, false, &block);
     float scale[BLOCK], zero[BLOCK];
     _mm512_storeu_ps(scale, block.scale);
     _mm512_storeu_ps(zero, block.zero);
     const int64_t at = j0 - t->begin;
     for (int s = 0; s < CHUNK; s++) {
-      if (!unit->active[s]) continue;
+      if (!unit->active[s])
+        continue;
       const unsigned sees =
           th->seen[(u * CHUNK + s) * (a->keys / BLOCK) + at / BLOCK];
       for (int64_t j = 0; j < n; j++) {
-        if (!((sees >> j) & 1u)) continue;
+        if (!((sees >> j) & 1u))
+          continue;
         const float weight = th->p[(u * CHUNK + s) * a->keys + at + j];
         const char *row = row_of(&block, (int)j);
         for (int64_t d = 0; d < dim; d++) {
@@ -763,15 +674,17 @@ static int write_unit(const amx_args *a, const amx_thread *th,
   const int64_t dim = a->dim;
   int written = 0;
   for (int s = 0; s < CHUNK; s++) {
-    if (!unit->valid[s]) continue;
+    if (!unit->valid[s])
+      continue;
     written++;
-    float *record = fc_splitkv_record(&a->shared, t->b, unit->kv_head,
-                                      t->split, unit->chunk * CHUNK + s);
+    float *record = fc_splitkv_record(&a->shared, t->b, unit->kv_head, t->split,
+                                      unit->chunk * CHUNK + s);
     float *o = th->o + (u * CHUNK + s) * dim;
     if (!work || (!unit->nan[s] && unit->m[s] == -INFINITY)) {
       fc_splitkv_write_state(record, -INFINITY, 0.0f, NULL, dim, 0);
     } else if (unit->nan[s]) {
-      for (int64_t d = 0; d < dim; d++) o[d] = NAN;
+      for (int64_t d = 0; d < dim; d++)
+        o[d] = NAN;
       fc_splitkv_write_state(record, NAN, NAN, o, dim, 0);
     } else {
       fc_splitkv_write_state(record, unit->m[s], unit->l[s], o, dim, 0);
@@ -785,8 +698,9 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
   const fc_splitkv_tile t = fc_splitkv_locate(&a->shared, index);
   amx_thread th = carve(a, team);
   const int64_t chunks = (t.slots + CHUNK - 1) / CHUNK;
-  const int64_t mine =
-      team->rank < chunks ? (chunks - team->rank + team->size - 1) / team->size : 0;
+  const int64_t mine = team->rank < chunks
+                           ? (chunks - team->rank + team->size - 1) / team->size
+                           : 0;
   /* Units head-major: head h's are h * mine .. (h + 1) * mine - 1. */
   for (int64_t h = 0; h < a->shared.heads_per_tile; h++)
     for (int64_t i = 0; i < mine; i++) {
@@ -799,9 +713,11 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
   const bool work = t.begin < t.end && th.count > 0;
   if (work) {
     configure_tiles();
-    for (int64_t u = 0; u < th.count; u++) prepare_unit(a, &th, &t, u);
+    for (int64_t u = 0; u < th.count; u++)
+      prepare_unit(a, &th, &t, u);
     scores_pass(a, &th, &t);
-    fc_prefetch_sweep first_group = sweep_keys(a, &a->p->v, &t, t.begin, GROUP);
+    fc_prefetch_sweep first_group =
+        sweep_keys(&a->shared, &a->p->v, &t, t.begin, GROUP, a->dim);
     fc_sweep_all(&first_group);
     for (int64_t u = 0; u < th.count; u++) {
       softmax_unit(a, &th, u, t.end - t.begin);
@@ -811,7 +727,8 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
     values_pass(a, &th, &t);
     _tile_release();
     for (int64_t u = 0; u < th.count; u++)
-      if (!th.units[u].tiles) values_in_f32(a, &th, &t, u);
+      if (!th.units[u].tiles)
+        values_in_f32(a, &th, &t, u);
   }
   int written = 0;
   for (int64_t u = 0; u < th.count; u++)
