@@ -269,6 +269,18 @@ TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
 // scale) or to bytes (w_max(block) * r / 255) for each weight, so at most
 // 16 r / (2 * 32767) (or / 510) max|v| on the normalised output (twice
 // that allowed).
+// The largest |value| of V and its largest row scale over its smallest (1
+// without scales): what bounds the rounding of integer values.
+std::pair<double, double> ValueBounds(const Inputs &in) {
+  double v_max = 0.0, scale_ratio = 1.0;
+  for (float x : in.v.dequantized) v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
+  if (!in.v.scales.empty()) {
+    const auto [low, high] = std::minmax_element(in.v.scales.begin(), in.v.scales.end());
+    scale_ratio = static_cast<double>(*high) / static_cast<double>(*low);
+  }
+  return {v_max, scale_ratio};
+}
+
 TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   const QuantCase &c = test_case();
   if (!RoundsQ(kernel())) GTEST_SKIP() << "exact scores: SameBytesAsTheDequantizedCache checks it";
@@ -282,9 +294,9 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
   if (HasFatalFailure()) return;
   if (!skip.empty()) GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
-  double q_max = 0.0, v_max = 0.0, k_l1 = 0.0;
+  double q_max = 0.0, k_l1 = 0.0;
   for (float x : in.q_data) q_max = std::max(q_max, std::fabs(static_cast<double>(x)));
-  for (float x : in.v.dequantized) v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
+  const auto [v_max, scale_ratio] = ValueBounds(in);
   for (size_t row = 0; row < in.k.dequantized.size() / static_cast<size_t>(in.D); row++) {
     double l1 = 0.0;
     for (int64_t d = 0; d < in.D; d++)
@@ -294,11 +306,6 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   const bool bytes = RoundsToBytes(kernel());
   const double q_codes = bytes ? 127.0 : 16383.0, w_codes = WeightCodes(kernel());
   const double score_error = q_max / std::sqrt(static_cast<double>(in.D)) / (2.0 * q_codes) * k_l1;
-  double scale_ratio = 1.0;
-  if (!in.v.scales.empty()) {
-    const auto [low, high] = std::minmax_element(in.v.scales.begin(), in.v.scales.end());
-    scale_ratio = static_cast<double>(*high) / static_cast<double>(*low);
-  }
   const bool integer_values = c.v == FLASHCPU_DTYPE_I8 || c.v == FLASHCPU_DTYPE_U8;
   const double value_error =
       integer_values ? KeysPerWeightStep(kernel()) * scale_ratio / (2.0 * w_codes) * v_max : 0.0;
@@ -344,12 +351,7 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
   // that rounding's bound instead of the same bytes.
   const size_t chunk = static_cast<size_t>(kQHeads / kKvHeads * in.D);
   if (OnAmxTiles(kernel())) {
-    double v_max = 0.0, scale_ratio = 1.0;
-    for (float x : in.v.dequantized) v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
-    if (!in.v.scales.empty()) {
-      const auto [low, high] = std::minmax_element(in.v.scales.begin(), in.v.scales.end());
-      scale_ratio = static_cast<double>(*high) / static_cast<double>(*low);
-    }
+    const auto [v_max, scale_ratio] = ValueBounds(in);
     const double bound = 2.0 * KeysPerWeightStep(kernel()) * scale_ratio / (2.0 * WeightCodes(kernel())) * v_max + 1e-5;
     for (size_t i = 0; i < per_batch + chunk; i++) {
       ASSERT_EQ(std::isnan(out[i]), std::isnan(want[i])) << "element " << i;

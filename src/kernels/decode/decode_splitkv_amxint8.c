@@ -249,8 +249,7 @@ static void prepare_unit(const amx_args *a, const amx_thread *th,
     const int64_t slot = unit->chunk * CHUNK + s;
     float *q = th->q + (u * CHUNK + s) * dim;
     memset(q, 0, (size_t)dim * sizeof(float));
-    unit->valid[s] = slot < t->slots;
-    if (unit->valid[s])
+    if (unit->valid[s]) /* set with the unit (tile) */
       a->row_to_f32[p->q.dtype](
           fc_view_row(&p->q, t->b, slot / p->group,
                       unit->kv_head * p->group + slot % p->group),
