@@ -49,14 +49,16 @@ quantized_codes(const char *row, flashcpu_dtype dtype, int64_t d, fcv *lo,
       vorrq_u16(vshlq_n_u16(vandq_u16(wide, vdupq_n_u16(0x80)), 8),
                 vshlq_n_u16(magnitude, 7));
   const float16x8_t half = vreinterpretq_f16_u16(bits);
-  const uint16x8_t nan = vceqq_u16(magnitude, vdupq_n_u16(0x7f));
+  /* signed, so that widening the mask keeps every bit of a lane set */
+  const int16x8_t nan =
+      vreinterpretq_s16_u16(vceqq_u16(magnitude, vdupq_n_u16(0x7f)));
   fcv *out[2] = {lo, hi};
   for (int i = 0; i < 2; i++) {
     const float32x4_t value = vmulq_n_f32(
         i ? vcvt_high_f32_f16(half) : vcvt_f32_f16(vget_low_f16(half)),
         256.0f);
-    const uint32x4_t is_nan =
-        i ? vmovl_high_u16(nan) : vmovl_u16(vget_low_u16(nan));
+    const uint32x4_t is_nan = vreinterpretq_u32_s32(
+        i ? vmovl_high_s16(nan) : vmovl_s16(vget_low_s16(nan)));
     const uint32x4_t quiet = vorrq_u32(
         vandq_u32(vreinterpretq_u32_f32(value), vdupq_n_u32(0x80000000u)),
         vdupq_n_u32(0x7fc00000u));
