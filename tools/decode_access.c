@@ -18,6 +18,8 @@
  * head; its quantized rows take more per line: 1-byte codes), so
  * the overlap of memory and arithmetic can be seen apart from either;
  * --footprint-mb small enough for the caches gives the arithmetic alone.
+ * --serial 1 makes each head's V arithmetic wait for a reduction of its K
+ * sums (the softmax's place in the kernel), 2 the next K rows' for V's too.
  * Prints GB/s (median of --reps passes over every layer) per order and the
  * read ceiling of the same thread count (the `flashcpu run` ceiling). */
 #include <immintrin.h>
@@ -45,6 +47,7 @@ typedef struct shape {
   int64_t block; /* keys per block: the prefetch sweep's unit */
   int64_t group; /* keys read per head in turn (block: K, V head by head) */
   int work; /* vector FMAs per line read */
+  int serial; /* 1: a reduction every K row set waits for; 2: V's too */
 } shape;
 
 /* Even lines' FMAs go to acc[0..7], odd lines' to acc[8..15] in turn: 16
@@ -123,6 +126,15 @@ static void block_sweep(fc_prefetch_sweep *sw, const char *base,
                 sh->heads, sh->heads * row, row, row);
 }
 
+/* The softmax between a head's scores and its values, as a dependency:
+ * every accumulator waits for the maximum of the sums so far (x + m * 0
+ * is x for finite m), so the next rows' arithmetic cannot start before
+ * the rows read so far are in and summed. Their loads still can. */
+static ALWAYS_INLINE void wait_for_sums(sink *s) {
+  const __m512 dep = _mm512_set1_ps(_mm512_reduce_max_ps(s->acc[0]) * 0.0f);
+  for (int i = 0; i < 16; i++) s->acc[i] = _mm512_add_ps(s->acc[i], dep);
+}
+
 /* One thread's keys [begin, end) of one layer. */
 static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
                                           const char *v, const shape *sh,
@@ -155,7 +167,9 @@ static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
       /* Head by head, K rows then V rows, as the kernel. */
       for (int64_t h = 0; h < sh->heads; h++) {
         read_rows(s, k, sh, key, n, h, next_k, hint, shared, work);
+        if (sh->serial >= 1) wait_for_sums(s);
         read_rows(s, v, sh, key, n, h, next_v, hint, shared, work);
+        if (sh->serial >= 2) wait_for_sums(s);
       }
       continue;
     }
@@ -216,13 +230,13 @@ require_avx512(void) {
 }
 
 int main(int argc, char **argv) {
-  shape sh = {16384, 8, 128, 0, 16, 16, 0};
+  shape sh = {16384, 8, 128, 0, 16, 16, 0, 0};
   int64_t threads = 1, reps = 7, footprint_mb = 0;
   for (int i = 1; i < argc; i++) {
     const char *flag = argv[i];
     if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
       printf("usage: flashcpu_decode_access [--kv S] [--heads H] [--dim D] "
-             "[--threads T] [--block B] [--group G] [--work N] [--reps R] [--footprint-mb M]\n"
+             "[--threads T] [--block B] [--group G] [--work N] [--serial 0|1|2] [--reps R] [--footprint-mb M]\n"
              "Reads bf16 K/V caches in split-KV decode's order (see the "
              "source's head comment). Defaults: kv 16384, 8 heads, dim 128,\n"
              "1 thread, blocks of 16 keys read head by head, work 0, 7 reps, footprint 4x the last-level cache "
@@ -241,6 +255,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(flag, "--work")) sh.work = (int)value;
     else if (!strcmp(flag, "--block")) sh.block = value;
     else if (!strcmp(flag, "--group")) sh.group = value;
+    else if (!strcmp(flag, "--serial")) sh.serial = (int)value;
     else if (!strcmp(flag, "--reps")) reps = value;
     else if (!strcmp(flag, "--footprint-mb")) footprint_mb = value;
     else {
@@ -249,10 +264,11 @@ int main(int argc, char **argv) {
     }
   }
   if (sh.kv < 1 || sh.heads < 1 || sh.dim < 64 || sh.dim % 64 || threads < 1 || sh.block < 1 || sh.group < 1 ||
-      reps < 1 || reps > MAX_REPS ||
+      reps < 1 || reps > MAX_REPS || sh.serial > 2 ||
       (sh.work > 8 && sh.work != 12 && sh.work != 16)) {
     fprintf(stderr, "flashcpu_decode_access: want kv, heads, threads >= 1, "
-                    "dim a multiple of 64, reps 1..%d, work 0..8, 12 or 16\n",
+                    "dim a multiple of 64, reps 1..%d, work 0..8, 12 or 16, "
+                    "serial 0..2\n",
             MAX_REPS);
     return 2;
   }
@@ -285,12 +301,12 @@ int main(int argc, char **argv) {
   }
   printf("decode access: kv %lld, heads %lld, dim %lld, bf16, %lld layers "
          "(%.0f MiB), threads %lld, blocks of %lld keys, groups of %lld, work "
-         "%d FMAs per line\n",
+         "%d FMAs per line, serial %d\n",
          (long long)sh.kv, (long long)sh.heads, (long long)sh.dim,
          (long long)sh.layers,
          2.0 * (double)(layer_bytes * sh.layers) / 1048576.0,
          (long long)threads, (long long)sh.block, (long long)sh.group,
-         sh.work);
+         sh.work, sh.serial);
   toolkit_print_ceilings(stdout, &ceil);
   /* Each thread a contiguous range of 16-key blocks of every layer. */
   const int64_t blocks = (sh.kv + sh.block - 1) / sh.block;
