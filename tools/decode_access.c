@@ -19,7 +19,8 @@
  * the overlap of memory and arithmetic can be seen apart from either;
  * --footprint-mb small enough for the caches gives the arithmetic alone.
  * --serial 1 makes each head's V arithmetic wait for a reduction of its K
- * sums (the softmax's place in the kernel), 2 the next K rows' for V's too.
+ * sums (the softmax's place in the kernel), 2 the next K rows' for V's too
+ * (head by head only: --group >= --block).
  * Prints GB/s (median of --reps passes over every layer) per order and the
  * read ceiling of the same thread count (the `flashcpu run` ceiling). */
 #include <immintrin.h>
@@ -270,6 +271,11 @@ int main(int argc, char **argv) {
                     "dim a multiple of 64, reps 1..%d, work 0..8, 12 or 16, "
                     "serial 0..2\n",
             MAX_REPS);
+    return 2;
+  }
+  if (sh.serial > 0 && sh.group < sh.block) {
+    fprintf(stderr, "flashcpu_decode_access: --serial reads head by head: it "
+                    "wants --group >= --block\n");
     return 2;
   }
   toolkit_quiet_openmp();
