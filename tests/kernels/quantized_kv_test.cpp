@@ -434,6 +434,40 @@ TEST_P(Fp8Suite, NanCodesReachTheRowsThatSeeThem) {
   EXPECT_LT(nans, out_q.size() / 2) << "the NaNs stay in their kv heads";
 }
 
+// Scales so large that scale * 2^8 overflows (2^121): the E4M3 kernels
+// that widen a row's codes to value * 2^-8 and multiply by scale * 2^8
+// must take the plain widening then, and still give the dequantized
+// cache's bytes (q is small enough that every score stays finite).
+TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
+  const QuantCase &c = test_case();
+  if (RoundsQ(kernel())) GTEST_SKIP() << "integer kernels do not take fp8 K";
+  flashcpu_context *context = ctx();
+  ASSERT_NE(context, nullptr);
+  Inputs in;
+  in.Make(context, c);
+  if (HasFatalFailure()) return;
+  for (Side *side : {&in.k, &in.v}) {
+    if (!side->scaled) continue;
+    for (float &s : side->scales) s = std::ldexp(1.0f, 121);
+    const flashcpu_tensor codes = side->View(in.S, in.D);
+    flashcpu_tensor deq =
+        flashcpu_tensor_bshd(side->dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, in.S, kKvHeads, in.D);
+    ASSERT_EQ(flashcpu_dequantize(context, &codes, &side->view, &deq), FLASHCPU_OK)
+        << flashcpu_last_error(context);
+  }
+  if (in.k.scaled)
+    for (float &x : in.q_data) x = std::ldexp(x, -118);
+  std::vector<float> out_q, out_f, lse_q, lse_f;
+  std::string skip;
+  RunOnBothCaches(context, &in, &out_q, &lse_q, &out_f, &lse_f, &skip);
+  if (HasFatalFailure()) return;
+  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
+  EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
+  for (size_t i = 0; i < out_q.size(); i++)
+    ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Kernels, QuantSuite,
     testing::ValuesIn(ForEveryKernel(std::vector<QuantCase>(std::begin(kCases), std::end(kCases)))),

@@ -34,6 +34,46 @@ ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, float scale,
   }
 }
 
+/* Elements d .. d + 15 of an E4M3 row holding no NaN code, as
+ * ds_load_pair's bits: the sign-extended codes shifted to f16s of value *
+ * 2^-8 with bit 14 cleared (3 steps per 16 where the NaN-aware widening
+ * takes 10 per 8), times folded = scale * 2^8. */
+static inline __attribute__((always_inline)) void
+ds_load_e4m3_finite(const char *row, int64_t d, float folded, fcv *lo,
+                    fcv *hi) {
+  const __m256i half = _mm256_and_si256(
+      _mm256_slli_epi16(
+          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + d))), 7),
+      _mm256_set1_epi16((short)0xbf80));
+  const __m256 scale = _mm256_set1_ps(folded);
+  *lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), scale);
+  *hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), scale);
+}
+
+/* Whether none of n rows' first dim E4M3 codes (dim a multiple of 16) is
+ * a NaN code (0x7f or 0xff). */
+static inline int ds_e4m3_rows_finite(const char *const *rows, int64_t n,
+                                      int64_t dim) {
+  const __m256i sign = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi8(-1);
+  __m256i nan = _mm256_setzero_si256();
+  for (int64_t j = 0; j < n; j++) {
+    int64_t d = 0;
+    for (; d + 32 <= dim; d += 32) {
+      const __m256i codes =
+          _mm256_loadu_si256((const __m256i *)(rows[j] + d));
+      nan = _mm256_or_si256(
+          nan, _mm256_cmpeq_epi8(_mm256_or_si256(codes, sign), ones));
+    }
+    if (d < dim) {
+      const __m256i codes = _mm256_zextsi128_si256(
+          _mm_loadu_si128((const __m128i *)(rows[j] + d)));
+      nan = _mm256_or_si256(
+          nan, _mm256_cmpeq_epi8(_mm256_or_si256(codes, sign), ones));
+    }
+  }
+  return _mm256_testz_si256(nan, nan);
+}
+
 #define DS_VALUE_VECTORS 2
 #define DS_VEC_READS_QUANTIZED 1
 #define DS_NAME(what) fc_splitkv_##what##__avx2

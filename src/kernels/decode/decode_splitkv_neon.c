@@ -101,6 +101,39 @@ ds_load_pair(const char *row, flashcpu_dtype dtype, int64_t d, float scale,
   }
 }
 
+/* Elements d .. d + 7 of an E4M3 row holding no NaN code, as
+ * ds_load_pair's bits: the sign-extended codes shifted to f16s of value *
+ * 2^-8 with bit 14 cleared, times folded = scale * 2^8. */
+static inline __attribute__((always_inline)) void
+ds_load_e4m3_finite(const char *row, int64_t d, float folded, fcv *lo,
+                    fcv *hi) {
+  const int16x8_t wide = vmovl_s8(vld1_s8((const int8_t *)row + d));
+  const float16x8_t half = vreinterpretq_f16_u16(vandq_u16(
+      vreinterpretq_u16_s16(vshlq_n_s16(wide, 7)), vdupq_n_u16(0xbf80)));
+  *lo = vmulq_n_f32(vcvt_f32_f16(vget_low_f16(half)), folded);
+  *hi = vmulq_n_f32(vcvt_high_f32_f16(half), folded);
+}
+
+/* Whether none of n rows' first dim E4M3 codes (dim a multiple of 8) is a
+ * NaN code (0x7f or 0xff). */
+static inline int ds_e4m3_rows_finite(const char *const *rows, int64_t n,
+                                      int64_t dim) {
+  uint8x16_t nan = vdupq_n_u8(0);
+  for (int64_t j = 0; j < n; j++) {
+    const uint8_t *row = (const uint8_t *)rows[j];
+    int64_t d = 0;
+    for (; d + 16 <= dim; d += 16)
+      nan = vorrq_u8(nan, vceqq_u8(vorrq_u8(vld1q_u8(row + d), vdupq_n_u8(0x80)),
+                                   vdupq_n_u8(0xff)));
+    if (d < dim)
+      nan = vorrq_u8(nan, vcombine_u8(vceq_u8(vorr_u8(vld1_u8(row + d),
+                                                      vdup_n_u8(0x80)),
+                                              vdup_n_u8(0xff)),
+                                      vdup_n_u8(0)));
+  }
+  return vmaxvq_u8(nan) == 0;
+}
+
 #define DS_VALUE_VECTORS 4
 #define DS_VEC_READS_QUANTIZED 1
 #define DS_NAME(what) fc_splitkv_##what##__neon
