@@ -3,6 +3,8 @@
 #ifndef FLASHCPU_SIMD_VEC_LANES_AVX2_H
 #define FLASHCPU_SIMD_VEC_LANES_AVX2_H
 
+#include <math.h>
+
 #include "simd/vec_avx2.h"
 
 /* Lane i of the result is the sum of the 8 lanes of v[i], summed as int32
@@ -31,6 +33,23 @@ static inline fcv fcv_sum_lanes(const fcv v[FCV_LANES]) {
   __m256i bits[8];
   for (int i = 0; i < 8; i++) bits[i] = _mm256_castps_si256(v[i]);
   return _mm256_castsi256_ps(fc256_sum8_by_lane_as(bits, 0));
+}
+
+/* Lane i -> bit i: the lanes that are not -inf (NaN included), and the
+ * NaN lanes. */
+static inline unsigned fcv_bits_not_neg_inf(fcv v) {
+  return (unsigned)_mm256_movemask_ps(
+      _mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_NEQ_UQ));
+}
+static inline unsigned fcv_bits_nan(fcv v) {
+  return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+}
+
+/* The largest of v's lanes (with a NaN lane, any lane or NaN). */
+static inline float fcv_hmax(fcv v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
 
 #endif
