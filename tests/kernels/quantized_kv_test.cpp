@@ -239,6 +239,18 @@ void RunOnBothCaches(flashcpu_context *context, Inputs *in, std::vector<float> *
   ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
 }
 
+// The quantized cache gives the dequantized cache's bytes (output and
+// lse), all finite; *skip says why the kernel does not take the case.
+void ExpectTheDequantizedBytes(flashcpu_context *context, Inputs *in, std::string *skip) {
+  std::vector<float> out_q, out_f, lse_q, lse_f;
+  RunOnBothCaches(context, in, &out_q, &lse_q, &out_f, &lse_f, skip);
+  if (testing::Test::HasFatalFailure() || !skip->empty()) return;
+  EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
+  for (size_t i = 0; i < out_q.size(); i++)
+    ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
+}
+
 TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   const QuantCase &c = test_case();
   flashcpu_context *context = ctx();
@@ -247,15 +259,9 @@ TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   Inputs in;
   in.Make(context, c);
   if (HasFatalFailure()) return;
-  std::vector<float> out_q, out_f, lse_q, lse_f;
   std::string skip;
-  RunOnBothCaches(context, &in, &out_q, &lse_q, &out_f, &lse_f, &skip);
-  if (HasFatalFailure()) return;
+  ExpectTheDequantizedBytes(context, &in, &skip);
   if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
-  EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
-  for (size_t i = 0; i < out_q.size(); i++)
-    ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
 }
 
 // A kernel that rounds q to integers for its scores (codes up to c = 16383,
@@ -398,16 +404,24 @@ TEST_P(QuantSuite, NanValueScaleReachesTheRowsThatSeeIt) {
 // same kernel's on the dequantized cache with NaN in the same places, so
 // the NaN reaches exactly the rows that see its key (the kernels widen
 // the codes of a block without their NaN step only where it holds none).
-using Fp8Suite = KernelSuite<QuantCase>;
+class Fp8Suite : public KernelSuite<QuantCase> {
+ protected:
+  // The case's inputs on the kernel's context; false (a failure recorded)
+  // where they could not be made.
+  bool MakeInputs(flashcpu_context **context, Inputs *in) {
+    *context = ctx();
+    EXPECT_NE(*context, nullptr);
+    if (*context == nullptr) return false;
+    in->Make(*context, test_case());
+    return !HasFatalFailure();
+  }
+};
 
 TEST_P(Fp8Suite, NanCodesReachTheRowsThatSeeThem) {
-  const QuantCase &c = test_case();
   if (RoundsQ(kernel())) GTEST_SKIP() << "integer kernels do not take fp8 K";
-  flashcpu_context *context = ctx();
-  ASSERT_NE(context, nullptr);
+  flashcpu_context *context = nullptr;
   Inputs in;
-  in.Make(context, c);
-  if (HasFatalFailure()) return;
+  if (!MakeInputs(&context, &in)) return;
   const auto at = [&](int64_t b, int64_t key, int64_t head, int64_t d) {
     return static_cast<size_t>(((b * in.S + key) * kKvHeads + head) * in.D + d);
   };
@@ -439,13 +453,10 @@ TEST_P(Fp8Suite, NanCodesReachTheRowsThatSeeThem) {
 // must take the plain widening then, and still give the dequantized
 // cache's bytes (q is small enough that every score stays finite).
 TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
-  const QuantCase &c = test_case();
   if (RoundsQ(kernel())) GTEST_SKIP() << "integer kernels do not take fp8 K";
-  flashcpu_context *context = ctx();
-  ASSERT_NE(context, nullptr);
+  flashcpu_context *context = nullptr;
   Inputs in;
-  in.Make(context, c);
-  if (HasFatalFailure()) return;
+  if (!MakeInputs(&context, &in)) return;
   for (Side *side : {&in.k, &in.v}) {
     if (!side->scaled) continue;
     for (float &s : side->scales) s = std::ldexp(1.0f, 121);
@@ -457,15 +468,9 @@ TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
   }
   if (in.k.scaled)
     for (float &x : in.q_data) x = std::ldexp(x, -118);
-  std::vector<float> out_q, out_f, lse_q, lse_f;
   std::string skip;
-  RunOnBothCaches(context, &in, &out_q, &lse_q, &out_f, &lse_f, &skip);
-  if (HasFatalFailure()) return;
+  ExpectTheDequantizedBytes(context, &in, &skip);
   if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
-  EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
-  for (size_t i = 0; i < out_q.size(); i++)
-    ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
 }
 
 INSTANTIATE_TEST_SUITE_P(
