@@ -1,5 +1,7 @@
 /* fcv_sum_lanes on AVX2 (8 lanes): the reduction across vectors that
- * vec_avx2.h lacks, in f32 or int32. For AVX2 translation units only. */
+ * vec_avx2.h lacks, in f32 or int32, and the lane masks and maximum of one
+ * vector that the split-KV softmax scans with. For AVX2 translation units
+ * only. */
 #ifndef FLASHCPU_SIMD_VEC_LANES_AVX2_H
 #define FLASHCPU_SIMD_VEC_LANES_AVX2_H
 
