@@ -440,7 +440,12 @@ typedef struct flashcpu_tensor {
  * element, weights to within 1/510 of the block's largest: about 15% more
  * RMS error than the f32 path over an I8 cache of random data, whose own
  * is 2.7x bf16's); it is faster where a thread's arithmetic binds decode
- * (one thread), no faster where memory does. The scales
+ * (one thread), no faster where memory does. With AVX512-BF16, bf16 q and
+ * an F8_E4M3 or F8_E5M2 K (scales not varying along a row), `kernel =
+ * fc_decode_splitkv_fp8dot__avx512bf16` takes the scores from bf16 dot
+ * products of q with K's codes (exact products), each sum times its row's
+ * scale: within f32 rounding of the dequantized cache's result, not its
+ * very bytes. The scales
  * of a tensor are a view of their own:
  *   scale(b, s, h, d) = data[b * strides[0] + s * strides[1] +
  *                            h * strides[2] + d * strides[3]]

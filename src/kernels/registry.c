@@ -71,6 +71,22 @@ bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size) {
   return false;
 }
 
+bool fc_takes_splitkv_fp8_dot(const fc_problem *p, char *why, size_t size) {
+  if (!fc_takes_splitkv(p, why, size)) return false;
+  const fc_view *k = &p->k;
+  if (p->q.dtype != FLASHCPU_DTYPE_BF16 ||
+      (k->dtype != FLASHCPU_DTYPE_F8_E4M3 &&
+       k->dtype != FLASHCPU_DTYPE_F8_E5M2)) {
+    snprintf(why, size, "q is not bf16 or k is not f8_e4m3 or f8_e5m2");
+    return false;
+  }
+  if (k->scale_strides[3] != 0 && k->scales) {
+    snprintf(why, size, "k's scales vary along the row");
+    return false;
+  }
+  return true;
+}
+
 bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size) {
   if (!fc_takes_splitkv(p, why, size)) return false;
   const fc_view *k = &p->k;
@@ -139,6 +155,14 @@ bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
   if (p->q_len <= s->splitkv_max_rows) return true;
   snprintf(why, size, "%lld rows > splitkv_max_rows %lld",
            (long long)p->q_len, (long long)s->splitkv_max_rows);
+  return false;
+}
+
+bool fc_wants_forced_only(const fc_problem *p, const fc_kernel_settings *s,
+                          char *why, size_t size) {
+  (void)p;
+  (void)s;
+  snprintf(why, size, "reached by the kernel option only");
   return false;
 }
 

@@ -88,6 +88,9 @@ bool fc_kernel_takes(const fc_attention_kernel *kernel, const fc_problem *p,
 /* The predicates the rows name. */
 bool fc_takes_splitkv(const fc_problem *p, char *why, size_t size);
 bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size);
+/* bf16 q and an F8_E4M3 or F8_E5M2 K whose scales do not vary along a
+ * row. */
+bool fc_takes_splitkv_fp8_dot(const fc_problem *p, char *why, size_t size);
 /* I8 or U8 K read in place with one scale per row, head_dim <= 256 (the
  * int32 sums of 15-bit q and 8-bit codes cannot overflow). */
 bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size);
@@ -98,6 +101,9 @@ bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size);
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
                       char *why, size_t size);
+/* Never by default: a row that runs only where the kernel option names it. */
+bool fc_wants_forced_only(const fc_problem *p, const fc_kernel_settings *s,
+                          char *why, size_t size);
 bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
                                const fc_kernel_settings *s, char *why,
                                size_t size);

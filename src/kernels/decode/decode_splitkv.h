@@ -46,18 +46,23 @@ static inline int64_t fc_splitkv_splits_of(const fc_splitkv_plan *plan,
 }
 
 /* Split-KV scores of a chunk's 4 slots for a 16-key block from bf16 q and
- * K by dot products: scores[16 * s + j] = factor * (q_s . k_j). q_s is the
- * raw bf16 row of slot s at q + s * q_stride, zero-padded to a multiple of
- * 32 elements; k_rows past n repeat a valid row (their lanes are garbage).
- * sweep: the prefetch stream to advance a line per line read (NULL: none). */
-typedef void (*fc_splitkv_bf16_scores_fn)(const char *const *k_rows,
+ * K rows read in place (k: the rows with their scales; k_dtype: BF16, or
+ * F8_E4M3 / F8_E5M2 for the rows that take fp8 K) by dot products:
+ * scores[16 * s + j] = factor * (q_s . k_j). q_s is the raw bf16 row of
+ * slot s at q + s * q_stride, zero-padded to a multiple of 32 elements;
+ * rows past n repeat a valid row (their lanes are garbage). sweep: the
+ * prefetch stream to advance a line per line read (NULL: none). */
+struct fc_splitkv_rows;
+typedef void (*fc_splitkv_bf16_scores_fn)(const struct fc_splitkv_rows *k,
+                                          flashcpu_dtype k_dtype,
                                           const uint16_t *q, int64_t q_stride,
                                           int64_t dim, int64_t n, float factor,
                                           struct fc_prefetch_sweep *sweep,
                                           float *scores);
 
-/* The AVX-512 split-KV kernel with its scores from bf16_scores where q and
- * K are bf16 (NULL: by widening K to f32 and FMA). */
+/* The AVX-512 split-KV kernel with its scores from bf16_scores where q is
+ * bf16 and K is bf16, or F8_E4M3 / F8_E5M2 read in place (the rows that
+ * pass an fp8 hook take only those; NULL: by widening K to f32 and FMA). */
 flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
                                       const fc_problem *p,
                                       fc_splitkv_bf16_scores_fn bf16_scores);
@@ -76,7 +81,6 @@ typedef struct fc_splitkv_int_q {
 /* Split-KV scores of a chunk's 4 slots for a 16-key block of I8 or U8 K
  * rows read in place (k: rows with their scales and zero points):
  * scores[16 * s + j] = q_s . k_j with q from q. sweep as for bf16. */
-struct fc_splitkv_rows;
 typedef void (*fc_splitkv_int_scores_fn)(const struct fc_splitkv_rows *k,
                                          flashcpu_dtype k_dtype,
                                          const fc_splitkv_int_q *q,

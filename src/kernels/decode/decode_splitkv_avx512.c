@@ -375,7 +375,7 @@ static ALWAYS_INLINE void ds_block_scores(const fc_splitkv_args *a,
     for (int c = 0; c < CHUNK; c++)
       scores->slot[c] = _mm512_loadu_ps(buffer + c * KEY_BLOCK);
   } else if (a->bf16_scores) {
-    a->bf16_scores(k_rows->row, (const uint16_t *)q, 2 * a->padded_dim,
+    a->bf16_scores(k_rows, a->k_read, (const uint16_t *)q, 2 * a->padded_dim,
                    a->p->head_dim, n, a->shared.q_factor, sweep, buffer);
     for (int c = 0; c < CHUNK; c++)
       scores->slot[c] = _mm512_loadu_ps(buffer + c * KEY_BLOCK);

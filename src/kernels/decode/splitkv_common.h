@@ -62,8 +62,9 @@ typedef struct fc_splitkv_args {
   int k_in_place, v_in_place;
   int stages; /* some rows are staged: the thread scratch has room */
   int q_pairs, o_pairs; /* bf16 read widened: even/odd order per pair */
-  /* bf16 q and K by dot products on the raw rows (q copied unscaled,
-   * q_factor applied to the sums); NULL: K widened to f32 and FMA. */
+  /* bf16 q and K (bf16, or fp8 read in place) by dot products on the raw
+   * rows (q copied unscaled, q_factor applied to the sums); NULL: K
+   * widened to f32 and FMA. */
   fc_splitkv_bf16_scores_fn bf16_scores;
   /* I8/U8 K read in place by integer dot products with q rounded to
    * integers per row (chunks whose q is not finite take the f32 path);

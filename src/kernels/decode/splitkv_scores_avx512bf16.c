@@ -5,6 +5,7 @@
  * arithmetic of widening K to f32, and no widening. */
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
+#include "kernels/decode/splitkv_common.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
 #include "simd/simd_avx512.h"
@@ -58,16 +59,18 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
                      fc512_saturate(_mm512_mul_ps(scores[s], f)));
 }
 
-static void bf16_scores(const char *const *k_rows, const uint16_t *q,
-                        int64_t q_stride, int64_t dim, int64_t n, float factor,
-                        fc_prefetch_sweep *sweep, float *out) {
+static void bf16_scores(const fc_splitkv_rows *k, flashcpu_dtype k_dtype,
+                        const uint16_t *q, int64_t q_stride, int64_t dim,
+                        int64_t n, float factor, fc_prefetch_sweep *sweep,
+                        float *out) {
+  (void)k_dtype; /* BF16: the row takes no other */
   /* head_dim 64 and 128 get their own unrolled copy. */
   if (dim == 128)
-    scores_bf16(k_rows, q, q_stride, 128, n, factor, sweep, out);
+    scores_bf16(k->row, q, q_stride, 128, n, factor, sweep, out);
   else if (dim == 64)
-    scores_bf16(k_rows, q, q_stride, 64, n, factor, sweep, out);
+    scores_bf16(k->row, q, q_stride, 64, n, factor, sweep, out);
   else
-    scores_bf16(k_rows, q, q_stride, dim, n, factor, sweep, out);
+    scores_bf16(k->row, q, q_stride, dim, n, factor, sweep, out);
 }
 
 /* The AVX-512 split-KV kernel with these scores (registry row). */
