@@ -99,21 +99,28 @@ static inline __m512 fc512_dequant_e4m3_finite(const char *row, int64_t d,
                              _mm512_set1_ps(folded));
 }
 
-/* Whether none of n rows' first dim E4M3 codes is a NaN code (0x7f or
- * 0xff). */
-static inline int fc512_e4m3_rows_finite(const char *const *rows, int64_t n,
-                                         int64_t dim) {
-  const __m512i sign = _mm512_set1_epi8((char)0x80);
-  __mmask64 nan = 0;
+/* Whether some code among n rows' first dim has every bit of `bits` set
+ * (0x7f: an E4M3 NaN; 0x7c: an E5M2 inf or NaN). */
+static inline int fc512_rows_have_bits(const char *const *rows, int64_t n,
+                                       int64_t dim, unsigned char bits) {
+  const __m512i want = _mm512_set1_epi8((char)bits);
+  __mmask64 hit = 0;
   for (int64_t j = 0; j < n; j++)
     for (int64_t d = 0; d < dim; d += 64) {
       const __mmask64 m = dim - d >= 64 ? ~(__mmask64)0
                                         : ((__mmask64)1 << (dim - d)) - 1;
       const __m512i codes = _mm512_maskz_loadu_epi8(m, rows[j] + d);
-      nan |= _mm512_mask_cmpeq_epi8_mask(m, _mm512_or_si512(codes, sign),
-                                         _mm512_set1_epi8(-1));
+      hit |= _mm512_mask_cmpeq_epi8_mask(m, _mm512_and_si512(codes, want),
+                                         want);
     }
-  return nan == 0;
+  return hit != 0;
+}
+
+/* Whether none of n rows' first dim E4M3 codes is a NaN code (0x7f or
+ * 0xff). */
+static inline int fc512_e4m3_rows_finite(const char *const *rows, int64_t n,
+                                         int64_t dim) {
+  return !fc512_rows_have_bits(rows, n, dim, 0x7f);
 }
 
 #endif

@@ -5,6 +5,7 @@
  * arithmetic of widening K to f32, and no widening. */
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
+#include "kernels/decode/splitkv_bf16_dot.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
@@ -41,12 +42,7 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
         k[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask,
                                                   (const uint16_t *)row + d);
       }
-      for (int s = 0; s < FC_SPLITKV_CHUNK; s++) {
-        const __m512bh qs = (__m512bh)_mm512_loadu_si512(q + s * q_stride + d);
-        for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++)
-          acc[s * FC_SPLITKV_KEYS_PER_GROUP + j] = _mm512_dpbf16_ps(
-              acc[s * FC_SPLITKV_KEYS_PER_GROUP + j], qs, k[j]);
-      }
+      fc_splitkv_bf16_dot_step(acc, q, q_stride, d, k);
     }
     groups[g] = fc512_sum16_by_lane(acc);
   }

@@ -14,6 +14,7 @@
 
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
+#include "kernels/decode/splitkv_bf16_dot.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
@@ -66,22 +67,6 @@ static ALWAYS_INLINE __m512i fp8_to_bf16(const char *codes, __mmask32 mask,
                                    _mm512_set1_epi16((short)0x8000), 0xf8);
 }
 
-/* Whether one of the n rows' first dim codes is special for f. */
-static ALWAYS_INLINE int any_special(const char *const *rows, int64_t n,
-                                     int64_t dim, const fp8_format *f) {
-  const __m512i special = _mm512_set1_epi8((char)f->special);
-  __mmask64 hit = 0;
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t d = 0; d < dim; d += 64) {
-      const __mmask64 m = dim - d >= 64 ? ~(__mmask64)0
-                                        : ((__mmask64)1 << (dim - d)) - 1;
-      const __m512i codes = _mm512_maskz_loadu_epi8(m, rows[j] + d);
-      hit |= _mm512_mask_cmpeq_epi8_mask(
-          m, _mm512_and_si512(codes, special), special);
-    }
-  return hit != 0;
-}
-
 /* The block's sums q_s . code_j by dot products, [slot][key] in 16 lanes
  * per slot (lanes past n garbage). */
 static ALWAYS_INLINE void dot_sums(const char *const *k_rows,
@@ -116,12 +101,7 @@ static ALWAYS_INLINE void dot_sums(const char *const *k_rows,
       if (prefetch && d % FC_SWEEP_LINE == 0)
         for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++)
           fc_sweep_next(&sweep);
-      for (int s = 0; s < FC_SPLITKV_CHUNK; s++) {
-        const __m512bh qs = (__m512bh)_mm512_loadu_si512(q + s * q_stride + d);
-        for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++)
-          acc[s * FC_SPLITKV_KEYS_PER_GROUP + j] = _mm512_dpbf16_ps(
-              acc[s * FC_SPLITKV_KEYS_PER_GROUP + j], qs, k[j]);
-      }
+      fc_splitkv_bf16_dot_step(acc, q, q_stride, d, k);
     }
     groups[g] = fc512_sum16_by_lane(acc);
   }
@@ -173,7 +153,8 @@ static void sums_of(const fc_splitkv_rows *k, flashcpu_dtype dtype,
                     int64_t n, fc_prefetch_sweep *sweep,
                     __m512 sums[FC_SPLITKV_CHUNK]) {
   const int e4m3 = dtype == FLASHCPU_DTYPE_F8_E4M3;
-  if (any_special(k->row, n, dim, e4m3 ? &E4M3 : &E5M2))
+  if (fc512_rows_have_bits(k->row, n, dim,
+                           e4m3 ? E4M3.special : E5M2.special))
     widened_sums(k->row, dtype, q, q_stride, dim, n, sweep, sums);
   else if (e4m3)
     DOT_SUMS_BY_DIM(&E4M3, E4M3_SMALL);
