@@ -192,7 +192,8 @@ static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
                                   fc_prefetch_sweep *sweep,
                                   __m512 scores[CHUNK]) {
   const int e4m3_finite = dtype == FLASHCPU_DTYPE_F8_E4M3 &&
-                          fc512_e4m3_rows_finite(k_rows->row, n, dim);
+                          (dim == 128 ? fc512_e4m3_rows_finite(k_rows->row, n, 128)
+                                      : fc512_e4m3_rows_finite(k_rows->row, n, dim));
 #define SCORES_FOR(dt, mode, dim_value)                                        \
   chunk_scores(k_rows, dt, mode, q, padded_dim, dim_value, n, sweep, scores)
   if (dim == 128) BY_EVERY_DTYPE(SCORES_FOR, 128)
@@ -330,7 +331,8 @@ static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
                                 fc_prefetch_sweep *sweep) {
   const __mmask16 lanes = fc512_tail_mask(n);
   const int e4m3_finite = dtype == FLASHCPU_DTYPE_F8_E4M3 &&
-                          fc512_e4m3_rows_finite(v_rows->row, n, dv);
+                          (dv == 128 ? fc512_e4m3_rows_finite(v_rows->row, n, 128)
+                                     : fc512_e4m3_rows_finite(v_rows->row, n, dv));
   if (seen[0] == lanes && seen[1] == lanes && seen[2] == lanes &&
       seen[3] == lanes) {
 #define VALUES_FOR(dt, mode, dim)                                              \
