@@ -103,7 +103,7 @@ static inline __m512 fc512_dequant_e4m3_finite(const char *row, int64_t d,
  * (0x7f: an E4M3 NaN; 0x7c: an E5M2 inf or NaN): bits & ~code is zero
  * there, so the unsigned byte minimum over the rows finds it, two vector
  * steps per 64 codes and no mask work where dim is a whole number of
- * 64-byte loads (the callers' 64 and 128 are constants). */
+ * 64-byte loads (the decode kernel passes head_dim 128 as a constant). */
 static inline __attribute__((always_inline)) int
 fc512_rows_have_bits(const char *const *rows, int64_t n, int64_t dim,
                      unsigned char bits) {
