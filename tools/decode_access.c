@@ -12,10 +12,15 @@
  *   sweep-ptr sweep-t2 advanced through the caller's pointer rather than a
  *             local copy, as the kernel did before 76e4f62 (a store of the
  *             sweep per line; measured the same as sweep-t2)
- * --work N (0..8, 12 or 16; beyond, the compiler spills the accumulators
- * and the probe times its stack) adds N vector FMAs per 64-byte line
- * read (the kernel does about 6 for bf16 K/V with GQA 4: 48 per key and
- * head; its quantized rows take more per line: 1-byte codes), so
+ *   sweep-near sweep-t2, and each line read also prefetches into L1 the
+ *             same line of the rows read next but one set (a head's V rows
+ *             while its K rows are read, the next head's K rows while its V
+ *             rows are), so that the reads find their lines in L1 (measured
+ *             no faster than sweep-t2)
+ * --work N (0..8, 12 or 16; beyond, each line's FMAs run far slower than
+ * their count, so the probe would time something else) adds N vector FMAs
+ * per 64-byte line read (the kernel does about 8 for bf16 K/V with GQA 4:
+ * 64 per key and head; 16 for 8-bit rows, plus their widening), so
  * the overlap of memory and arithmetic can be seen apart from either;
  * --footprint-mb small enough for the caches gives the arithmetic alone.
  * --serial 1 makes each head's V arithmetic wait for a reduction of its K
@@ -37,10 +42,12 @@
 
 enum { MAX_REPS = 101 };
 
-typedef enum order { STREAM, BLOCKS, SWEEP_T2, SWEEP_T0, SWEEP_PTR, ORDERS } order;
+typedef enum order {
+  STREAM, BLOCKS, SWEEP_T2, SWEEP_T0, SWEEP_PTR, SWEEP_NEAR, ORDERS
+} order;
 static const char *const order_names[ORDERS] = {"stream", "blocks",
                                                 "sweep-t2", "sweep-t0",
-                                                "sweep-ptr"};
+                                                "sweep-ptr", "sweep-near"};
 
 typedef struct shape {
   int64_t kv, heads, dim; /* keys, kv heads, head_dim (bf16 elements) */
@@ -100,7 +107,8 @@ static ALWAYS_INLINE void read_range(sink *s, const char *first,
 static ALWAYS_INLINE void read_rows(sink *s, const char *base,
                                     const shape *sh, int64_t key, int64_t n,
                                     int64_t h, fc_prefetch_sweep *next,
-                                    int hint, bool shared, int work) {
+                                    int hint, bool shared, int work,
+                                    const char *near) {
   const int64_t row = sh->dim * 2, key_step = sh->heads * row;
   fc_prefetch_sweep sweep;
   if (next) sweep = *next;
@@ -112,6 +120,10 @@ static ALWAYS_INLINE void read_rows(sink *s, const char *base,
     for (int64_t b = 0; b < row; b += 2 * FC_SWEEP_LINE) {
       prefetch_next(walk, hint);
       prefetch_next(walk, hint);
+      if (near) { /* near: row 0 of the set read next but one */
+        __builtin_prefetch(near + j * key_step + b, 0, 3);
+        __builtin_prefetch(near + j * key_step + b + FC_SWEEP_LINE, 0, 3);
+      }
       take_2_lines(acc, r + b, work);
     }
   }
@@ -166,10 +178,19 @@ static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
     fc_prefetch_sweep *next_v = prefetch ? &nv : NULL;
     if (sh->group >= sh->block) {
       /* Head by head, K rows then V rows, as the kernel. */
+      const int64_t row = sh->dim * 2;
       for (int64_t h = 0; h < sh->heads; h++) {
-        read_rows(s, k, sh, key, n, h, next_k, hint, shared, work);
+        const char *near_v = NULL, *near_k = NULL;
+        if (o == SWEEP_NEAR) {
+          near_v = v + key * key_bytes + h * row;
+          if (h + 1 < sh->heads)
+            near_k = k + key * key_bytes + (h + 1) * row;
+          else if (key + sh->block + n <= end)
+            near_k = k + (key + sh->block) * key_bytes;
+        }
+        read_rows(s, k, sh, key, n, h, next_k, hint, shared, work, near_v);
         if (sh->serial >= 1) wait_for_sums(s);
-        read_rows(s, v, sh, key, n, h, next_v, hint, shared, work);
+        read_rows(s, v, sh, key, n, h, next_v, hint, shared, work, near_k);
         if (sh->serial >= 2) wait_for_sums(s);
       }
       continue;
@@ -182,7 +203,7 @@ static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
         const int64_t m = n - g < sh->group ? n - g : sh->group;
         for (int64_t h = 0; h < sh->heads; h++)
           read_rows(s, caches[c], sh, key + g, m, h, nexts[c], hint, shared,
-                    work);
+                    work, NULL);
       }
   }
 }
