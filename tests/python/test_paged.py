@@ -146,14 +146,16 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
     writes on each request's contiguous K/V (the header's promise)."""
     rng = np.random.default_rng(39)
     name = kernel["name"]
-    bf16 = "bf16dot" in name or "amxbf16" in name  # bf16 q and K only
+    fp8_k = "fp8dot" in name  # bf16 q and an F8_E4M3 or F8_E5M2 K
+    bf16 = "bf16dot" in name or "amxbf16" in name or fp8_k  # bf16 q (and K)
     int8_v = "amxint8" in name  # int8 K and V, head_dim 64 or 128
     int8_k = "i16dot" in name or "i8dot" in name or int8_v  # int8 or uint8 K
+    k_format = "f8_e4m3" if fp8_k else "i8"
     if int8_v:
         monkeypatch.setattr(sys.modules[__name__], "DIM", 64)
     step = Step(rng, page_size=3, layout="hnd", dtype="bf16" if bf16 else "f32")
-    if int8_k:  # K (and V) pages as int8 codes with a scale per token and head
-        step.k = flashcpu.quantize(step.k, "i8", layout="bhsd")
+    if int8_k or fp8_k:  # K (and V) pages as codes with a scale per token and head
+        step.k = flashcpu.quantize(step.k, k_format, layout="bhsd")
         step.k_values = flashcpu.dequantize(step.k, layout="bhsd").astype(np.float64)
         if int8_v:
             step.v = flashcpu.quantize(step.v, "i8", layout="bhsd")
@@ -199,12 +201,12 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
             v = (flashcpu.Quantized(gather(step.v.codes), "i8",
                                     scales=gather(step.v.scales))
                  if int8_v else gather(step.v))
-            k = (flashcpu.Quantized(gather(step.k.codes), "i8",
+            k = (flashcpu.Quantized(gather(step.k.codes), k_format,
                                     scales=gather(step.k.scales))
-                 if int8_k else gather(step.k))
+                 if int8_k or fp8_k else gather(step.k))
             expected, expected_lse = flashcpu.attention(
                 wrap(flashcpu._arrays.raw(step.q)[None, rows]),
-                k if int8_k else wrap(k), v if int8_v else wrap(v),
+                k if int8_k or fp8_k else wrap(k), v if int8_v else wrap(v),
                 alibi_slopes=slopes[r], return_lse=True, context=context, **options)
             np.testing.assert_array_equal(out[rows], expected[0])
             np.testing.assert_array_equal(lse[:, rows], expected_lse[0])
