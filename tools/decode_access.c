@@ -13,13 +13,12 @@
  *             local copy, as the kernel did before 76e4f62 (a store of the
  *             sweep per line; measured the same as sweep-t2)
  *   sweep-near sweep-t2, and each line read also prefetches into L1 the
- *             same line of the rows read next but one set (a head's V rows
- *             while its K rows are read, the next head's K rows while its V
- *             rows are), so that the reads find their lines in L1 (measured
- *             no faster than sweep-t2)
- * --work N (0..8, 12 or 16; beyond, each line's FMAs run far slower than
- * their count, so the probe would time something else) adds N vector FMAs
- * per 64-byte line read (the kernel does about 8 for bf16 K/V with GQA 4:
+ *             same line of the matching row of the set read next (a head's
+ *             V rows while its K rows are read, the next head's K rows
+ *             while its V rows are), so that the reads find their lines in
+ *             L1 (measured no faster than sweep-t2)
+ * --work N (0..8, 12 or 16; beyond, the compiler spills the accumulators
+ * and the probe times its stack) adds N vector FMAs per 64-byte line read (the kernel does about 8 for bf16 K/V with GQA 4:
  * 64 per key and head; 16 for 8-bit rows, plus their widening), so
  * the overlap of memory and arithmetic can be seen apart from either;
  * --footprint-mb small enough for the caches gives the arithmetic alone.
@@ -120,7 +119,7 @@ static ALWAYS_INLINE void read_rows(sink *s, const char *base,
     for (int64_t b = 0; b < row; b += 2 * FC_SWEEP_LINE) {
       prefetch_next(walk, hint);
       prefetch_next(walk, hint);
-      if (near) { /* near: row 0 of the set read next but one */
+      if (near) { /* near: row 0 of the set read next */
         __builtin_prefetch(near + j * key_step + b, 0, 3);
         __builtin_prefetch(near + j * key_step + b + FC_SWEEP_LINE, 0, 3);
       }
