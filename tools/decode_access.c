@@ -18,8 +18,9 @@
  *             while its V rows are), so that the reads find their lines in
  *             L1 (measured no faster than sweep-t2)
  * --work N (0..8, 12 or 16; beyond, the compiler spills the accumulators
- * and the probe times its stack) adds N vector FMAs per 64-byte line read (the kernel does about 8 for bf16 K/V with GQA 4:
- * 64 per key and head; 16 for 8-bit rows, plus their widening), so
+ * and the probe times its stack) adds N vector FMAs per 64-byte line read
+ * (the kernel does about 8 for bf16 K/V with GQA 4: 64 per key and head;
+ * 16 for 8-bit rows, plus their widening), so
  * the overlap of memory and arithmetic can be seen apart from either;
  * --footprint-mb small enough for the caches gives the arithmetic alone.
  * --serial 1 makes each head's V arithmetic wait for a reduction of its K
