@@ -5,14 +5,19 @@ attn_implementation="sdpa", in one process and one run.
 Builds a randomly initialised model from a config (no weights are
 downloaded): "llama" (32 query heads, 8 KV heads, head_dim 128, hidden 4096)
 or "gemma2" (softcap and a sliding window), with --layers layers. For each
-backend it runs a greedy generate() of --new-tokens tokens after a
---prompt-token prompt and reports:
-  prefill tokens/s   the prompt's forward pass (generate with 1 new token),
-                     the median of --prefill-reps timings, the backends
-                     alternating
-  decode tokens/s    the new tokens after the first, from the two timings
-  attention share    time inside the attention function during generate()
+backend it runs --generate-reps greedy generate() calls of --new-tokens
+tokens after a --prompt-token prompt, the backends alternating (so that
+neither gets all of the host's quiet or busy moments, nor always runs
+second), and reports medians over them:
+  prefill tokens/s   the prompt's forward pass: the time to the first new
+                     token of each generate(), and --prefill-reps more
+                     prefills (generate with 1 new token)
+  decode tokens/s    the new tokens after the first, timed inside
+                     generate() at each token's logits
+  generate s         the whole generate()
+  attention s        time inside the attention function during generate()
   decode call us     its mean per call of one query row (the new tokens)
+  library us         of that, the flashcpu library call (flashcpu only)
 and checks that the greedy tokens are the same and how far the prompt's
 logits are apart.
 
@@ -52,18 +57,61 @@ def build_model(transformers, torch, kind, layers, dtype, vocab):
     return model
 
 
+class StepClock:
+    """A logits processor that notes the time each new token's logits
+    arrive: the first after the prompt's forward, each later one after one
+    decode step."""
+
+    def __init__(self):
+        self.times = []
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        return scores
+
+
+class LibraryTimer:
+    """Wraps the package's library call and adds up its time, so that a
+    decode call's time splits into the library and the Python around it."""
+
+    def __init__(self, function):
+        self.function = function
+        self.decoding = False  # set by AttentionTimer around each call
+        self.reset()
+
+    def reset(self):
+        self.decode_seconds, self.decode_calls = 0.0, 0
+
+    def __call__(self, *args):
+        start = time.perf_counter()
+        try:
+            return self.function(*args)
+        finally:
+            if self.decoding:
+                self.decode_seconds += time.perf_counter() - start
+                self.decode_calls += 1
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else 0.5 * (ordered[middle - 1] + ordered[middle])
+
+
 class AttentionTimer:
     """Wraps an attention function and adds up the time spent in it, and
     apart the time and count of decode calls (one query row)."""
 
-    def __init__(self, function):
-        self.function = function
+    def __init__(self, function, library=None):
+        self.function, self.library = function, library
         self.reset()
 
     def reset(self):
         self.seconds, self.decode_seconds, self.decode_calls = 0.0, 0.0, 0
 
     def __call__(self, module, query, *args, **kwargs):
+        if self.library is not None:
+            self.library.decoding = query.shape[-2] == 1
         start = time.perf_counter()
         try:
             return self.function(module, query, *args, **kwargs)
@@ -86,13 +134,21 @@ def main():
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--first", choices=["sdpa", "flashcpu"], default="sdpa",
                         help="which backend runs first (run both orders to see order bias)")
-    parser.add_argument("--prefill-reps", type=int, default=5,
-                        help="prefill timings per backend, the backends alternating after "
-                             "the first (the median is reported)")
+    parser.add_argument("--generate-reps", type=int, default=3,
+                        help="timed generate() calls per backend, the backends alternating "
+                             "(medians are reported)")
+    parser.add_argument("--prefill-reps", type=int, default=2,
+                        help="prefills per backend beside those of the generate() calls, "
+                             "the backends alternating")
+    parser.add_argument("--flashcpu-pool", choices=["auto", "own"], default="auto",
+                        help="auto: the package's default (torch's OpenMP threads where "
+                             "torch has them); own: flashcpu's own pinned pool")
     parser.add_argument("--json")
     args = parser.parse_args()
-    if args.prefill_reps < 1:
-        parser.error("--prefill-reps must be at least 1")
+    if args.generate_reps < 1 or args.prefill_reps < 0:
+        parser.error("--generate-reps must be at least 1 and --prefill-reps at least 0")
+    if args.new_tokens < 2:
+        parser.error("--new-tokens must be at least 2 (decode is timed between tokens)")
 
     import torch
     import transformers
@@ -106,15 +162,23 @@ def main():
         torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     ours = backend.register()
+    if args.flashcpu_pool == "own":
+        # The package has no setter for its default context: set it, and
+        # mark torch as seen so that it is not made again on torch's runtime.
+        flashcpu._context._local.context = flashcpu.Context(host_openmp=False)
+        flashcpu._context._local.checked_torch = True
+    # The package's library call, timed apart inside flashcpu's decode calls.
+    library = LibraryTimer(flashcpu._api._run)
+    flashcpu._api._run = library
     timers = {"sdpa": AttentionTimer(sdpa_attention_forward),
-              ours: AttentionTimer(backend.attention_forward)}
+              ours: AttentionTimer(backend.attention_forward, library)}
     for name in ("sdpa", ours):
         AttentionInterface.register(name + "_timed", timers[name])
         AttentionMaskInterface.register(name + "_timed", sdpa_mask)
     model = build_model(transformers, torch, args.model, args.layers, dtype, args.vocab)
     torch.manual_seed(1)
     prompt = torch.randint(0, args.vocab, (1, args.prompt_tokens))
-    results, tokens, logits = {}, {}, {}
+    tokens, logits = {}, {}
     order = [("sdpa", "sdpa_timed"), (ours, ours + "_timed")]
     if args.first == "flashcpu":
         order.reverse()
@@ -130,34 +194,57 @@ def main():
         model.generate(prompt, max_new_tokens=1, do_sample=False)
         return time.perf_counter() - start
 
-    prefills, totals = {name: [] for name, _ in order}, {}
-    for name, registered in order:
-        use(registered)
-        with torch.no_grad():
-            logits[name] = model(prompt[:, : min(args.prompt_tokens, 1024)]).logits.float()
-            model.generate(prompt[:, :64], max_new_tokens=2, do_sample=False)  # warm-up
-            prefills[name].append(time_prefill())
-            timers[name].reset()
-            start = time.perf_counter()
-            tokens[name] = model.generate(prompt, max_new_tokens=args.new_tokens,
-                                          min_new_tokens=args.new_tokens, do_sample=False)
-            totals[name] = time.perf_counter() - start
-        results[name] = {"generate_s": totals[name], "attention_s": timers[name].seconds,
-                         "decode_call_us": 1e6 * timers[name].decode_seconds /
-                         max(timers[name].decode_calls, 1)}
-    # More prefills, the backends alternating, so that neither gets all of
-    # the host's quiet or busy moments: one forward alone moves by 20-40%.
+    def time_generate(name):
+        clock = StepClock()
+        timers[name].reset()
+        library.reset()
+        start = time.perf_counter()
+        out = model.generate(prompt, max_new_tokens=args.new_tokens,
+                             min_new_tokens=args.new_tokens, do_sample=False,
+                             logits_processor=transformers.LogitsProcessorList([clock]))
+        total = time.perf_counter() - start
+        steps = clock.times
+        if len(steps) != args.new_tokens:
+            sys.exit(f"generate() made {len(steps)} tokens' logits; expected {args.new_tokens}")
+        timer = timers[name]
+        run = {"generate_s": total, "prefill_s": steps[0] - start,
+               "decode_tokens_per_s": (len(steps) - 1) / (steps[-1] - steps[0]),
+               "attention_s": timer.seconds,
+               "decode_call_us": 1e6 * timer.decode_seconds / max(timer.decode_calls, 1)}
+        if name == ours:
+            run["library_us"] = 1e6 * library.decode_seconds / max(library.decode_calls, 1)
+        return out, run
+
     with torch.no_grad():
-        for rep in range(args.prefill_reps - 1):
+        for name, registered in order:  # warm-up, and the prompt's logits
+            use(registered)
+            logits[name] = model(prompt[:, : min(args.prompt_tokens, 1024)]).logits.float()
+            model.generate(prompt[:, :64], max_new_tokens=2, do_sample=False)
+        runs = {name: [] for name, _ in order}
+        prefills = {name: [] for name, _ in order}
+        # The backends alternate, each turn reversing the order of the one
+        # before: one forward alone moves by 20-40% on a busy host, and the
+        # backend that runs second in a turn can lose up to a sixth.
+        for rep in range(args.generate_reps):
+            for name, registered in (order if rep % 2 == 0 else order[::-1]):
+                use(registered)
+                tokens[name], run = time_generate(name)
+                runs[name].append(run)
+                prefills[name].append(run["prefill_s"])
+        for rep in range(args.prefill_reps):
             for name, registered in (order[::-1] if rep % 2 == 0 else order):
                 use(registered)
                 prefills[name].append(time_prefill())
-    for name, r in results.items():
-        prefill = sorted(prefills[name])[len(prefills[name]) // 2]
-        decode = max(totals[name] - prefill, 1e-9)
-        r["prefill_tokens_per_s"] = args.prompt_tokens / prefill
+    results = {}
+    for name, _ in order:
+        r = {key: median([run[key] for run in runs[name]])
+             for key in ("generate_s", "decode_tokens_per_s", "attention_s", "decode_call_us")}
+        r["prefill_tokens_per_s"] = args.prompt_tokens / median(prefills[name])
         r["prefill_s_each"] = prefills[name]
-        r["decode_tokens_per_s"] = (args.new_tokens - 1) / decode
+        r["runs"] = runs[name]
+        results[name] = r
+        if name == ours:
+            r["library_us"] = median([run["library_us"] for run in runs[name]])
     for name, r in results.items():
         if r["attention_s"] <= 0.0:
             sys.exit(f"the {name} attention function was never called: the model did not "
@@ -172,17 +259,31 @@ def main():
           f"{args.new_tokens} new tokens, torch {torch.__version__}, transformers "
           f"{transformers.__version__}, {torch.get_num_threads()} threads, "
           f"flashcpu {flashcpu.__version__}")
+    print(f"medians of {args.generate_reps} generate() calls per backend (prefill: of "
+          f"{args.generate_reps + args.prefill_reps}), the backends alternating, "
+          f"{args.first} first")
     print(f"{'backend':10s} {'prefill tok/s':>14s} {'decode tok/s':>13s} {'generate s':>11s} "
-          f"{'attention s':>12s} {'decode call us':>15s}")
+          f"{'attention s':>12s} {'decode call us':>15s} {'library us':>11s}")
     for name, r in results.items():
+        lib = f"{r['library_us']:11.1f}" if "library_us" in r else f"{'':11s}"
         print(f"{name:10s} {r['prefill_tokens_per_s']:14.1f} {r['decode_tokens_per_s']:13.2f} "
-              f"{r['generate_s']:11.2f} {r['attention_s']:12.2f} {r['decode_call_us']:15.1f}")
+              f"{r['generate_s']:11.2f} {r['attention_s']:12.2f} {r['decode_call_us']:15.1f} "
+              f"{lib}")
+    ratios = {
+        "prefill": results[ours]["prefill_tokens_per_s"] / results["sdpa"]["prefill_tokens_per_s"],
+        "decode": results[ours]["decode_tokens_per_s"] / results["sdpa"]["decode_tokens_per_s"],
+        "generate": results["sdpa"]["generate_s"] / results[ours]["generate_s"],
+        "attention": results["sdpa"]["attention_s"] / results[ours]["attention_s"]}
+    print(f"{ours} against sdpa: prefill {ratios['prefill']:.2f}x, decode "
+          f"{ratios['decode']:.2f}x, generate {ratios['generate']:.2f}x the speed; "
+          f"attention {ratios['attention']:.2f}x lower")
     print(f"same greedy tokens: {same}" + (f" (first difference at new token {first_diff})"
                                            if not same else ""))
     print(f"max |logits sdpa - {ours}| on the prompt's first 1024 tokens: {logit_diff:.3g}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "results": results, "same_tokens": same,
+            json.dump({"args": vars(args), "results": results, "ratios": ratios,
+                       "same_tokens": same,
                        "first_difference": first_diff, "max_logit_diff": logit_diff,
                        "torch": torch.__version__, "transformers": transformers.__version__},
                       handle, indent=1)
