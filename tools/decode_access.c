@@ -100,6 +100,13 @@ static ALWAYS_INLINE void read_range(sink *s, const char *first,
   memcpy(s->acc, acc, sizeof acc);
 }
 
+/* Head h's row of key `key` in a [keys][heads][dim] bf16 cache. */
+static ALWAYS_INLINE const char *row_of(const char *base, const shape *sh,
+                                        int64_t key, int64_t h) {
+  const int64_t row = sh->dim * 2;
+  return base + (key * sh->heads + h) * row;
+}
+
 /* Head h's rows of keys [key, key + n), with a line of `next` prefetched
  * per line read (hint: __builtin_prefetch's locality; next NULL: none;
  * shared: advance *next itself rather than a local copy, as the kernel
@@ -116,7 +123,7 @@ static ALWAYS_INLINE void read_rows(sink *s, const char *base,
   __m512 acc[16];
   memcpy(acc, s->acc, sizeof acc);
   for (int64_t j = 0; j < n; j++) {
-    const char *r = base + (key + j) * key_step + h * row;
+    const char *r = row_of(base, sh, key + j, h);
     for (int64_t b = 0; b < row; b += 2 * FC_SWEEP_LINE) {
       prefetch_next(walk, hint);
       prefetch_next(walk, hint);
@@ -178,15 +185,14 @@ static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
     fc_prefetch_sweep *next_v = prefetch ? &nv : NULL;
     if (sh->group >= sh->block) {
       /* Head by head, K rows then V rows, as the kernel. */
-      const int64_t row = sh->dim * 2;
       for (int64_t h = 0; h < sh->heads; h++) {
         const char *near_v = NULL, *near_k = NULL;
         if (o == SWEEP_NEAR) {
-          near_v = v + key * key_bytes + h * row;
+          near_v = row_of(v, sh, key, h);
           if (h + 1 < sh->heads)
-            near_k = k + key * key_bytes + (h + 1) * row;
+            near_k = row_of(k, sh, key, h + 1);
           else if (key + sh->block + n <= end)
-            near_k = k + (key + sh->block) * key_bytes;
+            near_k = row_of(k, sh, key + sh->block, 0);
         }
         read_rows(s, k, sh, key, n, h, next_k, hint, shared, work, near_v);
         if (sh->serial >= 1) wait_for_sums(s);

@@ -124,10 +124,8 @@ static void widened_sums(const char *const *k_rows, flashcpu_dtype dtype,
       __m512 acc = _mm512_setzero_ps();
       for (int64_t d = 0; d < dim; d += 16) {
         const __mmask16 m = fc512_tail_mask(dim - d);
-        const __m512 qs = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(
-                _mm256_maskz_loadu_epi16(m, q + s * q_stride + d)),
-            16));
+        const __m512 qs =
+            fc512_load(q + s * q_stride, FLASHCPU_DTYPE_BF16, d, m);
         acc = _mm512_fmadd_ps(
             qs, fc512_dequant_lanes(dtype, k_rows[j], d, m, 1.0f, 0.0f), acc);
       }
