@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Where the time of flashcpu's decode calls inside a transformers model's
+generate() goes: the library call timed alone, and again next to one change
+around it, to tell the state the model leaves the caches and threads in
+from the kernel's own time.
+
+A random Llama-shaped model (32 query heads, 8 KV heads, head_dim 128, 4
+layers, bf16, as tools/hf_generate_compare.py builds it) runs a greedy
+generate() on flashcpu's backend; in every decode call (one query row):
+  once    the library call, timed
+  twice   the library call, then the same call again at once: the second
+          finds K and V in the caches of the threads that read them
+  warm    a torch parallel region just before the library call: torch's
+          OpenMP threads are awake when it starts
+  touch   torch reads K and V (a sum over each) before the backend's call:
+          the time of that read, and of the backend's call after it
+Medians over the decode calls of one generate(), each mode in its own
+generate() after a warm-up.
+
+  python3 tools/decode_call_probe.py --prompt-tokens 4096 --new-tokens 48
+
+Needs torch, transformers and this repository's Python package (python/,
+the library through FLASHCPU_LIBRARY).
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
+
+MODES = ("once", "twice", "warm", "touch")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompt-tokens", type=int, default=4096)
+    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="comma-separated, from " + ", ".join(MODES))
+    args = parser.parse_args()
+    modes = args.modes.split(",")
+    for mode in modes:
+        if mode not in MODES:
+            parser.error(f"mode {mode!r}: expected one of {', '.join(MODES)}")
+
+    import torch
+    import transformers
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+    import flashcpu
+    import flashcpu.transformers as backend
+    from hf_generate_compare import build_model
+
+    library_call = flashcpu._api._run
+    state = {"mode": "once", "decode": False, "times": []}
+
+    def timed_library_call(*call):
+        if not state["decode"]:
+            return library_call(*call)
+        if state["mode"] == "warm":
+            torch.ones(1 << 20).add_(1.0)  # a parallel region on torch's threads
+        start = time.perf_counter()
+        result = library_call(*call)
+        first = time.perf_counter()
+        if state["mode"] == "twice":
+            library_call(*call)
+            state["times"].append((first - start, time.perf_counter() - first))
+        elif state["mode"] != "touch":
+            state["times"].append((first - start,))
+        return result
+
+    def attention(module, query, key, value, *rest, **options):
+        state["decode"] = query.shape[-2] == 1
+        if state["mode"] == "touch" and state["decode"]:
+            start = time.perf_counter()
+            key.sum()
+            value.sum()
+            read = time.perf_counter()
+            result = backend.attention_forward(module, query, key, value, *rest, **options)
+            state["times"].append((read - start, time.perf_counter() - read))
+            return result
+        return backend.attention_forward(module, query, key, value, *rest, **options)
+
+    flashcpu._api._run = timed_library_call
+    AttentionInterface.register("fcpu_probe", attention)
+    AttentionMaskInterface.register("fcpu_probe", sdpa_mask)
+    model = build_model(transformers, torch, "llama", 4, torch.bfloat16, 32000)
+    model.set_attn_implementation("fcpu_probe")
+    torch.manual_seed(1)
+    prompt = torch.randint(0, 32000, (1, args.prompt_tokens))
+    labels = {"once": ["library call"],
+              "twice": ["library call", "the same call again"],
+              "warm": ["library call after a torch region"],
+              "touch": ["torch's sum of K and V", "backend call after it"]}
+    print(f"prompt {args.prompt_tokens}, {args.new_tokens} new tokens, torch "
+          f"{torch.__version__}, transformers {transformers.__version__}, "
+          f"{torch.get_num_threads()} threads, flashcpu {flashcpu.__version__}")
+    with torch.no_grad():
+        model.generate(prompt[:, :64], max_new_tokens=2, do_sample=False)
+        for mode in modes:
+            state["mode"], state["times"] = mode, []
+            model.generate(prompt, max_new_tokens=args.new_tokens,
+                           min_new_tokens=args.new_tokens, do_sample=False)
+            columns = list(zip(*state["times"]))
+            parts = ", ".join(f"{label} {1e6 * statistics.median(column):.1f} us"
+                              for label, column in zip(labels[mode], columns))
+            print(f"{mode:6s} {parts} (medians of {len(state['times'])} decode calls)")
+
+
+if __name__ == "__main__":
+    main()
