@@ -10,7 +10,7 @@
  *             (prefetcht2, one line per line read; first block in a burst)
  *   sweep-t0  the same with prefetcht0
  *   sweep-ptr sweep-t2 advanced through the caller's pointer rather than a
- *             local copy, as the kernel did before 76e4f62 (a store of the
+ *             local copy, as the kernels once did (a store of the
  *             sweep per line; measured the same as sweep-t2)
  *   sweep-near sweep-t2, and each line read also prefetches into L1 the
  *             same line of the matching row of the set read next (a head's
@@ -110,7 +110,7 @@ static ALWAYS_INLINE const char *row_of(const char *base, const shape *sh,
 /* Head h's rows of keys [key, key + n), with a line of `next` prefetched
  * per line read (hint: __builtin_prefetch's locality; next NULL: none;
  * shared: advance *next itself rather than a local copy, as the kernel
- * did before 76e4f62). */
+ * once did). */
 static ALWAYS_INLINE void read_rows(sink *s, const char *base,
                                     const shape *sh, int64_t key, int64_t n,
                                     int64_t h, fc_prefetch_sweep *next,
