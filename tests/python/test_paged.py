@@ -150,11 +150,12 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
     bf16 = "bf16dot" in name or "amxbf16" in name or fp8_k  # bf16 q (and K)
     int8_v = "amxint8" in name  # int8 K and V, head_dim 64 or 128
     int8_k = "i16dot" in name or "i8dot" in name or int8_v  # int8 or uint8 K
+    quantized_k = int8_k or fp8_k
     k_format = "f8_e4m3" if fp8_k else "i8"
     if int8_v:
         monkeypatch.setattr(sys.modules[__name__], "DIM", 64)
     step = Step(rng, page_size=3, layout="hnd", dtype="bf16" if bf16 else "f32")
-    if int8_k or fp8_k:  # K (and V) pages as codes with a scale per token and head
+    if quantized_k:  # K (and V) pages as codes with a scale per token and head
         step.k = flashcpu.quantize(step.k, k_format, layout="bhsd")
         step.k_values = flashcpu.dequantize(step.k, layout="bhsd").astype(np.float64)
         if int8_v:
@@ -203,10 +204,10 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
                  if int8_v else gather(step.v))
             k = (flashcpu.Quantized(gather(step.k.codes), k_format,
                                     scales=gather(step.k.scales))
-                 if int8_k or fp8_k else gather(step.k))
+                 if quantized_k else gather(step.k))
             expected, expected_lse = flashcpu.attention(
                 wrap(flashcpu._arrays.raw(step.q)[None, rows]),
-                k if int8_k or fp8_k else wrap(k), v if int8_v else wrap(v),
+                k if quantized_k else wrap(k), v if int8_v else wrap(v),
                 alibi_slopes=slopes[r], return_lse=True, context=context, **options)
             np.testing.assert_array_equal(out[rows], expected[0])
             np.testing.assert_array_equal(lse[:, rows], expected_lse[0])
