@@ -97,6 +97,9 @@ bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size);
 /* I8 K and V, or U8 K and V, read in place with one scale per row, and
  * head_dim = v_head_dim = 64 or 128 (the AMX-INT8 decode kernel). */
 bool fc_takes_splitkv_amx_int8(const fc_problem *p, char *why, size_t size);
+/* bf16 q, K and V with head_dim = v_head_dim a multiple of 32 up to 128
+ * (the AMX-BF16 decode kernel). */
+bool fc_takes_splitkv_amx_bf16(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size);
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,

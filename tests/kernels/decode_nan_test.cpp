@@ -72,6 +72,20 @@ TEST_P(DecodeNan, NanValuePoisonsThatElement) {
   }
 }
 
+// An infinite value stays in its element: kernels whose products pair
+// neighbouring elements (the AMX-BF16 one) must not leak it as NaN.
+TEST_P(DecodeNan, InfiniteValueStaysInThatElement) {
+  AttentionCase c;
+  Configure(c, 1).Build();
+  c.v().Set(0, 520, 0, 9, INFINITY);  // split 2, kv head 0: q heads 0..3
+  if (!Check(c)) return;
+  for (int64_t h = 0; h < kHq; h++) {
+    EXPECT_EQ(std::isinf(c.out_at(0, 0, h, 9)), h < 4) << "head " << h;
+    EXPECT_TRUE(std::isfinite(c.out_at(0, 0, h, 8))) << "head " << h;
+    EXPECT_TRUE(std::isfinite(c.out_at(0, 0, h, 10))) << "head " << h;
+  }
+}
+
 TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
   // 4 rows, causal: row i sees keys up to kS - 4 + i; batch 1 holds 400
   // keys, and the rows after them are not part of the call.

@@ -33,6 +33,7 @@
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_amx_rows.h"
+#include "kernels/decode/splitkv_amx_softmax.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/kernel_support.h"
 #include "kernels/registry.h"
@@ -403,51 +404,20 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
   }
 }
 
-/* Pass 2: each slot's max m and sum l, p turned into weights (0 where the
- * slot does not see the key), seen bits per block; nan: the slot saw a NaN
- * score. */
+/* Pass 2: each valid slot's softmax over the split (invalid slots: empty,
+ * inactive). */
 static void softmax_unit(const amx_args *a, const amx_thread *th, int64_t u,
                          int64_t n_keys) {
   amx_unit *unit = &th->units[u];
-  const int64_t blocks = (n_keys + BLOCK - 1) / BLOCK;
   for (int s = 0; s < CHUNK; s++) {
-    float *p = th->p + (u * CHUNK + s) * a->keys;
-    uint16_t *seen = th->seen + (u * CHUNK + s) * (a->keys / BLOCK);
     unit->m[s] = -INFINITY;
     unit->l[s] = 0.0f;
-    unit->nan[s] = false;
-    unit->active[s] = false;
-    if (!unit->valid[s])
-      continue;
-    __m512 top = _mm512_set1_ps(-INFINITY);
-    __mmask16 unordered = 0;
-    for (int64_t i = 0; i < blocks; i++) {
-      const __m512 x = _mm512_loadu_ps(p + BLOCK * i);
-      unordered |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-      top = _mm512_max_ps(top, x);
-    }
-    if (unordered) {
-      unit->nan[s] = true;
-      continue;
-    }
-    const float m = _mm512_reduce_max_ps(top);
-    unit->m[s] = m;
-    if (m == -INFINITY)
-      continue;
-    unit->active[s] = true;
-    const __m512 shift = _mm512_set1_ps(m);
-    __m512 total = _mm512_setzero_ps();
-    for (int64_t i = 0; i < blocks; i++) {
-      const __m512 x = _mm512_loadu_ps(p + BLOCK * i);
-      const __mmask16 sees =
-          _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
-      const __m512 w =
-          _mm512_maskz_mov_ps(sees, fc512_exp2(_mm512_sub_ps(x, shift)));
-      _mm512_storeu_ps(p + BLOCK * i, w);
-      total = _mm512_add_ps(total, w);
-      seen[i] = sees;
-    }
-    unit->l[s] = _mm512_reduce_add_ps(total);
+    unit->nan[s] = unit->active[s] = false;
+    if (unit->valid[s])
+      fc_amx_slot_softmax(th->p + (u * CHUNK + s) * a->keys,
+                          th->seen + (u * CHUNK + s) * (a->keys / BLOCK),
+                          (n_keys + BLOCK - 1) / BLOCK, &unit->m[s],
+                          &unit->l[s], &unit->nan[s], &unit->active[s]);
   }
 }
 
@@ -670,24 +640,15 @@ static void values_in_f32(const amx_args *a, const amx_thread *th,
 static int write_unit(const amx_args *a, const amx_thread *th,
                       const fc_splitkv_tile *t, int64_t u, bool work) {
   const amx_unit *unit = &th->units[u];
-  const int64_t dim = a->dim;
   int written = 0;
   for (int s = 0; s < CHUNK; s++) {
     if (!unit->valid[s])
       continue;
     written++;
-    float *record = fc_splitkv_record(&a->shared, t->b, unit->kv_head, t->split,
-                                      unit->chunk * CHUNK + s);
-    float *o = th->o + (u * CHUNK + s) * dim;
-    if (!work || (!unit->nan[s] && unit->m[s] == -INFINITY)) {
-      fc_splitkv_write_state(record, -INFINITY, 0.0f, NULL, dim, 0);
-    } else if (unit->nan[s]) {
-      for (int64_t d = 0; d < dim; d++)
-        o[d] = NAN;
-      fc_splitkv_write_state(record, NAN, NAN, o, dim, 0);
-    } else {
-      fc_splitkv_write_state(record, unit->m[s], unit->l[s], o, dim, 0);
-    }
+    fc_amx_slot_write(fc_splitkv_record(&a->shared, t->b, unit->kv_head,
+                                        t->split, unit->chunk * CHUNK + s),
+                      work, unit->nan[s], unit->m[s], unit->l[s],
+                      th->o + (u * CHUNK + s) * a->dim, a->dim);
   }
   return written;
 }
