@@ -189,6 +189,19 @@ bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
   return fc_wants_splitkv(p, s, why, size);
 }
 
+bool fc_wants_splitkv_amx_bf16(const fc_problem *p,
+                               const fc_kernel_settings *s, char *why,
+                               size_t size) {
+  if (p->q_len * p->group < 2 * FC_SPLITKV_CHUNK) {
+    snprintf(why, size,
+             "%lld rows x %lld heads per kv head < %d (one chunk: the vector "
+             "kernel is as fast)",
+             (long long)p->q_len, (long long)p->group, 2 * FC_SPLITKV_CHUNK);
+    return false;
+  }
+  return fc_wants_splitkv(p, s, why, size);
+}
+
 bool fc_wants_prefill_bf16_dot(const fc_problem *p,
                                const fc_kernel_settings *s, char *why,
                                size_t size) {

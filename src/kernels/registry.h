@@ -110,6 +110,12 @@ bool fc_wants_forced_only(const fc_problem *p, const fc_kernel_settings *s,
 bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
                                const fc_kernel_settings *s, char *why,
                                size_t size);
+/* Decode shapes with two chunks or more per kv head (q_len x group >= 8,
+ * e.g. speculative decoding's verify): the AMX-BF16 decode kernel shares
+ * each K and V tile between them. */
+bool fc_wants_splitkv_amx_bf16(const fc_problem *p,
+                               const fc_kernel_settings *s, char *why,
+                               size_t size);
 bool fc_wants_prefill_bf16_dot(const fc_problem *p,
                                const fc_kernel_settings *s, char *why,
                                size_t size);
