@@ -7,9 +7,9 @@
  * passes like the AMX-INT8 kernel's, each over the keys in address order
  * with every kv head of the tile per block:
  *   1. scores: a 16-key block of a head's K rows is the A operand, one
- *      tile per 32 elements, shared by the head's chunks of 4 slots; a
- *      chunk's q, made once, is the B operand (16 element pairs x 4
- *      slots); S^T = K q^T per block, times q_factor;
+ *      tile per 32 elements, shared by the head's chunks of 4 slots; the
+ *      q of up to 4 chunks of the head, made once, is the B operand (16
+ *      element pairs x 16 slots); S^T = K q^T per block, times q_factor;
  *   2. softmax over the whole split at once (splitkv_amx_softmax.h);
  *   3. values: V's rows are B tiles as they lie, each 32-element row read
  *      as 16 pairs. A weights tile whose row s holds (w_j, 0) per key j
@@ -47,7 +47,9 @@ enum {
   BLOCK = FC_SPLITKV_KEY_BLOCK,
   GROUP = 64, /* keys per values step: the outputs stay in tiles over it */
   STEP = 32,  /* elements per tile row (64 bytes) */
-  PLANE = 16 * CHUNK * 2, /* q's B tile of a step: 16 pairs x 4 slots */
+  PACK = 4,               /* chunks whose scores share one product */
+  COLUMNS = PACK * CHUNK, /* slots of a scores tile */
+  PLANE = 16 * COLUMNS * 2, /* q's B tile of a step: 16 pairs x 16 slots */
   OUT_ROWS = 2 * CHUNK    /* even and odd columns of 4 slots */
 };
 _Static_assert(CHUNK == 4 && BLOCK == 16, "tile shapes assume 4 x 16");
@@ -71,7 +73,8 @@ typedef struct amx_unit {
 /* One thread's arrays in the team scratch, each 64-byte aligned; per unit
  * u: o at u * CHUNK * dim ([step][OUT_ROWS][16]: slot s's even columns of
  * the step in row s, odd ones in row CHUNK + s), p at u * CHUNK * keys,
- * seen at u * CHUNK * keys / BLOCK, planes at u * steps * PLANE. */
+ * seen at u * CHUNK * keys / BLOCK; the planes of a head's pack p of
+ * PACK units (its chunks PACK p ..) at (h * packs + p) * steps * PLANE. */
 typedef struct amx_thread {
   amx_unit *units;
   int64_t count; /* units: heads per tile x chunks of this thread */
@@ -81,7 +84,7 @@ typedef struct amx_thread {
   uint16_t *k_pack;   /* [BLOCK][dim]: a block whose rows are not spaced */
   uint16_t *v_pack;   /* [GROUP][dim] */
   uint32_t *weights;  /* [GROUP / BLOCK][OUT_ROWS][BLOCK] bf16 pairs */
-  float *score_sums;  /* [2][BLOCK][CHUNK] */
+  float *score_sums;  /* [2][BLOCK][COLUMNS] */
   float *natural;     /* [dim]: a slot's o in column order */
 } amx_thread;
 
@@ -91,6 +94,18 @@ static int64_t units_of_rank(const amx_args *a, int team_size) {
   return (a->chunks + team_size - 1) / team_size * a->shared.heads_per_tile;
 }
 
+/* Packs of PACK units per head, for a thread with `per_head` units a head. */
+static int64_t packs_of(int64_t per_head) {
+  return (per_head + PACK - 1) / PACK;
+}
+
+static size_t plane_bytes(const amx_args *a, int team_size) {
+  return (size_t)(a->shared.heads_per_tile *
+                  packs_of((a->chunks + team_size - 1) / team_size) *
+                  a->steps * PLANE) *
+         sizeof(uint16_t);
+}
+
 static size_t rank_bytes(const amx_args *a, int team_size) {
   const size_t dim = (size_t)a->dim, keys = (size_t)a->keys;
   const size_t units = (size_t)units_of_rank(a, team_size);
@@ -98,11 +113,11 @@ static size_t rank_bytes(const amx_args *a, int team_size) {
          up64(units * CHUNK * dim * sizeof(float)) +
          up64(units * CHUNK * keys * sizeof(float)) +
          up64(units * CHUNK * keys / BLOCK * sizeof(uint16_t)) +
-         up64(units * (size_t)a->steps * PLANE * sizeof(uint16_t)) +
+         up64(plane_bytes(a, team_size)) +
          up64(BLOCK * dim * sizeof(uint16_t)) +
          up64(GROUP * dim * sizeof(uint16_t)) +
          up64(GROUP / BLOCK * OUT_ROWS * BLOCK * sizeof(uint32_t)) +
-         up64(2 * BLOCK * CHUNK * sizeof(float)) +
+         up64(2 * BLOCK * COLUMNS * sizeof(float)) +
          up64(dim * sizeof(float)) + 64;
 }
 
@@ -126,11 +141,11 @@ static amx_thread carve(const amx_args *a, const fc_team_view *team) {
   TAKE(o, float, units *CHUNK *dim * sizeof(float));
   TAKE(p, float, units *CHUNK *keys * sizeof(float));
   TAKE(seen, uint16_t, units * CHUNK * keys / BLOCK * sizeof(uint16_t));
-  TAKE(planes, uint16_t, units * (size_t)a->steps * PLANE * sizeof(uint16_t));
+  TAKE(planes, uint16_t, plane_bytes(a, team->size));
   TAKE(k_pack, uint16_t, BLOCK * dim * sizeof(uint16_t));
   TAKE(v_pack, uint16_t, GROUP * dim * sizeof(uint16_t));
   TAKE(weights, uint32_t, GROUP / BLOCK * OUT_ROWS * BLOCK * sizeof(uint32_t));
-  TAKE(score_sums, float, 2 * BLOCK * CHUNK * sizeof(float));
+  TAKE(score_sums, float, 2 * BLOCK * COLUMNS * sizeof(float));
   TAKE(natural, float, dim * sizeof(float));
 #undef TAKE
   th.count = 0;
@@ -155,14 +170,12 @@ static void load_config(const unsigned char rows[8],
   _tile_loadconfig(&c);
 }
 
-/* Scores: 0/1 the sums of even/odd blocks (16 keys x 4 slots); 2..5 K's
- * steps (16 keys x 32 elements); 6/7 q's planes of even/odd steps (16
- * pairs x 4 slots). */
+/* Scores: 0/1 the sums of even/odd products (16 keys x 16 slots); 2..5
+ * K's steps (16 keys x 32 elements); 6/7 q's planes of even/odd steps (16
+ * pairs x 16 slots). */
 static void configure_scores(void) {
   static const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
-  static const unsigned short bytes[8] = {CHUNK * 4, CHUNK * 4, 64, 64,
-                                          64,        64,        CHUNK * 4,
-                                          CHUNK * 4};
+  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
   load_config(rows, bytes);
 }
 
@@ -177,13 +190,15 @@ static void configure_values(void) {
   load_config(rows, bytes);
 }
 
-/* The unit's q as its B tiles: plane[step][r][s] is slot s's elements
- * 32 step + 2 r and + 1 (zeros for a slot past the batch's). */
+/* The unit's q into its pack's B tiles at column `column` (of PACK):
+ * plane[step][r][CHUNK column + s] is slot s's elements 32 step + 2 r and
+ * + 1 (zeros for a slot past the batch's). */
 static void make_planes(const amx_args *a, const amx_thread *th,
-                        const fc_splitkv_tile *t, int64_t u) {
+                        const fc_splitkv_tile *t, int64_t u, uint16_t *planes,
+                        int column) {
   const fc_problem *p = a->p;
   const amx_unit *unit = &th->units[u];
-  uint32_t *plane = (uint32_t *)(th->planes + u * a->steps * PLANE);
+  uint32_t *plane = (uint32_t *)planes + column * CHUNK;
   for (int s = 0; s < CHUNK; s++) {
     const int64_t slot = unit->chunk * CHUNK + s;
     const char *q =
@@ -195,47 +210,55 @@ static void make_planes(const amx_args *a, const amx_thread *th,
       uint32_t two = 0;
       if (q)
         memcpy(&two, q + 4 * pair, sizeof two);
-      plane[pair * CHUNK + s] = two;
+      plane[pair * COLUMNS + s] = two;
     }
   }
 }
 
-/* One block's products for a unit into sum tile c: K's steps (tiles 2..5)
+/* One block's products for a pack into sum tile c: K's steps (tiles 2..5)
  * times q's planes, stored at sums. */
 #define SCORE_TILES(c)                                                         \
   do {                                                                         \
     _tile_zero(c);                                                             \
-    _tile_loadd(6, planes, CHUNK * 4);                                         \
+    _tile_loadd(6, planes, 64);                                                \
     _tile_dpbf16ps(c, 2, 6);                                                   \
     if (steps > 1) {                                                           \
-      _tile_loadd(7, planes + PLANE, CHUNK * 4);                               \
+      _tile_loadd(7, planes + PLANE, 64);                                      \
       _tile_dpbf16ps(c, 3, 7);                                                 \
     }                                                                          \
     if (steps > 2) {                                                           \
-      _tile_loadd(6, planes + 2 * PLANE, CHUNK * 4);                           \
+      _tile_loadd(6, planes + 2 * PLANE, 64);                                  \
       _tile_dpbf16ps(c, 4, 6);                                                 \
     }                                                                          \
     if (steps > 3) {                                                           \
-      _tile_loadd(7, planes + 3 * PLANE, CHUNK * 4);                           \
+      _tile_loadd(7, planes + 3 * PLANE, 64);                                  \
       _tile_dpbf16ps(c, 5, 7);                                                 \
     }                                                                          \
-    _tile_stored(c, sums, CHUNK * 4);                                          \
+    _tile_stored(c, sums, 64);                                                 \
   } while (0)
 
-/* A unit's scores of a block from its sums ([key][slot]): p[s][key -
- * begin] times q_factor (lanes past n -inf), finished where the problem
- * needs it. */
+/* A unit's scores of a block from its pack's sums ([key][COLUMNS], the
+ * unit's 4 slots at CHUNK column): p[s][key - begin] times q_factor
+ * (lanes past n -inf), finished where the problem needs it. */
 static ALWAYS_INLINE void finish_block_scores(const amx_args *a,
                                               const amx_thread *th,
                                               const fc_splitkv_tile *t,
                                               int64_t u, const float *sums,
-                                              int64_t j0, int64_t n) {
+                                              int column, int64_t j0,
+                                              int64_t n) {
   const __m512i by_slot =
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   __m512 grouped[BLOCK / 4], slot[CHUNK];
-  for (int g = 0; g < BLOCK / 4; g++)
-    grouped[g] =
-        _mm512_permutexvar_ps(by_slot, _mm512_load_ps(sums + 16 * g));
+  const float *at = sums + CHUNK * column;
+  for (int g = 0; g < BLOCK / 4; g++) {
+    /* Keys 4 g .. 4 g + 3, the unit's 4 slots each: lane 4 key + slot. */
+    const float *row = at + 4 * g * COLUMNS;
+    __m512 keys = _mm512_castps128_ps512(_mm_load_ps(row));
+    keys = _mm512_insertf32x4(keys, _mm_load_ps(row + COLUMNS), 1);
+    keys = _mm512_insertf32x4(keys, _mm_load_ps(row + 2 * COLUMNS), 2);
+    keys = _mm512_insertf32x4(keys, _mm_load_ps(row + 3 * COLUMNS), 3);
+    grouped[g] = _mm512_permutexvar_ps(by_slot, keys);
+  }
   fc512_transpose_128x4(grouped, slot);
   const __mmask16 lanes = fc512_tail_mask(n);
   const __m512 factor = _mm512_set1_ps(a->shared.q_factor);
@@ -274,6 +297,7 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
   const fc_problem *p = a->p;
   const int64_t steps = a->steps, row_bytes = 2 * a->dim;
   const int64_t per_head = th->count / a->shared.heads_per_tile;
+  const int64_t packs = packs_of(per_head);
   fc_prefetch_sweep first_block =
       sweep_keys(&a->shared, &p->k, t, t->begin, BLOCK, row_bytes);
   fc_sweep_all(&first_block);
@@ -299,15 +323,18 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
         _tile_loadd(4, rows + 128, stride);
       if (steps > 3)
         _tile_loadd(5, rows + 192, stride);
-      for (int64_t u = first; u < first + per_head; u++) {
-        const uint16_t *planes = th->planes + u * steps * PLANE;
-        float *sums = th->score_sums + parity * BLOCK * CHUNK;
+      for (int64_t pack = 0; pack < packs; pack++) {
+        const uint16_t *planes =
+            th->planes + (h * packs + pack) * steps * PLANE;
+        float *sums = th->score_sums + parity * BLOCK * COLUMNS;
         if (parity)
           SCORE_TILES(1);
         else
           SCORE_TILES(0);
         parity ^= 1;
-        finish_block_scores(a, th, t, u, sums, j0, n);
+        const int64_t u0 = first + pack * PACK;
+        for (int64_t u = u0; u < first + per_head && u < u0 + PACK; u++)
+          finish_block_scores(a, th, t, u, sums, (int)(u - u0), j0, n);
       }
       sweep_lines(&sweep, half_lines);
     }
@@ -522,8 +549,17 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
     }
   const bool work = t.begin < t.end && th.count > 0;
   if (work) {
-    for (int64_t u = 0; u < th.count; u++)
-      make_planes(a, &th, &t, u);
+    /* Units head-major, so a head's pack p holds its units PACK p .. */
+    const int64_t packs = packs_of(mine);
+    memset(th.planes, 0,
+           (size_t)(a->shared.heads_per_tile * packs * a->steps * PLANE) *
+               sizeof(uint16_t));
+    for (int64_t u = 0; u < th.count; u++) {
+      const int64_t h = u / mine, i = u % mine;
+      make_planes(a, &th, &t, u,
+                  th.planes + (h * packs + i / PACK) * a->steps * PLANE,
+                  (int)(i % PACK));
+    }
     configure_scores();
     scores_pass(a, &th, &t);
     fc_prefetch_sweep first_group =
