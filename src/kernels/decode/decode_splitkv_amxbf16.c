@@ -10,7 +10,7 @@
  *      tile per 32 elements, shared by the head's chunks of 4 slots; the
  *      q of up to 4 chunks of the head, made once, is the B operand (16
  *      element pairs x 16 slots); S^T = K q^T per block, times q_factor;
- *   2. softmax over the whole split at once (splitkv_amx_softmax.h);
+ *   2. softmax over the whole split at once (splitkv_amx_common.h);
  *   3. values: V's rows are B tiles as they lie, each 32-element row read
  *      as 16 pairs. A weights tile whose row s holds (w_j, 0) per key j
  *      and row 4 + s holds (0, w_j) takes, in one product, slot s's even
@@ -32,8 +32,8 @@
 #include "common/dtype_convert.h"
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
+#include "kernels/decode/splitkv_amx_common.h"
 #include "kernels/decode/splitkv_amx_rows.h"
-#include "kernels/decode/splitkv_amx_softmax.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/kernel_support.h"
 #include "kernels/registry.h"
@@ -47,10 +47,10 @@ enum {
   BLOCK = FC_SPLITKV_KEY_BLOCK,
   GROUP = 64, /* keys per values step: the outputs stay in tiles over it */
   STEP = 32,  /* elements per tile row (64 bytes) */
-  PACK = 4,               /* chunks whose scores share one product */
-  COLUMNS = PACK * CHUNK, /* slots of a scores tile */
+  PACK = 4,   /* chunks whose scores share one product */
+  COLUMNS = PACK * CHUNK,   /* slots of a scores tile */
   PLANE = 16 * COLUMNS * 2, /* q's B tile of a step: 16 pairs x 16 slots */
-  OUT_ROWS = 2 * CHUNK    /* even and odd columns of 4 slots */
+  OUT_ROWS = 2 * CHUNK      /* even and odd columns of 4 slots */
 };
 _Static_assert(CHUNK == 4 && BLOCK == 16, "tile shapes assume 4 x 16");
 
@@ -81,14 +81,12 @@ typedef struct amx_thread {
   float *o, *p;
   uint16_t *seen;
   uint16_t *planes;
-  uint16_t *k_pack;   /* [BLOCK][dim]: a block whose rows are not spaced */
-  uint16_t *v_pack;   /* [GROUP][dim] */
-  uint32_t *weights;  /* [GROUP / BLOCK][OUT_ROWS][BLOCK] bf16 pairs */
-  float *score_sums;  /* [2][BLOCK][COLUMNS] */
-  float *natural;     /* [dim]: a slot's o in column order */
+  uint16_t *k_pack;  /* [BLOCK][dim]: a block whose rows are not spaced */
+  uint16_t *v_pack;  /* [GROUP][dim] */
+  uint32_t *weights; /* [GROUP / BLOCK][OUT_ROWS][BLOCK] bf16 pairs */
+  float *score_sums; /* [2][BLOCK][COLUMNS] */
+  float *natural;    /* [dim]: a slot's o in column order */
 } amx_thread;
-
-static size_t up64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
 
 static int64_t units_of_rank(const amx_args *a, int team_size) {
   return (a->chunks + team_size - 1) / team_size * a->shared.heads_per_tile;
@@ -101,24 +99,24 @@ static int64_t packs_of(int64_t per_head) {
 
 static size_t plane_bytes(const amx_args *a, int team_size) {
   return (size_t)(a->shared.heads_per_tile *
-                  packs_of((a->chunks + team_size - 1) / team_size) *
-                  a->steps * PLANE) *
+                  packs_of((a->chunks + team_size - 1) / team_size) * a->steps *
+                  PLANE) *
          sizeof(uint16_t);
 }
 
 static size_t rank_bytes(const amx_args *a, int team_size) {
   const size_t dim = (size_t)a->dim, keys = (size_t)a->keys;
   const size_t units = (size_t)units_of_rank(a, team_size);
-  return up64(units * sizeof(amx_unit)) +
-         up64(units * CHUNK * dim * sizeof(float)) +
-         up64(units * CHUNK * keys * sizeof(float)) +
-         up64(units * CHUNK * keys / BLOCK * sizeof(uint16_t)) +
-         up64(plane_bytes(a, team_size)) +
-         up64(BLOCK * dim * sizeof(uint16_t)) +
-         up64(GROUP * dim * sizeof(uint16_t)) +
-         up64(GROUP / BLOCK * OUT_ROWS * BLOCK * sizeof(uint32_t)) +
-         up64(2 * BLOCK * COLUMNS * sizeof(float)) +
-         up64(dim * sizeof(float)) + 64;
+  return fc_amx_up64(units * sizeof(amx_unit)) +
+         fc_amx_up64(units * CHUNK * dim * sizeof(float)) +
+         fc_amx_up64(units * CHUNK * keys * sizeof(float)) +
+         fc_amx_up64(units * CHUNK * keys / BLOCK * sizeof(uint16_t)) +
+         fc_amx_up64(plane_bytes(a, team_size)) +
+         fc_amx_up64(BLOCK * dim * sizeof(uint16_t)) +
+         fc_amx_up64(GROUP * dim * sizeof(uint16_t)) +
+         fc_amx_up64(GROUP / BLOCK * OUT_ROWS * BLOCK * sizeof(uint32_t)) +
+         fc_amx_up64(2 * BLOCK * COLUMNS * sizeof(float)) +
+         fc_amx_up64(dim * sizeof(float)) + 64;
 }
 
 static size_t scratch_for_team(const void *opaque, int team_size) {
@@ -126,17 +124,11 @@ static size_t scratch_for_team(const void *opaque, int team_size) {
 }
 
 static amx_thread carve(const amx_args *a, const fc_team_view *team) {
-  char *at =
-      (char *)team->scratch + (size_t)team->rank * rank_bytes(a, team->size);
-  at = (char *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+  char *at = fc_amx_rank_scratch(team, rank_bytes(a, team->size));
   const size_t dim = (size_t)a->dim, keys = (size_t)a->keys;
   const size_t units = (size_t)units_of_rank(a, team->size);
   amx_thread th;
-#define TAKE(field, type, bytes)                                               \
-  do {                                                                         \
-    th.field = (type *)at;                                                     \
-    at += up64(bytes);                                                         \
-  } while (0)
+#define TAKE(field, type, bytes) FC_AMX_TAKE(at, th.field, type, bytes)
   TAKE(units, amx_unit, units * sizeof(amx_unit));
   TAKE(o, float, units *CHUNK *dim * sizeof(float));
   TAKE(p, float, units *CHUNK *keys * sizeof(float));
@@ -152,42 +144,23 @@ static amx_thread carve(const amx_args *a, const fc_team_view *team) {
   return th;
 }
 
-typedef struct tile_config {
-  unsigned char palette, start_row, reserved[14];
-  unsigned short bytes_per_row[16];
-  unsigned char rows[16];
-} tile_config;
-
-static void load_config(const unsigned char rows[8],
-                        const unsigned short bytes[8]) {
-  tile_config c;
-  memset(&c, 0, sizeof c);
-  c.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    c.rows[t] = rows[t];
-    c.bytes_per_row[t] = bytes[t];
-  }
-  _tile_loadconfig(&c);
-}
-
 /* Scores: 0/1 the sums of even/odd products (16 keys x 16 slots); 2..5
  * K's steps (16 keys x 32 elements); 6/7 q's planes of even/odd steps (16
  * pairs x 16 slots). */
 static void configure_scores(void) {
   static const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
   static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-  load_config(rows, bytes);
+  fc_amx_load_config(rows, bytes);
 }
 
 /* Values: 0..3 the outputs of the steps (8 rows x 16 columns); 4/5 the
  * weights of even/odd blocks (8 rows x 16 key pairs); 6/7 V's even/odd
  * steps (16 keys x 32 elements). */
 static void configure_values(void) {
-  static const unsigned char rows[8] = {OUT_ROWS, OUT_ROWS, OUT_ROWS,
-                                        OUT_ROWS, OUT_ROWS, OUT_ROWS,
-                                        16,       16};
+  static const unsigned char rows[8] = {OUT_ROWS, OUT_ROWS, OUT_ROWS, OUT_ROWS,
+                                        OUT_ROWS, OUT_ROWS, 16,       16};
   static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-  load_config(rows, bytes);
+  fc_amx_load_config(rows, bytes);
 }
 
 /* The unit's q into its pack's B tiles at column `column` (of PACK):
@@ -202,10 +175,9 @@ static void make_planes(const amx_args *a, const amx_thread *th,
   for (int s = 0; s < CHUNK; s++) {
     const int64_t slot = unit->chunk * CHUNK + s;
     const char *q =
-        unit->valid[s]
-            ? fc_view_row(&p->q, t->b, slot / p->group,
-                          unit->kv_head * p->group + slot % p->group)
-            : NULL;
+        unit->valid[s] ? fc_view_row(&p->q, t->b, slot / p->group,
+                                     unit->kv_head * p->group + slot % p->group)
+                       : NULL;
     for (int64_t pair = 0; pair < a->dim / 2; pair++) {
       uint32_t two = 0;
       if (q)
@@ -240,12 +212,10 @@ static void make_planes(const amx_args *a, const amx_thread *th,
 /* A unit's scores of a block from its pack's sums ([key][COLUMNS], the
  * unit's 4 slots at CHUNK column): p[s][key - begin] times q_factor
  * (lanes past n -inf), finished where the problem needs it. */
-static ALWAYS_INLINE void finish_block_scores(const amx_args *a,
-                                              const amx_thread *th,
-                                              const fc_splitkv_tile *t,
-                                              int64_t u, const float *sums,
-                                              int column, int64_t j0,
-                                              int64_t n) {
+static ALWAYS_INLINE void
+finish_block_scores(const amx_args *a, const amx_thread *th,
+                    const fc_splitkv_tile *t, int64_t u, const float *sums,
+                    int column, int64_t j0, int64_t n) {
   const __m512i by_slot =
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   __m512 grouped[BLOCK / 4], slot[CHUNK];
@@ -270,9 +240,8 @@ static ALWAYS_INLINE void finish_block_scores(const amx_args *a,
                            fc512_saturate(_mm512_mul_ps(slot[s], factor))));
   if (a->shared.needs_finish)
     for (int s = 0; s < CHUNK; s++)
-      fc_splitkv_finish(&a->shared, p + s * a->keys, t->b,
-                        th->units[u].kv_head, th->units[u].chunk * CHUNK + s,
-                        j0, n, t->kv_length);
+      fc_splitkv_finish(&a->shared, p + s * a->keys, t->b, th->units[u].kv_head,
+                        th->units[u].chunk * CHUNK + s, j0, n, t->kv_length);
 }
 
 /* A block's rows as one strided run: where they lie when evenly spaced,
@@ -314,8 +283,8 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
       block_at(&a->shared, &walk, t, j0, true, &block);
       sweep_lines(&sweep, half_lines);
       long stride;
-      const char *rows = block_run(&block, row_bytes, BLOCK, th->k_pack,
-                                   &stride);
+      const char *rows =
+          block_run(&block, row_bytes, BLOCK, th->k_pack, &stride);
       _tile_loadd(2, rows, stride);
       if (steps > 1)
         _tile_loadd(3, rows + 64, stride);
@@ -488,8 +457,7 @@ static void values_in_f32(const amx_args *a, const amx_thread *th,
 }
 
 /* Whether every output of a unit is finite. */
-static bool outputs_finite(const amx_args *a, const amx_thread *th,
-                           int64_t u) {
+static bool outputs_finite(const amx_args *a, const amx_thread *th, int64_t u) {
   const float *o = th->o + u * CHUNK * a->dim;
   __mmask16 bad = 0;
   for (int64_t i = 0; i < CHUNK * a->dim; i += 16)
@@ -503,8 +471,8 @@ static bool outputs_finite(const amx_args *a, const amx_thread *th,
 static int write_unit(const amx_args *a, const amx_thread *th,
                       const fc_splitkv_tile *t, int64_t u, bool work) {
   const amx_unit *unit = &th->units[u];
-  const __m512i first_half = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4,
-                                               20, 5, 21, 6, 22, 7, 23);
+  const __m512i first_half =
+      _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
   const __m512i second_half =
       _mm512_add_epi32(first_half, _mm512_set1_epi32(8));
   const float *o = th->o + u * CHUNK * a->dim;
@@ -515,8 +483,7 @@ static int write_unit(const amx_args *a, const amx_thread *th,
     written++;
     for (int64_t step = 0; step < a->steps; step++) {
       const __m512 even = _mm512_load_ps(o + (step * OUT_ROWS + s) * 16);
-      const __m512 odd =
-          _mm512_load_ps(o + (step * OUT_ROWS + CHUNK + s) * 16);
+      const __m512 odd = _mm512_load_ps(o + (step * OUT_ROWS + CHUNK + s) * 16);
       _mm512_storeu_ps(th->natural + step * STEP,
                        _mm512_permutex2var_ps(even, first_half, odd));
       _mm512_storeu_ps(th->natural + step * STEP + 16,
@@ -524,8 +491,8 @@ static int write_unit(const amx_args *a, const amx_thread *th,
     }
     fc_amx_slot_write(fc_splitkv_record(&a->shared, t->b, unit->kv_head,
                                         t->split, unit->chunk * CHUNK + s),
-                      work, unit->nan[s], unit->m[s], unit->l[s],
-                      th->natural, a->dim);
+                      work, unit->nan[s], unit->m[s], unit->l[s], th->natural,
+                      a->dim);
   }
   return written;
 }
@@ -534,19 +501,9 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
   const amx_args *a = opaque;
   const fc_splitkv_tile t = fc_splitkv_locate(&a->shared, index);
   amx_thread th = carve(a, team);
-  const int64_t chunks = (t.slots + CHUNK - 1) / CHUNK;
-  const int64_t mine = team->rank < chunks
-                           ? (chunks - team->rank + team->size - 1) / team->size
-                           : 0;
-  /* Units head-major: head h's are h * mine .. (h + 1) * mine - 1. */
-  for (int64_t h = 0; h < a->shared.heads_per_tile; h++)
-    for (int64_t i = 0; i < mine; i++) {
-      amx_unit *unit = &th.units[th.count++];
-      unit->kv_head = t.h0 + h;
-      unit->chunk = team->rank + i * team->size;
-      for (int s = 0; s < CHUNK; s++)
-        unit->valid[s] = unit->chunk * CHUNK + s < t.slots;
-    }
+  const int64_t mine = fc_amx_chunks_of_rank(t.slots, team->rank, team->size);
+  FC_AMX_UNITS_OF_TILE(th.units, th.count, t, team, a->shared.heads_per_tile,
+                       mine);
   const bool work = t.begin < t.end && th.count > 0;
   if (work) {
     /* Units head-major, so a head's pack p holds its units PACK p .. */

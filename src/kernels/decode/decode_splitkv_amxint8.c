@@ -32,8 +32,8 @@
 #include "common/score.h"
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
+#include "kernels/decode/splitkv_amx_common.h"
 #include "kernels/decode/splitkv_amx_rows.h"
-#include "kernels/decode/splitkv_amx_softmax.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/kernel_support.h"
 #include "kernels/registry.h"
@@ -88,8 +88,6 @@ typedef struct amx_thread {
   int32_t *score_sums;    /* [2][BLOCK][8] */
 } amx_thread;
 
-static size_t up64(size_t bytes) { return (bytes + 63) & ~(size_t)63; }
-
 static int64_t units_of_rank(const amx_args *a, int team_size) {
   return (a->chunks + team_size - 1) / team_size * a->shared.heads_per_tile;
 }
@@ -97,15 +95,15 @@ static int64_t units_of_rank(const amx_args *a, int team_size) {
 static size_t rank_bytes(const amx_args *a, int team_size) {
   const size_t dim = (size_t)a->dim, keys = (size_t)a->keys;
   const size_t units = (size_t)units_of_rank(a, team_size);
-  return up64(units * sizeof(amx_unit)) +
-         2 * up64(units * CHUNK * dim * sizeof(float)) +
-         up64(units * CHUNK * keys * sizeof(float)) +
-         up64(units * CHUNK * keys / BLOCK * sizeof(uint16_t)) +
-         up64(CHUNK * dim * sizeof(int16_t)) +
-         up64(units * dim / STEP * PLANES) + up64(4 * 16 * dim) +
-         up64(2 * CHUNK * GROUP) + up64(BLOCK * dim) +
-         up64(4 * 2 * CHUNK * 16 * (dim / STEP) * sizeof(int32_t)) +
-         up64(2 * BLOCK * 2 * CHUNK * sizeof(int32_t)) + 64;
+  return fc_amx_up64(units * sizeof(amx_unit)) +
+         2 * fc_amx_up64(units * CHUNK * dim * sizeof(float)) +
+         fc_amx_up64(units * CHUNK * keys * sizeof(float)) +
+         fc_amx_up64(units * CHUNK * keys / BLOCK * sizeof(uint16_t)) +
+         fc_amx_up64(CHUNK * dim * sizeof(int16_t)) +
+         fc_amx_up64(units * dim / STEP * PLANES) + fc_amx_up64(4 * 16 * dim) +
+         fc_amx_up64(2 * CHUNK * GROUP) + fc_amx_up64(BLOCK * dim) +
+         fc_amx_up64(4 * 2 * CHUNK * 16 * (dim / STEP) * sizeof(int32_t)) +
+         fc_amx_up64(2 * BLOCK * 2 * CHUNK * sizeof(int32_t)) + 64;
 }
 
 static size_t scratch_for_team(const void *opaque, int team_size) {
@@ -113,17 +111,11 @@ static size_t scratch_for_team(const void *opaque, int team_size) {
 }
 
 static amx_thread carve(const amx_args *a, const fc_team_view *team) {
-  char *at =
-      (char *)team->scratch + (size_t)team->rank * rank_bytes(a, team->size);
-  at = (char *)(((uintptr_t)at + 63) & ~(uintptr_t)63);
+  char *at = fc_amx_rank_scratch(team, rank_bytes(a, team->size));
   const size_t dim = (size_t)a->dim, keys = (size_t)a->keys;
   const size_t units = (size_t)units_of_rank(a, team->size);
   amx_thread th;
-#define TAKE(field, type, bytes)                                               \
-  do {                                                                         \
-    th.field = (type *)at;                                                     \
-    at += up64(bytes);                                                         \
-  } while (0)
+#define TAKE(field, type, bytes) FC_AMX_TAKE(at, th.field, type, bytes)
   TAKE(units, amx_unit, units * sizeof(amx_unit));
   TAKE(q, float, units *CHUNK *dim * sizeof(float));
   TAKE(o, float, units *CHUNK *dim * sizeof(float));
@@ -141,12 +133,6 @@ static amx_thread carve(const amx_args *a, const fc_team_view *team) {
   return th;
 }
 
-typedef struct tile_config {
-  unsigned char palette, start_row, reserved[14];
-  unsigned short bytes_per_row[16];
-  unsigned char rows[16];
-} tile_config;
-
 /* One configuration for a launch tile (LDTILECFG costs as much as a
  * block's products): 0/1 the score sums of even/odd blocks (16 keys x 8
  * columns: hi and lo of 4 slots); 2/3 K's two 64-element steps, or V by 4
@@ -158,14 +144,7 @@ static void configure_tiles(void) {
                                         16, 16, 2 * CHUNK, 2 * CHUNK};
   static const unsigned short bytes[8] = {2 * CHUNK * 4, 2 * CHUNK * 4, 64, 64,
                                           2 * CHUNK * 4, 2 * CHUNK * 4, 64, 64};
-  tile_config c;
-  memset(&c, 0, sizeof c);
-  c.palette = 1;
-  for (int t = 0; t < 8; t++) {
-    c.rows[t] = rows[t];
-    c.bytes_per_row[t] = bytes[t];
-  }
-  _tile_loadconfig(&c);
+  fc_amx_load_config(rows, bytes);
 }
 
 /* code = 256 hi + lo with lo in -128..127 (both signed bytes): 16-bit
@@ -657,19 +636,9 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
   const amx_args *a = opaque;
   const fc_splitkv_tile t = fc_splitkv_locate(&a->shared, index);
   amx_thread th = carve(a, team);
-  const int64_t chunks = (t.slots + CHUNK - 1) / CHUNK;
-  const int64_t mine = team->rank < chunks
-                           ? (chunks - team->rank + team->size - 1) / team->size
-                           : 0;
-  /* Units head-major: head h's are h * mine .. (h + 1) * mine - 1. */
-  for (int64_t h = 0; h < a->shared.heads_per_tile; h++)
-    for (int64_t i = 0; i < mine; i++) {
-      amx_unit *unit = &th.units[th.count++];
-      unit->kv_head = t.h0 + h;
-      unit->chunk = team->rank + i * team->size;
-      for (int s = 0; s < CHUNK; s++)
-        unit->valid[s] = unit->chunk * CHUNK + s < t.slots;
-    }
+  const int64_t mine = fc_amx_chunks_of_rank(t.slots, team->rank, team->size);
+  FC_AMX_UNITS_OF_TILE(th.units, th.count, t, team, a->shared.heads_per_tile,
+                       mine);
   const bool work = t.begin < t.end && th.count > 0;
   if (work) {
     configure_tiles();
