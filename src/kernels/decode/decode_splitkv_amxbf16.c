@@ -1,9 +1,12 @@
 /* Split-KV decode of bf16 q, K and V on AMX-BF16 tiles, for CPUs that have
  * them (head_dim = v_head_dim, a multiple of 32 up to 128).
  *
- * The vector kernels spend some 80 cycles a key and kv head on the
- * products and their reductions; here the tiles do them, and the rows are
- * read as they lie, with nothing interleaved. A tile's split goes in three
+ * The vector kernels' products grow with the query rows a kv head has
+ * while the bytes do not; here the tiles do them, the rows are read as
+ * they lie, with nothing interleaved, and each block's K and V tiles
+ * serve every chunk of the head: faster where a head has two chunks or
+ * more (a verify step), no faster with one, where moving the lines binds
+ * (docs/performance.md). A tile's split goes in three
  * passes like the AMX-INT8 kernel's, each over the keys in address order
  * with every kv head of the tile per block:
  *   1. scores: a 16-key block of a head's K rows is the A operand, one
