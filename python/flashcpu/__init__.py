@@ -18,7 +18,7 @@
 See docs/python.md for the arguments, dtypes, layouts and errors.
 """
 
-from . import _api, _context, _library, _paged, _quantized
+from . import _api, _context, _library, _model_call, _paged, _quantized
 from ._api import attention, info, merge_states
 from ._quantized import Quantized, dequantize, quantize
 from ._paged import PagedKV, Plan, attention_paged, kv_append
@@ -31,6 +31,7 @@ from .errors import (BadLayoutError, Error, InternalError, InvalidArgumentError,
 
 _lib, _library.loaded_path = _library.load()
 _api._lib = _context._lib = _paged._lib = _quantized._lib = _lib
+_model_call._lib = _library.untyped_attention(_lib)
 __version__ = _lib.flashcpu_version_string().decode()
 
 __all__ = ["attention", "merge_states", "info", "Context", "bf16", "PagedKV", "Plan",

@@ -241,23 +241,6 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     return (out, lse) if return_lse else out
 
 
-def attention_plain_torch(q, k, v, out, causal, window, softcap, scale):
-    """attention() for a model's common call, in fewer steps: torch CPU
-    float tensors q, k, v [B, H, seq, D] and out [B, L, H, Dv], no arrays
-    among the options, the default context. Returns out, or None where the
-    tensors are anything else (the caller then takes attention(), which
-    says what is wrong)."""
-    qv = _arrays.torch_view(q, "bhsd")
-    kv = _arrays.torch_view(k, "bhsd")
-    vv = _arrays.torch_view(v, "bhsd")
-    ov = _arrays.torch_view(out, "bshd")
-    if qv is None or kv is None or vv is None or ov is None:
-        return None
-    _run(_context.default_context(), qv, kv, vv, ov, None,
-         plain_params(causal, window, softcap, scale))
-    return out
-
-
 def merge_states(states, lses, *, out=None, return_lse=False, layout="bshd",
                  context=None):
     """Merges attention results over disjoint key sets (flashcpu_merge_states):

@@ -183,6 +183,16 @@ def _struct_size(init):
     return ctypes.c_size_t.from_buffer(scratch).value
 
 
+def untyped_attention(lib):
+    """flashcpu_attention as a second function object taking plain
+    addresses: the transformers backend's common call packs its views
+    itself, and ctypes then converts no argument types."""
+    function = lib["flashcpu_attention"]
+    function.argtypes = [ctypes.c_void_p] * 7
+    function.restype = ctypes.c_int
+    return function
+
+
 def load():
     """The loaded library, its path; ImportError naming where it looked."""
     tried = []

@@ -16,7 +16,7 @@ attention sinks (s_aux, gpt-oss) to flashcpu's sinks."""
 
 import torch
 
-from . import _api, errors
+from . import _api, _model_call, errors
 
 NAME = "fcpu"
 
@@ -72,21 +72,22 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     if attention_mask is not None:
         mask = attention_mask[:, :, :, : key.shape[-2]]
         causal, lengths, additive = _plan_mask(mask, query.shape[-2])
+    causal = bool(causal)
     window = (-1, -1)
     if sliding_window is not None and causal:
         window = (int(sliding_window) - 1, 0)
+    softcap = float(softcap or 0.0)
+    if additive is None and lengths is None and s_aux is None:
+        out = _model_call.attention(query, key, value, causal, window, softcap, scaling)
+        if out is not None:
+            return out, None  # the call without mask arrays, in fewer steps
     # Written straight into the [B, L, H, Dv] tensor transformers wants
     # back, through a [B, H, L, Dv] view of it: no copy after the call.
     batch, heads, rows, _ = query.shape
     out = torch.empty((batch, rows, heads, value.shape[-1]), dtype=query.dtype)
-    if additive is None and lengths is None and s_aux is None and \
-            _api.attention_plain_torch(query, key, value, out, bool(causal), window,
-                                       float(softcap or 0.0), scaling) is not None:
-        return out, None  # the call without mask arrays, in fewer steps
-    _api.attention(query, key, value, causal=bool(causal), window=window,
-                   softcap=float(softcap or 0.0), scale=scaling, kv_lengths=lengths,
-                   additive_mask=additive, sinks=s_aux, out=out.transpose(1, 2),
-                   layout="bhsd")
+    _api.attention(query, key, value, causal=causal, window=window, softcap=softcap,
+                   scale=scaling, kv_lengths=lengths, additive_mask=additive, sinks=s_aux,
+                   out=out.transpose(1, 2), layout="bhsd")
     return out, None
 
 

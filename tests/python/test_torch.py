@@ -236,6 +236,33 @@ def test_transformers_call_without_masks_raises_as_attention_does():
                                   v[:, :2].double(), None)
 
 
+def test_transformers_short_path_matches_attention():
+    """The backend's short path (views packed in one buffer, the library
+    called on addresses) gives attention()'s bytes, options included, and
+    declines what it does not take."""
+    from flashcpu import _model_call
+
+    torch.manual_seed(6)
+    q = torch.randn(2, 5, 8, 32).transpose(1, 2)  # [B, H, L, D], strided
+    k, v = torch.randn(2, 2, 24, 32)[:, :, :17], torch.randn(2, 2, 24, 48)[:, :, :17]
+    for causal, window, softcap in ((True, (-1, -1), 0.0), (True, (6, 0), 5.0),
+                                    (False, (-1, -1), 0.0)):
+        out = _model_call.attention(q, k, v, causal, window, softcap, 0.3)
+        assert out is not None and tuple(out.shape) == (2, 5, 8, 48)
+        expected = flashcpu.attention(q, k, v, causal=causal, window=window,
+                                      softcap=softcap, scale=0.3, layout="bhsd")
+        assert torch.equal(out, expected.transpose(1, 2))
+    assert _model_call.attention(q, k.half(), v, True, (-1, -1), 0.0, None) is None
+    assert _model_call.attention(q.double(), k, v, True, (-1, -1), 0.0, None) is None
+    assert _model_call.attention(q[..., :1], k[..., :1], v, True, (-1, -1), 0.0,
+                                 [0.1]) is None  # unhashable scale
+    free = len(_model_call._packs)
+    with pytest.raises(flashcpu.ShapeMismatchError, match="head"):  # 8 query heads onto 3
+        _model_call.attention(q, torch.randn(2, 3, 17, 32), torch.randn(2, 3, 17, 32),
+                              True, (-1, -1), 0.0, None)
+    assert len(_model_call._packs) == free  # the pack went back
+
+
 def test_transformers_backend():
     transformers = pytest.importorskip("transformers")
     import flashcpu.transformers as backend

@@ -1,0 +1,98 @@
+"""The transformers backend's common call in as few Python steps as it can
+be made: torch CPU tensors q, k, v [B, H, seq, D] of one float dtype, no
+arrays among the options, the default context.
+
+Inside a model's generate() the Python around a decode call runs with its
+caches cold (the model's weights stream through them between calls), so
+each step costs several microseconds there: the four views go into one
+preallocated buffer with one struct call, the params and their address are
+made once per option set, and the library is called on plain addresses."""
+
+import ctypes
+import struct
+import sys
+
+from . import _api, _arrays, _context
+from ._library import Tensor
+
+_lib = None  # set by __init__: flashcpu_attention taking 7 untyped pointers
+
+# Four flashcpu_tensor structs (q, k, v, out) in one pack.
+_FOUR = struct.Struct("@" + "Pi4q4q" * 4)
+_STEP = ctypes.sizeof(Tensor)
+_USABLE = _FOUR.size == 4 * _STEP
+_packs = []  # free (buffer, address): one taken per call in flight
+_addresses = {}  # (causal, window, softcap, scale) -> (params, its address)
+
+
+def _take_pack():
+    try:
+        return _packs.pop()
+    except IndexError:
+        buffer = ctypes.create_string_buffer(_FOUR.size)
+        return buffer, ctypes.addressof(buffer)
+
+
+def _params_address(causal, window, softcap, scale):
+    """The address of shared read-only params for these options (None where
+    they cannot be a dict key)."""
+    key = (causal, window, softcap, scale)
+    try:
+        found = _addresses.get(key)
+    except TypeError:
+        return None
+    if found is None:
+        params = _api.plain_params(causal, window, softcap, scale)
+        if len(_addresses) >= 64:
+            _addresses.clear()
+        found = _addresses[key] = (params, ctypes.addressof(params))
+    return found[1]
+
+
+def run_packed(handle, address, params_address):
+    """flashcpu_attention on the four views packed at address; raises on a
+    non-zero status (a separate function so that tools can time it)."""
+    status = _lib(handle, address, address + _STEP, address + 2 * _STEP,
+                  address + 3 * _STEP, None, params_address)
+    if status:
+        _context.check(status, handle)
+
+
+def attention(q, k, v, causal, window, softcap, scale):
+    """out [B, L, H, Dv] of q's dtype, or None where the tensors or options
+    are anything else (the caller then takes flashcpu.attention, which says
+    what is wrong). causal a bool, window a tuple, softcap a float."""
+    dtype = q.dtype
+    code = _arrays.torch_float_code(dtype)
+    if (code is None or not _USABLE or k.dtype is not dtype or v.dtype is not dtype
+            or not (q.is_cpu and k.is_cpu and v.is_cpu)):
+        return None
+    try:
+        batch, heads, rows, dim = q.shape
+        k_batch, kv_heads, keys, k_dim = k.shape
+        v_batch, v_heads, v_keys, dv = v.shape
+    except ValueError:
+        return None
+    qs, ks, vs = q.stride(), k.stride(), v.stride()
+    q_at, k_at, v_at = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    if qs[3] != 1 or ks[3] != 1 or vs[3] != 1 or not (q_at and k_at and v_at):
+        return None
+    params = _params_address(causal, window, softcap, scale)
+    if params is None:
+        return None
+    out = sys.modules["torch"].empty((batch, rows, heads, dv), dtype=dtype)
+    o_at = out.data_ptr()
+    if not o_at:
+        return None
+    buffer, address = pack = _take_pack()
+    try:
+        _FOUR.pack_into(
+            buffer, 0,
+            q_at, code, batch, rows, heads, dim, qs[0], qs[2], qs[1], 1,
+            k_at, code, k_batch, keys, kv_heads, k_dim, ks[0], ks[2], ks[1], 1,
+            v_at, code, v_batch, v_keys, v_heads, dv, vs[0], vs[2], vs[1], 1,
+            o_at, code, batch, rows, heads, dv, rows * heads * dv, heads * dv, dv, 1)
+        run_packed(_context.default_context().handle, address, params)
+    finally:
+        _packs.append(pack)
+    return out
