@@ -14,6 +14,9 @@ generate() on flashcpu's backend; in every decode call (one query row):
           OpenMP threads are awake when it starts
   touch   torch reads K and V (a sum over each) before the backend's call:
           the time of that read, and of the backend's call after it
+  parts   the backend's call, the library call in it, the Python around
+          that, and a torch.empty of the output's shape just after (one
+          step of that Python, timed alone)
 Medians over the decode calls of one generate(), each mode in its own
 generate() after a warm-up.
 
@@ -33,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 sys.path.insert(0, HERE)
 
-MODES = ("once", "twice", "warm", "touch")
+MODES = ("once", "twice", "warm", "touch", "parts")
 
 
 def main():
@@ -72,6 +75,8 @@ def main():
             if state["mode"] == "twice":
                 library_call(*call)
                 state["times"].append((first - start, time.perf_counter() - first))
+            elif state["mode"] == "parts":
+                state["library"] = first - start
             elif state["mode"] != "touch":
                 state["times"].append((first - start,))
             return result
@@ -87,6 +92,15 @@ def main():
             result = backend.attention_forward(module, query, key, value, *rest, **options)
             state["times"].append((read - start, time.perf_counter() - read))
             return result
+        if state["mode"] == "parts" and state["decode"]:
+            start = time.perf_counter()
+            result = backend.attention_forward(module, query, key, value, *rest, **options)
+            call = time.perf_counter() - start
+            start = time.perf_counter()
+            torch.empty(result[0].shape, dtype=result[0].dtype)
+            empty = time.perf_counter() - start
+            state["times"].append((call, state["library"], call - state["library"], empty))
+            return result
         return backend.attention_forward(module, query, key, value, *rest, **options)
 
     flashcpu._api._run = timed(flashcpu._api._run)
@@ -100,7 +114,9 @@ def main():
     labels = {"once": ["library call"],
               "twice": ["library call", "the same call again"],
               "warm": ["library call after a torch region"],
-              "touch": ["torch's sum of K and V", "backend call after it"]}
+              "touch": ["torch's sum of K and V", "backend call after it"],
+              "parts": ["backend call", "library call in it", "Python in it",
+                        "torch.empty after it"]}
     print(f"prompt {args.prompt_tokens}, {args.new_tokens} new tokens, torch "
           f"{torch.__version__}, transformers {transformers.__version__}, "
           f"{torch.get_num_threads()} threads, flashcpu {flashcpu.__version__}")
