@@ -1,6 +1,6 @@
 // The decode kernels' prefetch sweep: the lines it hands out cover the rows
-// of a key block, each once per row, in ascending address order where the
-// layout allows it, and nothing once done.
+// of a key block, each once, in ascending address order where the layout
+// allows it (rows listed per key: key by key), and nothing once done.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -11,6 +11,12 @@ extern "C" int64_t fctest_sweep_lines(const char *first_row, int64_t keys,
                                       int64_t heads, int64_t key_step,
                                       int64_t head_step, int64_t row_bytes,
                                       const char **lines, int64_t capacity);
+extern "C" int64_t fctest_sweep_lines_listed(const char *const *key_rows,
+                                             int64_t keys, int64_t heads,
+                                             int64_t head_step,
+                                             int64_t row_bytes,
+                                             const char **lines,
+                                             int64_t capacity);
 
 namespace {
 
@@ -95,6 +101,32 @@ TEST(PrefetchSweep, RowsOffLineBoundariesCoverEveryTouchedLine) {
 TEST(PrefetchSweep, FewerKeysThanABlock) {
   ExpectCoversAscending({1, 8, 2048, 256, 256, 0});
   ExpectCoversAscending({3, 1, 2048, 256, 256, 0});
+}
+
+TEST(PrefetchSweep, RowsListedPerKeyAreWalkedKeyByKey) {
+  // A paged cache: 16 keys of 8 adjacent heads, each key on its own page
+  // in a shuffled order, so no two keys touch; the walk must follow the
+  // listed rows, not the contiguous run the setup's key step implies.
+  const int64_t keys = 16, heads = 8, row_bytes = 256;
+  std::vector<const char *> rows;
+  std::set<const char *> want;
+  for (int64_t k = 0; k < keys; k++) {
+    const char *row = Base(((k * 7) % keys) * 4096 + 64);
+    rows.push_back(row);
+    for (int64_t at = 0; at < heads * row_bytes; at += kLine)
+      want.insert(row + at);
+  }
+  std::vector<const char *> lines(4096);
+  const int64_t count = fctest_sweep_lines_listed(
+      rows.data(), keys, heads, row_bytes, row_bytes, lines.data(),
+      static_cast<int64_t>(lines.size()));
+  lines.resize(static_cast<size_t>(count));
+  EXPECT_EQ(std::set<const char *>(lines.begin(), lines.end()), want);
+  ASSERT_EQ(lines.size(), want.size());
+  for (int64_t k = 0; k < keys; k++)  // key by key, each key's run ascending
+    for (int64_t i = 0; i < heads * row_bytes / kLine; i++)
+      EXPECT_EQ(lines[static_cast<size_t>(k * heads * row_bytes / kLine + i)],
+                rows[static_cast<size_t>(k)] + i * kLine);
 }
 
 TEST(PrefetchSweep, EmptySweepHandsOutNothing) {
