@@ -24,8 +24,8 @@ logits are apart.
   python3 tools/hf_generate_compare.py --model llama --dtype bf16 \\
       --prompt-tokens 4096 --new-tokens 256 --layers 4 --json out.json
 
-Needs torch, transformers and this repository's Python package (python/, the
-library through FLASHCPU_LIBRARY).
+Needs torch, transformers and this repository's Python package (python/, or
+another version's with --package; the library through FLASHCPU_LIBRARY).
 """
 
 import argparse
@@ -145,6 +145,9 @@ def main():
     parser.add_argument("--flashcpu-pool", choices=["auto", "own"], default="auto",
                         help="auto: the package's default (torch's OpenMP threads where "
                              "torch has them); own: flashcpu's own pinned pool")
+    parser.add_argument("--package",
+                        help="the folder holding the flashcpu package to measure "
+                             "(default: this checkout's python/)")
     parser.add_argument("--json")
     args = parser.parse_args()
     if args.generate_reps < 1 or args.prefill_reps < 0:
@@ -157,6 +160,8 @@ def main():
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    if args.package:
+        sys.path.insert(0, args.package)
     import flashcpu
     import flashcpu.transformers as backend
 
@@ -172,7 +177,8 @@ def main():
     # The package's library call, timed apart inside flashcpu's decode calls.
     library = LibraryTimer()
     flashcpu._api._run = library.timed(flashcpu._api._run)
-    flashcpu._model_call.run_packed = library.timed(flashcpu._model_call.run_packed)
+    if hasattr(flashcpu, "_model_call"):  # the backend's short path (later versions)
+        flashcpu._model_call.run_packed = library.timed(flashcpu._model_call.run_packed)
     timers = {"sdpa": AttentionTimer(sdpa_attention_forward),
               ours: AttentionTimer(backend.attention_forward, library)}
     for name in ("sdpa", ours):
