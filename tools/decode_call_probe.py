@@ -17,6 +17,9 @@ generate() on flashcpu's backend; in every decode call (one query row):
   parts   the backend's call, the library call in it, the Python around
           that, and a torch.empty of the output's shape just after (one
           step of that Python, timed alone)
+  steps   one torch step (an allocation of the output, or one attribute
+          read of q) timed as the first thing in each decode call, the
+          steps in rotation: what a step costs while the caches are cold
 Medians over the decode calls of one generate(), each mode in its own
 generate() after a warm-up.
 
@@ -36,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 sys.path.insert(0, HERE)
 
-MODES = ("once", "twice", "warm", "touch", "parts")
+MODES = ("once", "twice", "warm", "touch", "parts", "steps")
 
 
 def main():
@@ -77,7 +80,7 @@ def main():
                 state["times"].append((first - start, time.perf_counter() - first))
             elif state["mode"] == "parts":
                 state["library"] = first - start
-            elif state["mode"] != "touch":
+            elif state["mode"] not in ("touch", "steps"):
                 state["times"].append((first - start,))
             return result
         return timed_library_call
@@ -92,6 +95,12 @@ def main():
             result = backend.attention_forward(module, query, key, value, *rest, **options)
             state["times"].append((read - start, time.perf_counter() - read))
             return result
+        if state["mode"] == "steps" and state["decode"]:
+            step = len(state["times"]) % len(steps)
+            shape = (query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+            start = time.perf_counter()
+            steps[step][1](query, shape)
+            state["times"].append((step, time.perf_counter() - start))
         if state["mode"] == "parts" and state["decode"]:
             start = time.perf_counter()
             result = backend.attention_forward(module, query, key, value, *rest, **options)
@@ -102,6 +111,15 @@ def main():
             state["times"].append((call, state["library"], call - state["library"], empty))
             return result
         return backend.attention_forward(module, query, key, value, *rest, **options)
+
+    # (label, step(q, the output's shape [B, L, H, D])), timed one per call
+    steps = [("torch.empty(shape, dtype=)", lambda q, s: torch.empty(s, dtype=q.dtype)),
+             ("torch.empty(*shape, dtype=)", lambda q, s: torch.empty(*s, dtype=q.dtype)),
+             ("q.new_empty(shape)", lambda q, s: q.new_empty(s)),
+             ("torch.empty_like(q)", lambda q, s: torch.empty_like(q)),
+             ("q.shape", lambda q, s: q.shape), ("q.stride()", lambda q, s: q.stride()),
+             ("q.data_ptr()", lambda q, s: q.data_ptr()), ("q.is_cpu", lambda q, s: q.is_cpu),
+             ("q.dtype", lambda q, s: q.dtype)]
 
     flashcpu._api._run = timed(flashcpu._api._run)
     flashcpu._model_call.run_packed = timed(flashcpu._model_call.run_packed)
@@ -126,6 +144,12 @@ def main():
             state["mode"], state["times"] = mode, []
             model.generate(prompt, max_new_tokens=args.new_tokens,
                            min_new_tokens=args.new_tokens, do_sample=False)
+            if mode == "steps":
+                for index, (label, _) in enumerate(steps):
+                    times = [t for i, t in state["times"] if i == index]
+                    print(f"steps  {label} {1e6 * statistics.median(times):.2f} us "
+                          f"(median of {len(times)} decode calls)")
+                continue
             columns = list(zip(*state["times"]))
             parts = ", ".join(f"{label} {1e6 * statistics.median(column):.1f} us"
                               for label, column in zip(labels[mode], columns))
