@@ -46,6 +46,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompt-tokens", type=int, default=4096)
     parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--package",
+                        help="the folder holding the flashcpu package to measure "
+                             "(default: this checkout's python/)")
     parser.add_argument("--modes", default=",".join(MODES),
                         help="comma-separated, from " + ", ".join(MODES))
     args = parser.parse_args()
@@ -58,6 +61,8 @@ def main():
     import transformers
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
+    if args.package:
+        sys.path.insert(0, args.package)
     import flashcpu
     import flashcpu.transformers as backend
     from hf_generate_compare import build_model
@@ -122,7 +127,8 @@ def main():
              ("q.dtype", lambda q, s: q.dtype)]
 
     flashcpu._api._run = timed(flashcpu._api._run)
-    flashcpu._model_call.run_packed = timed(flashcpu._model_call.run_packed)
+    if hasattr(flashcpu, "_model_call"):  # the backend's short path (later versions)
+        flashcpu._model_call.run_packed = timed(flashcpu._model_call.run_packed)
     AttentionInterface.register("fcpu_probe", attention)
     AttentionMaskInterface.register("fcpu_probe", sdpa_mask)
     model = build_model(transformers, torch, "llama", 4, torch.bfloat16, 32000)
