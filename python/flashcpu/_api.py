@@ -72,28 +72,42 @@ def set_options(params, keep, *, heads, batches, causal, window, softcap, scale,
         keep.append(array)
 
 
-_plain = {}  # (causal, window, softcap, scale) -> AttentionParams, never written again
+_plain = {}  # (causal, window, softcap, scale) -> (AttentionParams, address)
+
+
+def _new_plain(causal, window, softcap, scale):
+    params = new_params()
+    set_options(params, None, heads=0, batches=0, causal=causal, window=window,
+                softcap=softcap, scale=scale, sinks=None, alibi_slopes=None)
+    return params
+
+
+def plain_params_address(causal, window, softcap, scale):
+    """plain_params and its address, shared for these options, or None
+    where they cannot be a dict key. A caller that passes the address keeps
+    the pair while the call runs (another thread may drop it from the
+    cache meanwhile)."""
+    try:
+        key = (bool(causal), tuple(window), softcap, scale)
+        found = _plain.get(key)
+    except TypeError:
+        return None
+    if found is None:
+        params = _new_plain(causal, window, softcap, scale)
+        if len(_plain) >= 64:
+            _plain.clear()
+        found = _plain[key] = (params, ctypes.addressof(params))
+    return found
 
 
 def plain_params(causal, window, softcap, scale):
     """The params of a call that passes no arrays in them (no masks,
     lengths, sinks, slopes or scales): made once per option set and shared
     read-only (the library takes them as const), so a call in a model's
-    loop skips new_params and set_options."""
-    try:
-        key = (bool(causal), tuple(window), softcap, scale)
-        params = _plain.get(key)
-    except TypeError:  # unhashable options: made each time, and checked
-        key, params = None, None
-    if params is None:
-        params = new_params()
-        set_options(params, None, heads=0, batches=0, causal=causal, window=window,
-                    softcap=softcap, scale=scale, sinks=None, alibi_slopes=None)
-        if key is not None:
-            if len(_plain) >= 64:
-                _plain.clear()
-            _plain[key] = params
-    return params
+    loop skips new_params and set_options; made each time (and checked)
+    where the options are unhashable."""
+    found = plain_params_address(causal, window, softcap, scale)
+    return found[0] if found is not None else _new_plain(causal, window, softcap, scale)
 
 
 def _kv_view(x, quantized, layout, what, params, keep):

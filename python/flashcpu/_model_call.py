@@ -6,7 +6,8 @@ Inside a model's generate() the Python around a decode call runs with its
 caches cold (the model's weights stream through them between calls), so
 each step costs several microseconds there: the four views go into one
 preallocated buffer with one struct call, the params and their address are
-made once per option set, and the library is called on plain addresses."""
+made once per option set (_api.plain_params_address), and the library is
+called on plain addresses."""
 
 import ctypes
 import struct
@@ -22,7 +23,6 @@ _FOUR = struct.Struct("@" + "Pi4q4q" * 4)
 _STEP = ctypes.sizeof(Tensor)
 _USABLE = _FOUR.size == 4 * _STEP
 _packs = []  # free (buffer, address): one taken per call in flight
-_addresses = {}  # (causal, window, softcap, scale) -> (params, its address)
 
 
 def _take_pack():
@@ -31,22 +31,6 @@ def _take_pack():
     except IndexError:
         buffer = ctypes.create_string_buffer(_FOUR.size)
         return buffer, ctypes.addressof(buffer)
-
-
-def _params_address(causal, window, softcap, scale):
-    """The address of shared read-only params for these options (None where
-    they cannot be a dict key)."""
-    key = (causal, window, softcap, scale)
-    try:
-        found = _addresses.get(key)
-    except TypeError:
-        return None
-    if found is None:
-        params = _api.plain_params(causal, window, softcap, scale)
-        if len(_addresses) >= 64:
-            _addresses.clear()
-        found = _addresses[key] = (params, ctypes.addressof(params))
-    return found[1]
 
 
 def run_packed(handle, address, params_address):
@@ -77,9 +61,10 @@ def attention(q, k, v, causal, window, softcap, scale):
     q_at, k_at, v_at = q.data_ptr(), k.data_ptr(), v.data_ptr()
     if qs[3] != 1 or ks[3] != 1 or vs[3] != 1 or not (q_at and k_at and v_at):
         return None
-    params = _params_address(causal, window, softcap, scale)
-    if params is None:
+    shared = _api.plain_params_address(causal, window, softcap, scale)
+    if shared is None:
         return None
+    params_at = shared[1]  # shared holds the params while the call runs
     # The sizes as separate arguments: 3-4 us less than a tuple there.
     out = sys.modules["torch"].empty(batch, rows, heads, dv, dtype=dtype)
     o_at = out.data_ptr()
@@ -93,7 +78,7 @@ def attention(q, k, v, causal, window, softcap, scale):
             k_at, code, k_batch, keys, kv_heads, k_dim, ks[0], ks[2], ks[1], 1,
             v_at, code, v_batch, v_keys, v_heads, dv, vs[0], vs[2], vs[1], 1,
             o_at, code, batch, rows, heads, dv, rows * heads * dv, heads * dv, dv, 1)
-        run_packed(_context.default_context().handle, address, params)
+        run_packed(_context.default_context().handle, address, params_at)
     finally:
         _packs.append(pack)
     return out
