@@ -65,7 +65,7 @@ def main():
         sys.path.insert(0, args.package)
     import flashcpu
     import flashcpu.transformers as backend
-    from hf_generate_compare import build_model
+    from hf_generate_compare import build_model, wrap_library_calls
 
     state = {"mode": "once", "decode": False, "times": []}
 
@@ -126,9 +126,7 @@ def main():
              ("q.data_ptr()", lambda q, s: q.data_ptr()), ("q.is_cpu", lambda q, s: q.is_cpu),
              ("q.dtype", lambda q, s: q.dtype)]
 
-    flashcpu._api._run = timed(flashcpu._api._run)
-    if hasattr(flashcpu, "_model_call"):  # the backend's short path (later versions)
-        flashcpu._model_call.run_packed = timed(flashcpu._model_call.run_packed)
+    wrap_library_calls(flashcpu, timed)
     AttentionInterface.register("fcpu_probe", attention)
     AttentionMaskInterface.register("fcpu_probe", sdpa_mask)
     model = build_model(transformers, torch, "llama", 4, torch.bfloat16, 32000)

@@ -94,6 +94,14 @@ class LibraryTimer:
         return call
 
 
+def wrap_library_calls(flashcpu, wrap):
+    """Replaces the package's library call paths by wrap(path): the general
+    one and, in versions that have it, the backend's short path."""
+    flashcpu._api._run = wrap(flashcpu._api._run)
+    if hasattr(flashcpu, "_model_call"):
+        flashcpu._model_call.run_packed = wrap(flashcpu._model_call.run_packed)
+
+
 def median(values):
     ordered = sorted(values)
     middle = len(ordered) // 2
@@ -176,9 +184,7 @@ def main():
         flashcpu._context._local.checked_torch = True
     # The package's library call, timed apart inside flashcpu's decode calls.
     library = LibraryTimer()
-    flashcpu._api._run = library.timed(flashcpu._api._run)
-    if hasattr(flashcpu, "_model_call"):  # the backend's short path (later versions)
-        flashcpu._model_call.run_packed = library.timed(flashcpu._model_call.run_packed)
+    wrap_library_calls(flashcpu, library.timed)
     timers = {"sdpa": AttentionTimer(sdpa_attention_forward),
               ours: AttentionTimer(backend.attention_forward, library)}
     for name in ("sdpa", ours):
