@@ -37,6 +37,7 @@ typedef struct run_options {
                      the LLC */
   const char *against_tune; /* a second context's tune file, timed in
                                turns with the first; NULL: none */
+  int idle_us; /* the machine idles this long before each timed call */
 } run_options;
 
 /* Parses `flashcpu run` arguments (argv[0] is "run"). Returns -1 when the

@@ -58,6 +58,11 @@ void cli_print_run_help(FILE *stream) {
 "  --layers N           KV caches rotated in decode and verify; 0 = enough\n"
 "                       to exceed the last-level cache 4 times, at least 32,\n"
 "                       within a quarter of RAM (default 0)\n"
+"  --idle-us N          sleep N microseconds before each timed call, as an\n"
+"                       engine's calls arrive after work that leaves the\n"
+"                       cores idle: the time then includes waking the\n"
+"                       cores and the pool's threads (default 0: back to\n"
+"                       back; not with --against-tune)\n"
 "  --against-tune FILE  also time a second context set by the tune file\n"
 "                       FILE, the two in turns (bursts of 5 calls, each\n"
 "                       after a pause that lets the other's threads\n"
@@ -94,7 +99,7 @@ static bool is_valued_flag(const char *flag) {
       "--dtype",  "--kv-dtype", "--out-dtype", "--threads", "--isa",
       "--window", "--softcap", "--reps",    "--check-rows", "--layers",
       "--team-level", "--max-team", "--page-size", "--prefix",
-      "--against-tune"};
+      "--against-tune", "--idle-us"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(flag, flags[i]) == 0) return true;
   return false;
@@ -297,6 +302,8 @@ static int apply_valued(run_options *options, const char *flag,
     return integer_option(flag, value, 0, INT64_C(1) << 26, &options->prefix);
   } else if (strcmp(flag, "--against-tune") == 0) {
     options->against_tune = value;
+  } else if (strcmp(flag, "--idle-us") == 0) {
+    return int_option(flag, value, 0, 10000000, &options->idle_us);
   }
   return -1;
 }
@@ -341,5 +348,8 @@ int cli_parse_run_options(int argc, char **argv, run_options *options) {
         apply_valued(options, flag, value, &kv_dtype_set, &out_dtype_set);
     if (status >= 0) return status;
   }
+  if (options->idle_us > 0 && options->against_tune)
+    return usage_error("--idle-us does not apply to --against-tune (its turns "
+                       "already pause, then wake each context untimed)");
   return -1;
 }
