@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "runtime/cpu_relax.h"
@@ -16,6 +17,9 @@
  * barrier's count): with fewer, the workers of short calls were already
  * yielding when the next launch came (docs/performance.md). */
 enum { SPINS_BEFORE_YIELD = 4096, SPINS_BEFORE_SLEEP = 1 << 14 };
+
+#define GATE_CLOSED (UINT64_C(1) << 31)
+#define GATE_JOINED (GATE_CLOSED - 1)
 
 static void spin_once(int spins) {
   if (spins < SPINS_BEFORE_YIELD) {
@@ -29,8 +33,13 @@ struct fc_pool {
   int thread_count;
   pthread_t host;
   _Alignas(64) atomic_uint generation; /* bumped once per run */
-  _Alignas(64) atomic_int pending;     /* workers still in this run */
-  atomic_int ready;                    /* workers that entered the loop */
+  /* The run's gate: its generation in the high half, GATE_CLOSED and the
+   * workers that joined in the low half. A worker runs the work only
+   * after joining an open gate of the generation it woke for, so one
+   * that wakes late never touches a finished run's work or args. */
+  _Alignas(64) atomic_uint_least64_t gate;
+  _Alignas(64) atomic_int finished; /* joined workers done with this run */
+  atomic_int ready;                 /* workers that entered the loop */
   atomic_int sleepers;
   atomic_bool stopping;
   atomic_bool failed; /* OpenMP gave the host fewer threads */
@@ -55,6 +64,18 @@ static void wait_for_generation(fc_pool *pool, unsigned seen) {
   pthread_mutex_unlock(&pool->mutex);
 }
 
+/* Joins the run of generation `seen` if its gate is still open. */
+static bool join_run(fc_pool *pool, unsigned seen) {
+  uint64_t gate = atomic_load_explicit(&pool->gate, memory_order_acquire);
+  for (;;) {
+    if ((unsigned)(gate >> 32) != seen || (gate & GATE_CLOSED)) return false;
+    if (atomic_compare_exchange_weak_explicit(&pool->gate, &gate, gate + 1,
+                                              memory_order_acq_rel,
+                                              memory_order_acquire))
+      return true;
+  }
+}
+
 static void worker_loop(fc_pool *pool, int thread) {
   unsigned seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
   atomic_fetch_add(&pool->ready, 1);
@@ -62,8 +83,9 @@ static void worker_loop(fc_pool *pool, int thread) {
     wait_for_generation(pool, seen);
     seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
     if (atomic_load(&pool->stopping)) return;
+    if (!join_run(pool, seen)) continue; /* closed: woke too late */
     pool->work(pool->args, thread);
-    atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_release);
+    atomic_fetch_add_explicit(&pool->finished, 1, memory_order_release);
   }
 }
 
@@ -96,7 +118,8 @@ fc_pool *fc_pool_start(int thread_count) {
   if (!pool) return NULL;
   pool->thread_count = thread_count;
   atomic_init(&pool->generation, 0);
-  atomic_init(&pool->pending, 0);
+  atomic_init(&pool->gate, GATE_CLOSED);
+  atomic_init(&pool->finished, 0);
   atomic_init(&pool->ready, 0);
   atomic_init(&pool->sleepers, 0);
   atomic_init(&pool->stopping, false);
@@ -120,16 +143,33 @@ fc_pool *fc_pool_start(int thread_count) {
   return pool;
 }
 
-void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args) {
+void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args,
+                 bool any_threads) {
+  const int workers = pool->thread_count - 1;
   pool->work = work;
   pool->args = args;
-  atomic_store_explicit(&pool->pending, pool->thread_count - 1,
+  atomic_store_explicit(&pool->finished, 0, memory_order_relaxed);
+  const unsigned next =
+      atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1u;
+  /* Published by the generation bump in wake_all. */
+  atomic_store_explicit(&pool->gate, (uint64_t)next << 32,
                         memory_order_relaxed);
   wake_all(pool);
   work(args, 0);
+  int joined = workers;
+  if (any_threads) {
+    /* Workers still waking (asleep when the run began: 0.1 ms and more
+     * on some machines) find the gate closed; the tiles are done. */
+    const uint64_t gate = atomic_fetch_or_explicit(
+        &pool->gate, GATE_CLOSED, memory_order_acq_rel);
+    joined = (int)(gate & GATE_JOINED);
+  }
   for (int spins = 0;
-       atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++)
+       atomic_load_explicit(&pool->finished, memory_order_acquire) < joined;
+       spins++)
     spin_once(spins);
+  /* Closed for stragglers of a run that waited for every worker, too. */
+  atomic_store_explicit(&pool->gate, GATE_CLOSED, memory_order_relaxed);
 }
 
 void fc_pool_stop(fc_pool *pool) {

@@ -6,15 +6,23 @@
 #ifndef FLASHCPU_RUNTIME_POOL_H
 #define FLASHCPU_RUNTIME_POOL_H
 
+#include <stdbool.h>
+
 typedef struct fc_pool fc_pool;
 typedef void (*fc_pool_work)(void *args, int thread);
 
 /* Starts thread_count - 1 workers. Returns NULL when they cannot all be had
  * (OpenMP gave fewer, out of memory); the caller then uses regions. */
 fc_pool *fc_pool_start(int thread_count);
-/* Runs work(args, t) for every t in [0, thread_count), t = 0 on the calling
- * thread, and returns when all are done. One run at a time per pool. */
-void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args);
+/* Runs work(args, t) on the calling thread as t = 0 and on the workers, and
+ * returns when all that ran are done. One run at a time per pool.
+ * any_threads false: every t in [0, thread_count) runs. true: the work
+ * completes on any subset of threads that includes t = 0 (a shared
+ * counter of tiles, no barriers), so a worker that has not joined by the
+ * time thread 0 is done skips the run, and the call does not wait for
+ * workers still waking from sleep. */
+void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args,
+                 bool any_threads);
 /* Stops and joins the workers. NULL is accepted. */
 void fc_pool_stop(fc_pool *pool);
 

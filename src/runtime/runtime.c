@@ -303,7 +303,12 @@ static void run_launch(fc_runtime *runtime, const fc_launch *launch,
   atomic_init(&state.next_tile, 0);
   const fc_team_plan *plan = &runtime->plan;
   if (runtime->mode == FC_LAUNCH_POOL) {
-    fc_pool_run(runtime->pool, launch_thread, &state);
+    /* Teams of one thread taking tiles from a shared counter: any subset
+     * of the threads finishes the launch, so it need not wait for workers
+     * still waking (docs/performance.md, Runtime overheads). */
+    const bool any_threads = !launch->static_schedule &&
+                             plan->team_count == plan->thread_count;
+    fc_pool_run(runtime->pool, launch_thread, &state, any_threads);
   } else if (plan->thread_count == 1) {
     launch_thread(&state, 0);
   } else if (runtime->mode == FC_LAUNCH_HOST) {

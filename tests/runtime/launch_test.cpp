@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -152,6 +154,27 @@ TEST(Launch, PoolSurvivesManyLaunches) {
     fc_launch launch{CountVisit, &visits, 9, round % 2 == 0, nullptr};
     ASSERT_EQ(fc_runtime_launch(&r.runtime, &launch), 0);
     for (int t = 0; t < 9; t++) ASSERT_EQ(visits.by_rank0[t].load(), 1);
+  }
+}
+
+TEST(Launch, PoolLaunchesAfterIdleTimeRunEveryTileOnce) {
+  // Teams of one thread on dynamic tiles: a launch does not wait for
+  // workers still waking, and one that wakes after the launch returned
+  // must not touch its (by then destroyed) tiles or arguments. Pauses of
+  // 40 ms let the workers fall asleep between some of the launches.
+  Runtime r(4, 1, FLASHCPU_TEAM_L3, FC_LAUNCH_POOL);
+  ASSERT_TRUE(r.ok);
+  ASSERT_EQ(r.runtime.plan.team_count, r.runtime.plan.thread_count);
+  const int pauses_ms[] = {0, 40, 0, 1, 40, 0, 0, 40, 2, 0, 40, 0};
+  for (int round = 0; round < 60; round++) {
+    const int pause = pauses_ms[round % 12];
+    if (pause > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause));
+    auto visits = std::make_unique<Visits>(64);
+    // Every third launch waits for all workers (a static schedule).
+    fc_launch launch{CountVisit, visits.get(), 64, round % 3 == 2, nullptr};
+    ASSERT_EQ(fc_runtime_launch(&r.runtime, &launch), 0);
+    for (int t = 0; t < 64; t++) ASSERT_EQ(visits->by_all[t].load(), 1);
   }
 }
 
