@@ -157,6 +157,12 @@ static void print_timing(const toolkit_workload *workload, const timing *t,
   format_time(t->max, max, sizeof max);
   printf("  time       median %s, min %s, max %s (%d reps)\n", median, min,
          max, t->reps);
+  if (t->reps >= 20) { /* the tail: calls that waited on a late thread */
+    char p90[32], p99[32];
+    format_time(t->p90, p90, sizeof p90);
+    format_time(t->p99, p99, sizeof p99);
+    printf("  tail       p90 %s, p99 %s\n", p90, p99);
+  }
   const double gbps = workload->bytes_per_call / t->median * 1e-9;
   const double gflops = workload->flops_per_call / t->median * 1e-9;
   printf("  rate       %.3g GB/s (%.3g%% of read), %.3g GFLOP/s (%.3g%% of "
@@ -275,7 +281,7 @@ static int measure(flashcpu_context *ctx, const run_options *options,
   flashcpu_plan *plan = NULL, *other_plan = NULL;
   flashcpu_status status = make_plan(ctx, &workload, &plan);
   flashcpu_context *failed = ctx;
-  timing measured = {0, 0.0, 0.0, 0.0, 0}, second = measured;
+  timing measured = {0}, second = measured;
   double per_turn = 0.0;
   if (status == FLASHCPU_OK && other) {
     failed = other->ctx;

@@ -1,5 +1,6 @@
 #include "cli_turns.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "common/timer.h"
@@ -21,6 +22,8 @@ void cli_summarize(double *seconds, int reps, cli_timing *result) {
   result->max = seconds[reps - 1];
   result->median = reps % 2 ? seconds[reps / 2]
                             : 0.5 * (seconds[reps / 2 - 1] + seconds[reps / 2]);
+  result->p90 = seconds[(int)ceil(0.90 * reps) - 1];
+  result->p99 = seconds[(int)ceil(0.99 * reps) - 1];
 }
 
 static flashcpu_status side_call(const cli_turn_side *side,
