@@ -250,7 +250,10 @@ typedef struct flashcpu_context_options {
    * planned for the caller, so that no two of a call's threads share a
    * core. They are OpenMP threads kept in a persistent pool between
    * calls (they spin briefly, then sleep), unless `launch` says REGION or
-   * host_openmp gives the host's runtime. */
+   * host_openmp gives the host's runtime. With one thread per team (the
+   * default team shape), a call made while they sleep does not wait for
+   * all of them to wake: its tiles go to the threads that are up, and a
+   * worker that wakes after the work is done skips it. */
   int num_threads;
   /* Team shape; FLASHCPU_TEAM_AUTO by default. Like the settings below, a
    * field left at its default takes the tune file's value: tune file
