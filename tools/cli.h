@@ -38,6 +38,7 @@ typedef struct run_options {
   const char *against_tune; /* a second context's tune file, timed in
                                turns with the first; NULL: none */
   int idle_us; /* the machine idles this long before each timed call */
+  int wake_ahead_us; /* flashcpu_context_wake this long before each call */
 } run_options;
 
 /* Parses `flashcpu run` arguments (argv[0] is "run"). Returns -1 when the

@@ -63,6 +63,8 @@ void cli_print_run_help(FILE *stream) {
 "                       cores idle: the time then includes waking the\n"
 "                       cores and the pool's threads (default 0: back to\n"
 "                       back; not with --against-tune)\n"
+"  --wake-ahead-us M    with --idle-us: call flashcpu_context_wake M us\n"
+"                       before each timed call, within the idle time\n"
 "  --against-tune FILE  also time a second context set by the tune file\n"
 "                       FILE, the two in turns (bursts of 5 calls, each\n"
 "                       after a pause that lets the other's threads\n"
@@ -99,7 +101,7 @@ static bool is_valued_flag(const char *flag) {
       "--dtype",  "--kv-dtype", "--out-dtype", "--threads", "--isa",
       "--window", "--softcap", "--reps",    "--check-rows", "--layers",
       "--team-level", "--max-team", "--page-size", "--prefix",
-      "--against-tune", "--idle-us"};
+      "--against-tune", "--idle-us", "--wake-ahead-us"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(flag, flags[i]) == 0) return true;
   return false;
@@ -304,6 +306,8 @@ static int apply_valued(run_options *options, const char *flag,
     options->against_tune = value;
   } else if (strcmp(flag, "--idle-us") == 0) {
     return int_option(flag, value, 0, 10000000, &options->idle_us);
+  } else if (strcmp(flag, "--wake-ahead-us") == 0) {
+    return int_option(flag, value, 0, 10000000, &options->wake_ahead_us);
   }
   return -1;
 }
@@ -348,6 +352,9 @@ int cli_parse_run_options(int argc, char **argv, run_options *options) {
         apply_valued(options, flag, value, &kv_dtype_set, &out_dtype_set);
     if (status >= 0) return status;
   }
+  if (options->wake_ahead_us > options->idle_us)
+    return usage_error("--wake-ahead-us (%d) must be within --idle-us (%d)",
+                       options->wake_ahead_us, options->idle_us);
   if (options->idle_us > 0 && options->against_tune)
     return usage_error("--idle-us does not apply to --against-tune (its turns "
                        "already pause, then wake each context untimed)");

@@ -106,12 +106,13 @@ static void print_case(const toolkit_workload *workload) {
 }
 
 /* Warm-up, then timed calls, each on the next KV layer (after idle_us of
- * sleep where asked). */
+ * sleep where asked, with flashcpu_context_wake wake_ahead_us before the
+ * call). */
 static flashcpu_status time_calls(flashcpu_context *ctx,
                                   const toolkit_workload *workload,
                                   const flashcpu_plan *plan,
                                   int requested_reps, int idle_us,
-                                  timing *result) {
+                                  int wake_ahead_us, timing *result) {
   const int capacity = requested_reps > 0 ? requested_reps : AUTO_MAX_REPS;
   double *seconds = malloc((size_t)capacity * sizeof(double));
   if (!seconds) return FLASHCPU_ERROR_OUT_OF_MEMORY;
@@ -127,7 +128,12 @@ static flashcpu_status time_calls(flashcpu_context *ctx,
     if (requested_reps == 0 && reps >= AUTO_MIN_REPS && total >= AUTO_SECONDS)
       break;
     result->last_layer = layer % workload->layer_count;
-    if (idle_us > 0) toolkit_sleep_seconds(idle_us * 1e-6);
+    if (idle_us > wake_ahead_us)
+      toolkit_sleep_seconds((idle_us - wake_ahead_us) * 1e-6);
+    if (wake_ahead_us > 0) {
+      flashcpu_context_wake(ctx);
+      toolkit_sleep_seconds(wake_ahead_us * 1e-6);
+    }
     double start = toolkit_now_seconds();
     status = toolkit_workload_call(ctx, workload, plan, layer++);
     seconds[reps] = toolkit_now_seconds() - start;
@@ -276,6 +282,9 @@ static int measure(flashcpu_context *ctx, const run_options *options,
   if (options->idle_us > 0)
     printf("  idle       %d us of sleep before each timed call\n",
            options->idle_us);
+  if (options->wake_ahead_us > 0)
+    printf("  wake       flashcpu_context_wake %d us before each timed call\n",
+           options->wake_ahead_us);
   fflush(stdout);
   int exit_code = CLI_EXIT_OK;
   flashcpu_plan *plan = NULL, *other_plan = NULL;
@@ -304,7 +313,7 @@ static int measure(flashcpu_context *ctx, const run_options *options,
     measured.last_layer = 0;
   } else if (status == FLASHCPU_OK) {
     status = time_calls(ctx, &workload, plan, options->reps, options->idle_us,
-                        &measured);
+                        options->wake_ahead_us, &measured);
   }
   if (status != FLASHCPU_OK) {
     fprintf(stderr, "flashcpu run: %s failed: %s: %s\n",

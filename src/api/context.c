@@ -252,6 +252,10 @@ void flashcpu_context_destroy(flashcpu_context *ctx) {
   free(ctx);
 }
 
+void flashcpu_context_wake(flashcpu_context *ctx) {
+  if (ctx) fc_runtime_wake(&ctx->runtime);
+}
+
 int flashcpu_context_num_threads(const flashcpu_context *ctx) {
   return ctx ? ctx->runtime.plan.thread_count : 0;
 }

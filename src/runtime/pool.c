@@ -41,6 +41,7 @@ struct fc_pool {
   _Alignas(64) atomic_int finished; /* joined workers done with this run */
   atomic_int ready;                 /* workers that entered the loop */
   atomic_int sleepers;
+  atomic_uint alerts; /* bumped by fc_pool_alert */
   atomic_bool stopping;
   atomic_bool failed; /* OpenMP gave the host fewer threads */
   fc_pool_work work;  /* written before the generation bump (release) */
@@ -49,19 +50,36 @@ struct fc_pool {
   pthread_cond_t wake;
 };
 
+/* Waits until the generation moves past `seen`: spins, yields, then
+ * sleeps; an alert (fc_pool_alert) wakes a sleeper and restarts the
+ * spinning, so that a run soon after it finds the worker awake. */
 static void wait_for_generation(fc_pool *pool, unsigned seen) {
-  for (int spins = 0; spins < SPINS_BEFORE_SLEEP; spins++) {
-    if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen)
-      return;
-    spin_once(spins);
+  unsigned alerts = atomic_load_explicit(&pool->alerts, memory_order_relaxed);
+  for (;;) {
+    for (int spins = 0; spins < SPINS_BEFORE_SLEEP; spins++) {
+      if (atomic_load_explicit(&pool->generation, memory_order_acquire) !=
+          seen)
+        return;
+      const unsigned now =
+          atomic_load_explicit(&pool->alerts, memory_order_relaxed);
+      if (now != alerts) { /* spin afresh */
+        alerts = now;
+        spins = -1;
+        continue;
+      }
+      spin_once(spins);
+    }
+    pthread_mutex_lock(&pool->mutex);
+    atomic_fetch_add(&pool->sleepers, 1);
+    /* seq_cst with the runner's (or alerter's) bump-then-check: one of us
+     * sees the other. */
+    while (atomic_load(&pool->generation) == seen &&
+           atomic_load(&pool->alerts) == alerts)
+      pthread_cond_wait(&pool->wake, &pool->mutex);
+    atomic_fetch_sub(&pool->sleepers, 1);
+    pthread_mutex_unlock(&pool->mutex);
+    alerts = atomic_load_explicit(&pool->alerts, memory_order_relaxed);
   }
-  pthread_mutex_lock(&pool->mutex);
-  atomic_fetch_add(&pool->sleepers, 1);
-  /* seq_cst with the runner's bump-then-check: one of us sees the other. */
-  while (atomic_load(&pool->generation) == seen)
-    pthread_cond_wait(&pool->wake, &pool->mutex);
-  atomic_fetch_sub(&pool->sleepers, 1);
-  pthread_mutex_unlock(&pool->mutex);
 }
 
 /* Joins the run of generation `seen` if its gate is still open. */
@@ -103,13 +121,17 @@ static void *host_main(void *opaque) {
   return NULL;
 }
 
-static void wake_all(fc_pool *pool) {
-  atomic_fetch_add(&pool->generation, 1); /* seq_cst: see wait_for_generation */
+static void broadcast_if_sleeping(fc_pool *pool) {
   if (atomic_load(&pool->sleepers) > 0) {
     pthread_mutex_lock(&pool->mutex);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
   }
+}
+
+static void wake_all(fc_pool *pool) {
+  atomic_fetch_add(&pool->generation, 1); /* seq_cst: see wait_for_generation */
+  broadcast_if_sleeping(pool);
 }
 
 fc_pool *fc_pool_start(int thread_count) {
@@ -122,6 +144,7 @@ fc_pool *fc_pool_start(int thread_count) {
   atomic_init(&pool->finished, 0);
   atomic_init(&pool->ready, 0);
   atomic_init(&pool->sleepers, 0);
+  atomic_init(&pool->alerts, 0);
   atomic_init(&pool->stopping, false);
   atomic_init(&pool->failed, false);
   pthread_mutex_init(&pool->mutex, NULL);
@@ -170,6 +193,11 @@ void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args,
     spin_once(spins);
   /* Closed for stragglers of a run that waited for every worker, too. */
   atomic_store_explicit(&pool->gate, GATE_CLOSED, memory_order_relaxed);
+}
+
+void fc_pool_alert(fc_pool *pool) {
+  atomic_fetch_add(&pool->alerts, 1); /* seq_cst: see wait_for_generation */
+  broadcast_if_sleeping(pool);
 }
 
 void fc_pool_stop(fc_pool *pool) {

@@ -23,6 +23,9 @@ fc_pool *fc_pool_start(int thread_count);
  * workers still waking from sleep. */
 void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args,
                  bool any_threads);
+/* Wakes sleeping workers to wait for the next run spinning again (they
+ * fall asleep after the usual wait if none comes). Any thread, any time. */
+void fc_pool_alert(fc_pool *pool);
 /* Stops and joins the workers. NULL is accepted. */
 void fc_pool_stop(fc_pool *pool);
 

@@ -325,6 +325,11 @@ static void run_launch(fc_runtime *runtime, const fc_launch *launch,
   }
 }
 
+void fc_runtime_wake(fc_runtime *runtime) {
+  if (runtime->mode == FC_LAUNCH_POOL && runtime->pool)
+    fc_pool_alert(runtime->pool);
+}
+
 int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch) {
   if (launch->tile_count <= 0) return 0;
   if (prepare_order(runtime, launch) != 0) return -1;

@@ -76,6 +76,10 @@ int fc_runtime_reserve_call_workspace(fc_runtime *runtime, size_t bytes);
  * grows). Returns 0, or -1 when out of memory. */
 int fc_runtime_reserve_tile_order(fc_runtime *runtime, int64_t count);
 
+/* Wakes the pool's sleeping workers ahead of a launch (nothing in region
+ * or host mode, or with one thread). */
+void fc_runtime_wake(fc_runtime *runtime);
+
 /* Runs the launch on all teams and returns when every tile is done.
  * Returns 0, or -1 when out of memory for the tile order (nothing ran). */
 int fc_runtime_launch(fc_runtime *runtime, const fc_launch *launch);
