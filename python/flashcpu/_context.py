@@ -116,6 +116,11 @@ class Context:
     def isa(self):
         return _lib.flashcpu_isa_name(_lib.flashcpu_context_isa(self.handle)).decode()
 
+    def wake(self):
+        """Wakes the context's own sleeping worker threads ahead of a call
+        (flashcpu_context_wake); nothing on the host's OpenMP runtime."""
+        _lib.flashcpu_context_wake(self.handle)
+
     def describe(self):
         """The plan the context made: topology, teams, kernels, settings."""
         size = _lib.flashcpu_context_describe(self.handle, None, 0) + 1

@@ -127,6 +127,8 @@ def _declare(lib):
                                             ctypes.POINTER(c_ctx)]
     lib.flashcpu_context_destroy.argtypes = [c_ctx]
     lib.flashcpu_context_num_threads.argtypes = [c_ctx]
+    lib.flashcpu_context_wake.argtypes = [c_ctx]
+    lib.flashcpu_context_wake.restype = None
     lib.flashcpu_context_isa.argtypes = [c_ctx]
     lib.flashcpu_context_last_kernels.argtypes = [c_ctx]
     lib.flashcpu_context_last_kernels.restype = ctypes.c_char_p

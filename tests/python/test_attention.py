@@ -3,6 +3,7 @@ numpy reference (reference.py): options, masks, layouts, strides, dtypes,
 out= aliasing, errors and threads."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -288,6 +289,20 @@ def test_context_and_info():
     info = flashcpu.info()
     assert info["version"] == flashcpu.__version__
     assert any(kernel["runnable"] for kernel in info["kernels"])
+
+
+def test_context_wake_before_calls_after_idle_time():
+    rng = np.random.default_rng(14)
+    q, k, v = inputs(rng, rows=1, keys=600)
+    expected = flashcpu.attention(q, k, v, causal=True)
+    with flashcpu.Context(threads=2, host_openmp=None) as context:
+        for pause in (0.0, 0.03, 0.03):
+            time.sleep(pause)  # the workers fall asleep after about 10 ms
+            context.wake()
+            out = flashcpu.attention(q, k, v, causal=True, context=context)
+            np.testing.assert_array_equal(out, expected)
+    with pytest.raises(flashcpu.InvalidArgumentError):
+        context.wake()  # closed
 
 
 def test_context_names_the_kernels_a_call_ran():
