@@ -349,8 +349,8 @@ FLASHCPU_API void flashcpu_context_destroy(flashcpu_context *ctx);
 
 /* (Added in 0.2.0.) Wakes the context's worker threads ahead of a call:
  * for an engine whose calls come after other work that leaves the cores
- * idle, long enough for the workers to fall asleep (about 10 ms). Called
- * some 0.1-1 ms before the call (at the start of the work before it, say),
+ * idle long enough for the workers to fall asleep (a few milliseconds).
+ * Called some 0.1-1 ms before the call (at the start of the work before it, say),
  * the waking overlaps that work instead of delaying the call. The workers
  * then spin and yield while they wait, and fall asleep again after the
  * usual wait if no call comes. Does nothing for a context of one thread,

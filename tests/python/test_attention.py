@@ -297,7 +297,7 @@ def test_context_wake_before_calls_after_idle_time():
     expected = flashcpu.attention(q, k, v, causal=True)
     with flashcpu.Context(threads=2, host_openmp=None) as context:
         for pause in (0.0, 0.03, 0.03):
-            time.sleep(pause)  # the workers fall asleep after about 10 ms
+            time.sleep(pause)  # the workers fall asleep within milliseconds
             context.wake()
             out = flashcpu.attention(q, k, v, causal=True, context=context)
             np.testing.assert_array_equal(out, expected)
