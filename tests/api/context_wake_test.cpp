@@ -16,30 +16,6 @@ namespace {
 
 constexpr flashcpu_dtype BF16 = FLASHCPU_DTYPE_BF16;
 
-flashcpu_context *Context(int threads, flashcpu_launch_mode launch) {
-  flashcpu_context_options options;
-  flashcpu_context_options_init(&options);
-  options.num_threads = threads;
-  options.launch = launch;
-  flashcpu_context *ctx = nullptr;
-  EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_OK)
-      << flashcpu_last_error(nullptr);
-  return ctx;
-}
-
-void Configure(AttentionCase &c) {
-  c.batch(2).q_len(1).kv_len(700).heads(8, 2).head_dim(64).causal()
-      .dtypes(BF16, BF16, BF16).seed(21);
-}
-
-std::vector<unsigned char> OutBytes(AttentionCase &c) {
-  TestTensor &out = const_cast<TestTensor &>(c.out());
-  const flashcpu_tensor view = out.View();
-  const size_t bytes = static_cast<size_t>(view.dims[0] * view.dims[1] * view.dims[2] *
-                                           view.dims[3]) * flashcpu_dtype_size(view.dtype);
-  return std::vector<unsigned char>(out.data(), out.data() + bytes);
-}
-
 void Pause(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
 struct Mode {
@@ -48,47 +24,56 @@ struct Mode {
   const char *name;
 };
 
-class ContextWake : public testing::TestWithParam<Mode> {};
+// A context of the mode, and a decode case whose first call passed the
+// oracle: its bytes are what every later call must give.
+class ContextWake : public testing::TestWithParam<Mode> {
+ protected:
+  void SetUp() override {
+    flashcpu_context_options options;
+    flashcpu_context_options_init(&options);
+    options.num_threads = GetParam().threads;
+    options.launch = GetParam().launch;
+    ctx_ = ContextWith(options);
+    ASSERT_TRUE(ctx_);
+    case_.batch(2).q_len(1).kv_len(700).heads(8, 2).head_dim(64).causal()
+        .dtypes(BF16, BF16, BF16).seed(21);
+    case_.Test(ctx_);
+    expected_ = case_.out_bytes();
+  }
+  void TearDown() override { flashcpu_context_destroy(ctx_); }
+  void CallGivesTheSameBytes() {
+    ASSERT_EQ(case_.Run(ctx_), FLASHCPU_OK) << flashcpu_last_error(ctx_);
+    EXPECT_EQ(case_.out_bytes(), expected_);
+  }
+
+  flashcpu_context *ctx_ = nullptr;
+  AttentionCase case_;
+  std::vector<unsigned char> expected_;
+};
 
 TEST_P(ContextWake, CallsAfterAWakeGiveTheSameBytes) {
-  flashcpu_context *ctx = Context(GetParam().threads, GetParam().launch);
-  ASSERT_TRUE(ctx);
-  AttentionCase c;
-  Configure(c);
-  c.Test(ctx);
-  const std::vector<unsigned char> expected = OutBytes(c);
   for (int round = 0; round < 3; round++) {
     Pause(40);  // long enough for a pool's workers to fall asleep
-    flashcpu_context_wake(ctx);
+    flashcpu_context_wake(ctx_);
     if (round > 0) Pause(round);
-    ASSERT_EQ(c.Run(ctx), FLASHCPU_OK) << flashcpu_last_error(ctx);
-    EXPECT_EQ(OutBytes(c), expected);
+    CallGivesTheSameBytes();
   }
-  flashcpu_context_destroy(ctx);
 }
 
 TEST_P(ContextWake, WakesWhileCallsRun) {
-  flashcpu_context *ctx = Context(GetParam().threads, GetParam().launch);
-  ASSERT_TRUE(ctx);
-  AttentionCase c;
-  Configure(c);
-  c.Test(ctx);
-  const std::vector<unsigned char> expected = OutBytes(c);
   std::atomic<bool> done{false};
   std::thread waker([&] {
     while (!done) {
-      flashcpu_context_wake(ctx);
+      flashcpu_context_wake(ctx_);
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   });
   for (int round = 0; round < 20; round++) {
     if (round % 5 == 4) Pause(20);
-    ASSERT_EQ(c.Run(ctx), FLASHCPU_OK) << flashcpu_last_error(ctx);
-    EXPECT_EQ(OutBytes(c), expected);
+    CallGivesTheSameBytes();
   }
   done = true;
   waker.join();
-  flashcpu_context_destroy(ctx);
 }
 
 INSTANTIATE_TEST_SUITE_P(Launches, ContextWake,

@@ -59,24 +59,13 @@ flashcpu_context *Context(const flashcpu_host_openmp *host) {
   flashcpu_context_options_init(&options);
   options.num_threads = kThreads;
   options.host_openmp = host;
-  flashcpu_context *ctx = nullptr;
-  EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_OK)
-      << flashcpu_last_error(nullptr);
-  return ctx;
+  return ContextWith(options);
 }
 
 // A prefill-shaped and a decode-shaped case (split-KV: two launches).
 void Configure(AttentionCase &c, bool decode) {
   c.batch(2).q_len(decode ? 1 : 40).kv_len(decode ? 700 : 130).heads(8, 2).head_dim(64)
       .causal().dtypes(BF16, BF16, BF16).seed(decode ? 11 : 12);
-}
-
-std::vector<unsigned char> OutBytes(AttentionCase &c) {
-  TestTensor &out = const_cast<TestTensor &>(c.out());
-  const flashcpu_tensor view = out.View();
-  const size_t bytes = static_cast<size_t>(view.dims[0] * view.dims[1] * view.dims[2] *
-                                           view.dims[3]) * flashcpu_dtype_size(view.dtype);
-  return std::vector<unsigned char>(out.data(), out.data() + bytes);
 }
 
 class HostOpenmp : public testing::TestWithParam<bool> {};
@@ -92,11 +81,11 @@ TEST_P(HostOpenmp, StandInHostGivesTheBytesOfOwnThreads) {
   AttentionCase c;
   Configure(c, GetParam());
   c.Test(own);
-  const std::vector<unsigned char> expected = OutBytes(c);
+  const std::vector<unsigned char> expected = c.out_bytes();
   regions = 0;
   c.Test(hosted);
   EXPECT_GE(regions.load(), 1);
-  EXPECT_EQ(OutBytes(c), expected);
+  EXPECT_EQ(c.out_bytes(), expected);
   flashcpu_context_destroy(hosted);
   flashcpu_context_destroy(own);
 }
@@ -108,9 +97,9 @@ TEST_P(HostOpenmp, ThisProcesssOpenmpRuntimeAsTheHost) {
   AttentionCase c;
   Configure(c, GetParam());
   c.Test(own);
-  const std::vector<unsigned char> expected = OutBytes(c);
+  const std::vector<unsigned char> expected = c.out_bytes();
   c.Test(hosted);
-  EXPECT_EQ(OutBytes(c), expected);
+  EXPECT_EQ(c.out_bytes(), expected);
   flashcpu_context_destroy(hosted);
   flashcpu_context_destroy(own);
 }

@@ -50,6 +50,13 @@ flashcpu_context *SharedContext() {
   return holder.ctx;
 }
 
+flashcpu_context *ContextWith(const flashcpu_context_options &options) {
+  flashcpu_context *ctx = nullptr;
+  EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_OK)
+      << flashcpu_last_error(nullptr);
+  return ctx;
+}
+
 const char *AdditivePatternName(AdditivePattern pattern) {
   switch (pattern) {
     case AdditivePattern::kFull: return "full";
@@ -374,6 +381,14 @@ void AttentionCase::set_tree_bit(int64_t b, int64_t i, int64_t key_offset, bool 
 
 float AttentionCase::lse_at(int64_t b, int64_t h, int64_t i) const {
   return lse_storage_[static_cast<size_t>(kLseGuard + (b * q_heads_ + h) * q_len_ + i)];
+}
+
+std::vector<unsigned char> AttentionCase::out_bytes() const {
+  const flashcpu_tensor view = out_.View();
+  const size_t bytes = static_cast<size_t>(view.dims[0] * view.dims[1] * view.dims[2] *
+                                           view.dims[3]) * flashcpu_dtype_size(view.dtype);
+  const auto *first = static_cast<const unsigned char *>(view.data);
+  return std::vector<unsigned char>(first, first + bytes);
 }
 
 flashcpu_status AttentionCase::Run(flashcpu_context *ctx) {

@@ -52,6 +52,8 @@ enum class Magnitude {
 
 // A process-wide context with the default options.
 flashcpu_context *SharedContext();
+// A new context with these options (expects success; NULL on failure).
+flashcpu_context *ContextWith(const flashcpu_context_options &options);
 
 class AttentionCase {
  public:
@@ -135,6 +137,9 @@ class AttentionCase {
 
   // Results of the last Run.
   const TestTensor &out() const { return out_; }
+  // The bytes of out's elements in order (out is contiguous): to compare
+  // two runs byte for byte.
+  std::vector<unsigned char> out_bytes() const;
   double out_at(int64_t b, int64_t i, int64_t h, int64_t d) const { return out_.Get(b, i, h, d); }
   float lse_at(int64_t b, int64_t h, int64_t i) const;
   // Whether some element of output row (b, i, h) is NaN; whether all are
