@@ -251,9 +251,8 @@ typedef struct flashcpu_context_options {
    * core. They are OpenMP threads kept in a persistent pool between
    * calls (they spin briefly, then sleep), unless `launch` says REGION or
    * host_openmp gives the host's runtime. With one thread per team (the
-   * default team shape), a call made while they sleep does not wait for
-   * all of them to wake: its tiles go to the threads that are up, and a
-   * worker that wakes after the work is done skips it. */
+   * default), a call does not wait for sleeping workers to wake: its tiles
+   * go to the threads that are up. */
   int num_threads;
   /* Team shape; FLASHCPU_TEAM_AUTO by default. Like the settings below, a
    * field left at its default takes the tune file's value: tune file
@@ -347,16 +346,12 @@ flashcpu_context_create(const flashcpu_context_options *options,
 /* Frees the context. NULL is accepted and ignored. */
 FLASHCPU_API void flashcpu_context_destroy(flashcpu_context *ctx);
 
-/* (Added in 0.2.0.) Wakes the context's worker threads ahead of a call:
- * for an engine whose calls come after other work that leaves the cores
- * idle long enough for the workers to fall asleep (a few milliseconds).
- * Called some 0.1-1 ms before the call (at the start of the work before it, say),
- * the waking overlaps that work instead of delaying the call. The workers
- * then spin and yield while they wait, and fall asleep again after the
- * usual wait if no call comes. Does nothing for a context of one thread,
- * on the host's OpenMP runtime (host_openmp) or with `launch = region`.
- * Any thread may call it at any time, during a call too. NULL is
- * accepted and ignored. */
+/* (Added in 0.2.0.) Wakes the context's sleeping worker threads (asleep
+ * after a few idle milliseconds) 0.1-1 ms ahead of a call, e.g. as the
+ * engine's work before it starts: the waking overlaps that work instead of
+ * delaying the call. They fall asleep again if no call comes. A no-op with
+ * one thread, host_openmp or `launch = region`. Any thread, any time (a
+ * call running too); NULL is ignored. */
 FLASHCPU_API void flashcpu_context_wake(flashcpu_context *ctx);
 
 /* Threads a call on this context uses. */
