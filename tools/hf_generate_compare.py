@@ -18,7 +18,9 @@ second), and reports medians over them:
   attention s        time inside the attention function during generate()
   decode call us     its mean per call of one query row (the new tokens)
   library us         of that, the flashcpu library call (flashcpu only)
-and checks that the greedy tokens are the same and how far the prompt's
+and the bound that this model puts on any attention: sdpa's generate() time
+over its time less the time in its attention (what generate() would gain
+if attention took no time at all), the same for prefill; and checks that the greedy tokens are the same and how far the prompt's
 logits are apart.
 
   python3 tools/hf_generate_compare.py --model llama --dtype bf16 \\
@@ -225,6 +227,7 @@ def main():
         run = {"generate_s": total, "prefill_s": steps[0] - start,
                "decode_tokens_per_s": (len(steps) - 1) / (steps[-1] - steps[0]),
                "attention_s": timer.seconds,
+               "prefill_attention_s": timer.seconds - timer.decode_seconds,
                "decode_call_us": 1e6 * timer.decode_seconds / max(timer.decode_calls, 1)}
         if name == ours:
             run["library_us"] = 1e6 * library.decode_seconds / max(library.decode_calls, 1)
@@ -292,12 +295,23 @@ def main():
     print(f"{ours} against sdpa: prefill {ratios['prefill']:.2f}x, decode "
           f"{ratios['decode']:.2f}x, generate {ratios['generate']:.2f}x the speed; "
           f"attention {ratios['attention']:.2f}x lower")
+    # Any attention backend's ceiling on this model and host: sdpa's time
+    # with its attention taken out (the rest of the model is the same code).
+    sdpa = results["sdpa"]
+    bound = {"generate": median([run["generate_s"] / (run["generate_s"] - run["attention_s"])
+                                 for run in sdpa["runs"]]),
+             "prefill": median([run["prefill_s"] / (run["prefill_s"] - run["prefill_attention_s"])
+                                for run in sdpa["runs"]])}
+    print(f"with attention taking no time, generate() would run at most "
+          f"{bound['generate']:.2f}x and prefill {bound['prefill']:.2f}x sdpa's speed "
+          f"(sdpa's times over its times less its attention)")
     print(f"same greedy tokens: {same}" + (f" (first difference at new token {first_diff})"
                                            if not same else ""))
     print(f"max |logits sdpa - {ours}| on the prompt's first 1024 tokens: {logit_diff:.3g}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"args": vars(args), "results": results, "ratios": ratios,
+                       "attention_free_bound": bound,
                        "same_tokens": same,
                        "first_difference": first_diff, "max_logit_diff": logit_diff,
                        "torch": torch.__version__, "transformers": transformers.__version__},
