@@ -20,8 +20,8 @@ second), and reports medians over them:
   library us         of that, the flashcpu library call (flashcpu only)
 and the bound that this model puts on any attention: sdpa's generate() time
 over its time less the time in its attention (what generate() would gain
-if attention took no time at all), the same for prefill; and checks that the greedy tokens are the same and how far the prompt's
-logits are apart.
+if attention took no time at all), the same for prefill; and checks that
+the greedy tokens are the same and how far the prompt's logits are apart.
 
   python3 tools/hf_generate_compare.py --model llama --dtype bf16 \\
       --prompt-tokens 4096 --new-tokens 256 --layers 4 --json out.json
