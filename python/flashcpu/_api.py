@@ -35,15 +35,16 @@ def set_options(params, keep, *, heads, batches, causal, window, softcap, scale,
     """Sets what flashcpu_attention and flashcpu_attention_paged share:
     batches is B (or R, the requests) for [B, Hq] ALiBi slopes. Arrays the
     call reads go to keep."""
-    params.scale = 0.0 if scale is None else float(scale)
+    params.scale = 0.0 if scale is None else _arrays.float32(scale, "scale", "1/sqrt(D)")
     params.flags = FLAG_CAUSAL if causal else 0
     try:
         left, right = window
-        params.window_left, params.window_right = int(left), int(right)
     except (TypeError, ValueError):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"window {window!r}: expected (left, right)") from None
-    params.softcap = float(softcap or 0.0)
+    params.window_left = _arrays.integer(left, "window left")
+    params.window_right = _arrays.integer(right, "window right")
+    params.softcap = _arrays.float32(softcap or 0.0, "softcap", "off")
     if (sinks is not None or alibi_slopes is not None) and \
             params.struct_size < ctypes.sizeof(AttentionParams):
         _unsupported("sinks" if sinks is not None else "alibi_slopes")
@@ -160,6 +161,9 @@ def _tree(mask, batch, rows):
     if array.dtype != numpy.bool_ or array.ndim != 3 or array.shape[0] not in (1, batch):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", "tree_mask must be a boolean array [B or 1, L, num_keys]")
+    if array.shape[1] != rows:
+        raise errors.ShapeMismatchError(
+            "SHAPE_MISMATCH", f"tree_mask has {array.shape[1]} rows; q has L = {rows}")
     keys = array.shape[2]
     words = (keys + 63) // 64
     padded = numpy.zeros(array.shape[:2] + (words * 64,), dtype=numpy.bool_)
@@ -212,7 +216,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     if layout not in ("bshd", "bhsd"):
         raise errors.InvalidArgumentError("INVALID_ARGUMENT",
                                           f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
-    ctx = context if context is not None else _context.default_context()
+    ctx = _context.resolve(context)
     qv = _arrays.view(q, layout, "q")
     quantized = (_quantized.is_quantized(k), _quantized.is_quantized(v))
     plain = (kv_lengths is None and additive_mask is None and tree_mask is None and
@@ -265,7 +269,7 @@ def merge_states(states, lses, *, out=None, return_lse=False, layout="bshd",
     if len(states) != len(lses) or not states:
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", "merge_states needs as many lses as states, at least one")
-    ctx = context if context is not None else _context.default_context()
+    ctx = _context.resolve(context)
     views = (Tensor * len(states))(*[_arrays.view(s, layout, f"states[{i}]")
                                      for i, s in enumerate(states)])
     first = views[0]

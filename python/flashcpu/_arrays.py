@@ -2,6 +2,7 @@
 copies, and outputs of the same kind."""
 
 import ctypes
+import operator
 import struct
 
 from . import errors
@@ -241,13 +242,53 @@ def float32_pointer(x, what):
 
 
 def int64_array(values, what):
-    """A ctypes int64 array of a sequence of integers (a small copy)."""
-    try:
-        items = [int(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
-    except (TypeError, ValueError):
-        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
-              f"{what} must be a sequence of integers")
+    """A ctypes int64 array of an integer array, tensor or sequence (a small
+    copy); floats, bools and values outside int64 are refused."""
+    items = index_array(values, what, bits=64).tolist()
     return (ctypes.c_int64 * len(items))(*items), len(items)
+
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT32_MAX = (1 << 31) - 1
+
+
+def integer(value, what, low=INT64_MIN, high=INT64_MAX):
+    """value as a Python int in [low, high]: an int or anything with
+    __index__ (numpy integers), never a float, a bool or a string."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{what} {_short(value)}: expected an integer")
+    if not low <= number <= high:
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{what} {_short(number)} is outside [{low}, {high}]")
+    return number
+
+
+def _short(value):
+    """repr(value), cut to 40 characters for a message."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def float32(value, what, zero_means):
+    """value as a float that float32 holds without turning it into 0, which
+    the C API reads as zero_means (inf and NaN pass: the library refuses
+    them with its own message)."""
+    try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{what} {_short(value)}: expected a number")
+    if number != 0.0 and ctypes.c_float(number).value == 0.0:
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{what} {number!r} rounds to 0 in float32, which means {zero_means}")
+    return number
 
 
 def _numpy_of(values, what):
@@ -279,7 +320,7 @@ def index_array(values, what, bits=32, ndim=1):
         array = array.astype(numpy.int64)
     if array.dtype.kind not in "iu":
         _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
-              f"{what} must hold integers, not {array.dtype}")
+              f"{what} must hold integers that fit int64, not {array.dtype}")
     if array.ndim != ndim:
         _fail(errors.ShapeMismatchError, "SHAPE_MISMATCH",
               f"{what} has {array.ndim} dims; expected {ndim}")

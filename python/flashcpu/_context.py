@@ -7,7 +7,7 @@ import re
 import sys
 import threading
 
-from . import errors
+from . import _arrays, errors
 from ._library import ContextOptions, HostOpenmp, ISAS, TEAM_LEVELS
 
 _lib = None  # set by __init__
@@ -68,7 +68,7 @@ class Context:
         self._ctx = None
         options = ContextOptions()
         _lib.flashcpu_context_options_init(ctypes.byref(options))
-        options.num_threads = int(threads or 0)
+        options.num_threads = _arrays.integer(threads or 0, "threads", 0, _arrays.INT32_MAX)
         if isa is not None:
             if isa not in ISAS:
                 raise errors.InvalidArgumentError(
@@ -151,6 +151,17 @@ class Context:
 
 
 _local = threading.local()
+
+
+def resolve(context):
+    """context, or this thread's default one for None."""
+    if context is None:
+        return default_context()
+    if not isinstance(context, Context):
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT",
+            f"context must be a flashcpu.Context or None, not {type(context).__name__}")
+    return context
 
 
 def default_context():

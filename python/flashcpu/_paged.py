@@ -188,7 +188,7 @@ class Plan:
         if not isinstance(kv, PagedKV):
             raise errors.InvalidArgumentError(
                 "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
-        self.context = context if context is not None else _context.default_context()
+        self.context = _context.resolve(context)
         seq = _arrays.index_array(seq_lens_kv, "seq_lens_kv")
         cu = _arrays.index_array(cu_seqlens_q, "cu_seqlens_q")
         requests = seq.shape[0]
@@ -239,12 +239,13 @@ class Plan:
             keep.extend((words, counts))
         handle = ctypes.c_void_p()
         ctx = self.context.handle
-        _context.check(_lib.flashcpu_plan_create(ctx, ctypes.byref(batch), int(num_heads),
+        num_heads = _arrays.integer(num_heads, "num_heads", 0, _arrays.INT32_MAX)
+        _context.check(_lib.flashcpu_plan_create(ctx, ctypes.byref(batch), num_heads,
                                                  ctypes.byref(kv._struct),
                                                  ctypes.byref(handle)), ctx)
         self._handle = handle
         self.num_requests = requests
-        self.num_heads = int(num_heads)
+        self.num_heads = num_heads
         self.geometry = kv.geometry
         self.max_keys = int(seq.max()) if requests else 0
         self.cu_seqlens_q = cu  # int32 copies, for the caller's reference
@@ -356,7 +357,7 @@ def kv_append(k_new, v_new, slot_mapping, kv, context=None):
     if not isinstance(kv, PagedKV):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
-    ctx = (context if context is not None else _context.default_context()).handle
+    ctx = _context.resolve(context).handle
     for side in ("k", "v"):
         cache, what = getattr(kv, f"{side}_cache"), f"kv's {side}_cache"
         if not isinstance(cache, _quantized.Quantized):
@@ -364,10 +365,7 @@ def kv_append(k_new, v_new, slot_mapping, kv, context=None):
             continue
         _arrays.check_writable(cache.codes, what)
         scales = getattr(kv._struct, f"{side}_scales")
-        if scales and scales.contents.strides[1] != 0 and scales.contents.strides[3] == 0:
-            _arrays.check_writable(cache.scales, f"{what}'s scales")  # written per token
-            if cache.zero_points is not None:
-                _arrays.check_writable(cache.zero_points, f"{what}'s zero points")
+        _quantized.check_written_scales(cache, scales.contents if scales else None, what)
     kn = _arrays.rows_view(k_new, "k_new")
     vn = _arrays.rows_view(v_new, "v_new")
     slots = _arrays.index_array(slot_mapping, "slot_mapping", bits=64)
@@ -400,7 +398,7 @@ def cached_plan(cu_seqlens_q, seq_lens_kv, block_table, num_heads, kv,
                                   ndim=2 if block_offsets is None else 1)]
     if block_offsets is not None:
         arrays.append(_arrays.index_array(block_offsets, "block_offsets"))
-    key = (id(context), int(num_heads), kv.geometry, len(arrays))
+    key = (id(context), _arrays.integer(num_heads, "num_heads"), kv.geometry, len(arrays))
     entry = getattr(_cached, "entry", None)
     if (entry is not None and entry[0] == key and entry[1].context is context and
             all(a.shape == b.shape and numpy.array_equal(a, b)

@@ -75,6 +75,7 @@ class Quantized:
         if zero_points is not None and scales is None:
             _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
                   "zero points need scales of the same shape")
+        _check_code_bytes(codes, fmt)
         self.codes, self.format = codes, fmt
         self.scales, self.zero_points = scales, zero_points
 
@@ -89,6 +90,32 @@ class Quantized:
     def __repr__(self):
         return (f"flashcpu.Quantized({self.format}, shape={list(self.shape)}, "
                 f"scales={'none' if self.scales is None else 'given'})")
+
+
+def _check_code_bytes(codes, fmt):
+    """Codes are read a byte each: their array must hold 1-byte elements
+    (int8, uint8, float8), not wider ones whose bytes would be misread."""
+    raw = _arrays.raw(codes)
+    if _arrays.kind_of_or_none(raw) == "torch":
+        dtype, size = raw.dtype, raw.element_size()
+    elif hasattr(raw, "dtype"):
+        dtype, size = raw.dtype, raw.dtype.itemsize
+    else:
+        _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+              f"{fmt} codes must be a numpy array or a torch tensor, not "
+              f"{type(codes).__name__}")
+    if size != 1 or str(dtype) in ("bool", "torch.bool"):
+        _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
+              f"{fmt} codes must be int8, uint8 or float8, not {dtype}")
+
+
+def check_written_scales(x, view, what):
+    """The scales (and zero points) of a Quantized that a call writes (they
+    vary by token and not by channel) must be writable."""
+    if view is not None and view.strides[1] != 0 and view.strides[3] == 0:
+        _arrays.check_writable(x.scales, f"{what}'s scales")
+        if x.zero_points is not None:
+            _arrays.check_writable(x.zero_points, f"{what}'s zero points")
 
 
 def is_quantized(x):
@@ -147,6 +174,9 @@ def _broadcast(values, shape, what):
     """(address, dtype code, strides in elements, array kept) of values
     broadcast to shape (no copy: broadcast dims get stride 0)."""
     if _arrays.kind_of_or_none(values) == "torch":
+        if values.device.type != "cpu":
+            _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
+                  f"{what} must be on the CPU, not {values.device}")
         code = _float_code(values, what)
         try:
             full = values.detach().expand(shape)
@@ -237,7 +267,7 @@ def quantize(src, format, *, scales="token", zero_points=None, out=None,  # noqa
     if layout not in ("bshd", "bhsd"):
         _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
               f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
-    ctx = context if context is not None else _context.default_context()
+    ctx = _context.resolve(context)
     source = _arrays.view(src, layout, "src")
     shape = tuple(_arrays.geometry(src)[0])
     if isinstance(scales, str):
@@ -261,6 +291,7 @@ def quantize(src, format, *, scales="token", zero_points=None, out=None,  # noqa
     keep = []
     target = codes_view(result, layout, "out")
     view = scales_view(result, layout, "out", keep)
+    check_written_scales(result, view, "out")
     _context.check(_lib.flashcpu_quantize(
         ctx.handle, ctypes.byref(source), ctypes.byref(target),
         None if view is None else ctypes.byref(view)), ctx.handle)
@@ -280,7 +311,7 @@ def dequantize(x, *, dtype="f32", out=None, layout="bshd", context=None):
     if dtype not in codes:
         _fail(errors.InvalidArgumentError, "INVALID_ARGUMENT",
               f"dtype {dtype!r}: expected \"f32\", \"f16\" or \"bf16\"")
-    ctx = context if context is not None else _context.default_context()
+    ctx = _context.resolve(context)
     keep = []
     source = codes_view(x, layout, "x")
     view = scales_view(x, layout, "x", keep)

@@ -8,11 +8,16 @@ The name avoids the word "flash": transformers sends such names to its
 flash-attention kernel loader. The function takes q, k, v as transformers
 passes them ([B, H, seq, D]) and reads them in place: GQA without
 repeat_kv copies. No mask: causal (bottom-right). A boolean mask that is
-causal over each sequence's first n keys (no padding, right padding)
-becomes causal + kv_lengths; any other mask (left padding, custom masks,
-float masks) becomes flashcpu's additive mask.
+bottom-right causal over each sequence's first n keys (no padding, or
+right padding in a decode step) becomes causal + kv_lengths; any other
+mask (left padding, a right-padded prompt, custom or float masks) becomes
+flashcpu's additive mask. A mask is planned once per mask tensor, not per
+layer.
 sliding_window and softcap (Gemma 2) map to flashcpu's window and softcap;
 attention sinks (s_aux, gpt-oss) to flashcpu's sinks."""
+
+import threading
+import weakref
 
 import torch
 
@@ -21,19 +26,58 @@ from . import _api, _model_call, errors
 NAME = "fcpu"
 
 
-_last = {}  # the mask of the last call: every layer of a forward gets the same
+class _Planned:
+    """One mask tensor's plan. Dropped when the tensor goes (the plan may
+    hold an additive mask as large as the tensor)."""
+
+    def __init__(self, mask, keys, rows, version, layer, plan):
+        self.ref = weakref.ref(mask, self._drop)
+        self.keys, self.rows, self.version, self.layer = keys, rows, version, layer
+        self.plan = plan
+
+    def _drop(self, _ref):
+        self.plan = None
+
+
+_local = threading.local()  # each thread's last _Planned
+
+
+def _version(tensor):
+    """The tensor's in-place version, None for an inference tensor (which
+    keeps none)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
+def _mask_plan(attention_mask, keys, rows, layer):
+    """The plan of attention_mask[..., :keys] for rows query rows: made once
+    per mask tensor and reused by the layers after (every layer of a
+    forward gets the same tensor). A tensor changed in place gets a new
+    plan; for an inference tensor, which keeps no version, a layer index
+    that does not grow (a new forward) does too."""
+    version = _version(attention_mask)
+    entry = getattr(_local, "planned", None)
+    if (entry is not None and entry.plan is not None and entry.ref() is attention_mask and
+            entry.keys == keys and entry.rows == rows):
+        if version is not None:
+            fresh = version == entry.version
+        else:
+            fresh = layer is not None and entry.layer is not None and layer > entry.layer
+        if fresh:
+            entry.layer = layer
+            return entry.plan
+    plan = _plan_mask(attention_mask[:, :, :, :keys], rows)
+    _local.planned = _Planned(attention_mask, keys, rows, version, layer, plan)
+    return plan
 
 
 def _plan_mask(mask, rows):
     """(causal, kv_lengths, additive) for a transformers mask [B, 1 or H, L,
     S]: a boolean mask that is bottom-right causal over each batch's first
     n keys (no padding, or right padding) becomes causal + kv_lengths, all
-    True becomes no mask; anything else an additive float32 mask. Computed
-    once per mask tensor, not once per layer."""
-    key = (id(mask), mask.data_ptr(), tuple(mask.shape), mask._version)
-    if _last.get("key") == key:
-        return _last["plan"]
-    plan = (False, None, None)
+    True becomes no mask; anything else an additive float32 mask."""
     if mask.dtype == torch.bool and mask.shape[1] == 1:
         batch, _, length_q, keys = mask.shape
         lengths = mask[:, 0, -1].sum(dim=-1)  # the last row sees all its keys
@@ -42,15 +86,11 @@ def _plan_mask(mask, rows):
         n = lengths.view(-1, 1, 1)
         causal = (j <= i + (n - rows)) & (j < n)
         if torch.equal(mask[:, 0], causal):
-            plan = (True, lengths.tolist(), None)
-        elif bool(mask.all()):
-            plan = (False, None, None)
-        else:
-            plan = (False, None, _additive(mask))
-    else:
-        plan = (False, None, _additive(mask))
-    _last["key"], _last["plan"] = key, plan
-    return plan
+            return (True, lengths.tolist(), None)
+        if bool(mask.all()):
+            return (False, None, None)
+        return (False, None, _additive(mask))
+    return (False, None, _additive(mask))
 
 
 def _additive(mask, dtype=torch.float32):
@@ -70,8 +110,10 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     additive, lengths = None, None
     if attention_mask is not None:
-        mask = attention_mask[:, :, :, : key.shape[-2]]
-        causal, lengths, additive = _plan_mask(mask, query.shape[-2])
+        causal, lengths, additive = _mask_plan(attention_mask, key.shape[-2], query.shape[-2],
+                                               getattr(module, "layer_idx", None))
+        if lengths is not None and len(lengths) == 1 and query.shape[0] > 1:
+            lengths = lengths * query.shape[0]  # a mask of batch 1 for every sequence
     causal = bool(causal)
     window = (-1, -1)
     if sliding_window is not None and causal:

@@ -156,6 +156,49 @@ def test_errors_carry_status_and_message_and_leave_out_untouched():
     assert (out2 == 7.0).all()
 
 
+@pytest.mark.parametrize("options,match", [
+    ({"kv_lengths": [2 ** 64, 3]}, "kv_lengths"),
+    ({"kv_lengths": [3.7, 2.2]}, "kv_lengths"),
+    ({"kv_lengths": "34"}, "kv_lengths"),
+    ({"kv_lengths": np.array([True, True])}, "kv_lengths"),
+    ({"window": (2 ** 64, 0)}, "window left"),
+    ({"window": (0, 1.5)}, "window right"),
+    ({"window": (float("inf"), 0)}, "window left"),
+    ({"scale": 1e-50}, "rounds to 0"),  # 0 would mean 1/sqrt(D)
+    ({"softcap": 1e-50}, "rounds to 0"),  # 0 would mean no softcap
+    ({"scale": "x"}, "scale"),
+    ({"softcap": 10 ** 400}, "softcap"),
+    ({"context": object()}, "context"),
+], ids=lambda x: x if isinstance(x, str) else ",".join(x))
+def test_arguments_that_would_be_truncated_or_wrapped_are_refused(options, match):
+    rng = np.random.default_rng(17)
+    q, k, v = inputs(rng)
+    out = np.full(q.shape, 7.0, dtype=np.float32)
+    with pytest.raises(flashcpu.InvalidArgumentError, match=match):
+        flashcpu.attention(q, k, v, out=out, **options)
+    assert (out == 7.0).all()
+
+
+def test_integer_arguments_of_other_integer_types_are_taken():
+    rng = np.random.default_rng(18)
+    q, k, v = inputs(rng)
+    expected = flashcpu.attention(q, k, v, kv_lengths=[30, 11], window=(4, 0), causal=True)
+    got = flashcpu.attention(q, k, v, kv_lengths=np.array([30, 11], np.uint16),
+                             window=(np.int32(4), np.int64(0)), causal=True)
+    np.testing.assert_array_equal(got, expected)
+    for threads in ("2", 1.5, True):
+        with pytest.raises(flashcpu.InvalidArgumentError, match="threads"):
+            flashcpu.Context(threads=threads)
+
+
+def test_tree_mask_rows_must_be_the_query_rows():
+    rng = np.random.default_rng(19)
+    q, k, v = inputs(rng, rows=3)
+    for rows in (2, 4):
+        with pytest.raises(flashcpu.ShapeMismatchError, match="tree_mask"):
+            flashcpu.attention(q, k, v, tree_mask=np.ones((1, rows, 3), dtype=bool))
+
+
 def sink_values(rng, heads, dtype):
     """(what flashcpu.attention takes, the values it means) for sinks."""
     values = (rng.standard_normal(heads) * 2).astype(np.float32)

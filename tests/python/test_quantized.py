@@ -211,6 +211,40 @@ def test_errors_leave_outputs_untouched():
     assert np.all(codes == 3)
 
 
+def test_scales_written_per_token_must_be_writable():
+    rng = np.random.default_rng(20)
+    _, k, _ = inputs(rng)
+    frozen = np.ones(k.shape[:3] + (1,), np.float32)
+    frozen.setflags(write=False)
+    codes = np.full(k.shape, 3, np.int8)
+    with pytest.raises(flashcpu.InvalidArgumentError, match="read-only"):
+        flashcpu.quantize(k, "i8", scales=frozen, out=codes)
+    assert np.all(frozen == 1.0) and np.all(codes == 3)
+    zeros = np.zeros(k.shape[:3] + (1,), np.float32)
+    zeros.setflags(write=False)
+    with pytest.raises(flashcpu.InvalidArgumentError, match="zero points"):
+        flashcpu.quantize(k, "u8", scales=np.ones(k.shape[:3] + (1,), np.float32),
+                          zero_points=zeros)
+    assert np.all(zeros == 0.0)
+    # scales that are read, not written (per tensor), may be read-only
+    per_tensor = np.broadcast_to(np.float32(0.05), (1,))
+    flashcpu.quantize(k, "i8", scales=per_tensor)
+
+
+def test_codes_wider_than_a_byte_are_refused():
+    rng = np.random.default_rng(21)
+    q, k, v = inputs(rng)
+    kq = flashcpu.quantize(k, "i8")
+    for wide in (kq.codes.astype(np.int16), kq.codes.astype(np.float32),
+                 kq.codes.astype(bool)):
+        with pytest.raises(flashcpu.UnsupportedDtypeError, match="codes"):
+            flashcpu.Quantized(wide, "i8", scales=kq.scales)
+    out = np.zeros(k.shape, np.float32)
+    with pytest.raises(flashcpu.UnsupportedDtypeError, match="codes"):
+        flashcpu.quantize(k, "i8", out=out)
+    assert not out.any()
+
+
 @pytest.mark.parametrize("fmt,dim", [("i8", 32), ("u8", 32), ("f8_e5m2", 32), ("q8_0", 32),
                                      ("i8", 64), ("u8", 128)])
 @pytest.mark.parametrize("layout", ["nhd", "hnd"])

@@ -262,6 +262,85 @@ def test_transformers_short_path_matches_attention():
     assert len(_model_call._packs) == free  # the pack went back
 
 
+def padded_mask(batch, rows, keys, pads, left=True):
+    """A transformers-style boolean mask [B, 1, L, S]: bottom-right causal,
+    the first (left) or last pads[b] keys of batch b hidden."""
+    i = torch.arange(rows).view(-1, 1)
+    j = torch.arange(keys).view(1, -1)
+    mask = (j <= i + (keys - rows)).expand(batch, 1, rows, keys).clone()
+    for b, pad in enumerate(pads):
+        if left:
+            mask[b, :, :, :pad] = False
+        elif pad:
+            mask[b, :, :, keys - pad:] = False
+    return mask
+
+
+def test_transformers_mask_plans_follow_the_mask_tensor():
+    """A plan is reused only for the same live tensor, unchanged: a new mask
+    of the same shape at a recycled address, or one changed in place, gets
+    its own; an inference tensor (no version counter) works, and a layer
+    index that does not grow plans again; the plan goes with its mask."""
+    import gc
+
+    import flashcpu.transformers as backend
+
+    def fresh(mask, keys, rows):
+        return backend._plan_mask(mask[:, :, :, :keys], rows)
+
+    def same(a, b):
+        return a[0] == b[0] and a[1] == b[1] and (
+            (a[2] is None and b[2] is None) or torch.equal(a[2], b[2]))
+
+    for step in range(12):  # new masks of one shape, freed in turn
+        pads = (step % 3, (step * 5) % 4)
+        mask = padded_mask(2, 6, 9, pads)
+        for layer in range(3):
+            assert same(backend._mask_plan(mask, 9, 6, layer), fresh(mask, 9, 6))
+        del mask
+    mask = padded_mask(2, 6, 9, (0, 0))
+    first = backend._mask_plan(mask, 9, 6, 0)
+    assert backend._mask_plan(mask, 9, 6, 1) is first
+    mask[1, :, :, :2] = False  # changed in place
+    assert same(backend._mask_plan(mask, 9, 6, 2), fresh(mask, 9, 6))
+    with torch.inference_mode():
+        frozen = padded_mask(2, 6, 9, (1, 0))
+        first = backend._mask_plan(frozen, 9, 6, 0)
+        assert same(first, fresh(frozen, 9, 6))
+        assert backend._mask_plan(frozen, 9, 6, 1) is first
+        frozen[0, :, :, :3] = False  # no version to tell, but a new forward
+        assert same(backend._mask_plan(frozen, 9, 6, 0), fresh(frozen, 9, 6))
+    entry = backend._local.planned
+    del frozen
+    gc.collect()
+    assert entry.plan is None  # an additive mask is not kept past its tensor
+
+
+@pytest.mark.parametrize("case", ["batch-1 causal mask", "right-padded prompt",
+                                  "left padding", "right padding, decode"])
+def test_transformers_masks_match_the_reference(case):
+    import flashcpu.transformers as backend
+
+    torch.manual_seed(7)
+    rows = 1 if "decode" in case else 6
+    q, k, v = torch.randn(2, 8, rows, 32), torch.randn(2, 2, 11, 32), torch.randn(2, 2, 11, 32)
+    if case == "batch-1 causal mask":
+        mask = padded_mask(1, rows, 11, (0,))
+    else:
+        mask = padded_mask(2, rows, 11, (0, 3), left=case == "left padding")
+    if case == "right-padded prompt":  # each row of the prompt sees its own prefix
+        mask = torch.zeros(2, 1, rows, 11, dtype=torch.bool)
+        for b, n in enumerate((6, 4)):
+            mask[b, 0, :, :n] = torch.ones(rows, n).tril().bool()
+            mask[b, 0, n:, :] = mask[b, 0, n - 1]
+    with torch.inference_mode():
+        out, _ = backend.attention_forward(CausalModule(), q, k, v, mask, scaling=0.25)
+    additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf")).numpy()
+    expected, _ = reference.attention(*(x.transpose(1, 2).numpy() for x in (q, k, v)),
+                                      scale=0.25, additive=additive)
+    np.testing.assert_allclose(out.numpy(), expected, atol=2e-5, rtol=1e-4)
+
+
 def test_transformers_backend():
     transformers = pytest.importorskip("transformers")
     import flashcpu.transformers as backend
@@ -291,6 +370,30 @@ def test_transformers_backend():
     assert calls, "the model never called flashcpu's attention"
     assert torch.equal(tokens, expected)
     assert (logits - reference_logits).abs().max().item() < 1e-4
+
+
+def test_transformers_generate_with_padding_in_inference_mode():
+    """Left-padded prompts under torch.inference_mode (masks without a
+    version counter): the same greedy tokens as sdpa."""
+    transformers = pytest.importorskip("transformers")
+    import flashcpu.transformers as backend
+    name = backend.register()
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512,
+                                      num_hidden_layers=2, num_attention_heads=8,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(1)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(1, 128, (2, 16))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[0, :5] = 0
+    results = {}
+    with torch.inference_mode():
+        for backend_name in ("sdpa", name):
+            model.set_attn_implementation(backend_name)
+            results[backend_name] = model.generate(ids, attention_mask=attention_mask,
+                                                   max_new_tokens=6, do_sample=False,
+                                                   pad_token_id=0)
+    assert torch.equal(results[name], results["sdpa"])
 
 
 def test_transformers_gpt_oss_with_sinks():
