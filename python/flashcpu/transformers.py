@@ -27,16 +27,19 @@ NAME = "fcpu"
 
 
 class _Planned:
-    """One mask tensor's plan. Dropped when the tensor goes (the plan may
-    hold an additive mask as large as the tensor)."""
+    """One mask tensor's plan, dropped when the tensor goes (the plan may
+    hold an additive mask as large as the tensor). The weak reference's
+    callback holds the plan's box, not this object: no cycle keeps either."""
 
     def __init__(self, mask, keys, rows, version, layer, plan):
-        self.ref = weakref.ref(mask, self._drop)
+        box = [plan]
+        self.box = box
+        self.ref = weakref.ref(mask, lambda _ref: box.clear())
         self.keys, self.rows, self.version, self.layer = keys, rows, version, layer
-        self.plan = plan
 
-    def _drop(self, _ref):
-        self.plan = None
+    @property
+    def plan(self):
+        return self.box[0] if self.box else None
 
 
 _local = threading.local()  # each thread's last _Planned
@@ -76,8 +79,9 @@ def _mask_plan(attention_mask, keys, rows, layer):
 def _plan_mask(mask, rows):
     """(causal, kv_lengths, additive) for a transformers mask [B, 1 or H, L,
     S]: a boolean mask that is bottom-right causal over each batch's first
-    n keys (no padding, or right padding) becomes causal + kv_lengths, all
-    True becomes no mask; anything else an additive float32 mask."""
+    n keys (no padding, or right padding in a decode step) becomes causal +
+    kv_lengths, all True becomes no mask; anything else an additive float32
+    mask."""
     if mask.dtype == torch.bool and mask.shape[1] == 1:
         batch, _, length_q, keys = mask.shape
         lengths = mask[:, 0, -1].sum(dim=-1)  # the last row sees all its keys
