@@ -341,6 +341,15 @@ def test_transformers_masks_match_the_reference(case):
     np.testing.assert_allclose(out.numpy(), expected, atol=2e-5, rtol=1e-4)
 
 
+def tiny_llama(transformers, seed):
+    """A random f32 Llama of 2 layers, 8 query and 2 KV heads, vocabulary 128."""
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512,
+                                      num_hidden_layers=2, num_attention_heads=8,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
 def test_transformers_backend():
     transformers = pytest.importorskip("transformers")
     import flashcpu.transformers as backend
@@ -354,11 +363,7 @@ def test_transformers_backend():
         return backend.attention_forward(*args, **kwargs)
 
     AttentionInterface.register(name, counted)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512,
-                                      num_hidden_layers=2, num_attention_heads=8,
-                                      num_key_value_heads=2, max_position_embeddings=256)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = tiny_llama(transformers, seed=0)
     ids = torch.randint(0, 128, (1, 24))
     with torch.no_grad():
         model.set_attn_implementation("sdpa")
@@ -378,11 +383,7 @@ def test_transformers_generate_with_padding_in_inference_mode():
     transformers = pytest.importorskip("transformers")
     import flashcpu.transformers as backend
     name = backend.register()
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=512,
-                                      num_hidden_layers=2, num_attention_heads=8,
-                                      num_key_value_heads=2, max_position_embeddings=256)
-    torch.manual_seed(1)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = tiny_llama(transformers, seed=1)
     ids = torch.randint(1, 128, (2, 16))
     attention_mask = torch.ones_like(ids)
     attention_mask[0, :5] = 0
