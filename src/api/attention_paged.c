@@ -85,10 +85,11 @@ flashcpu_status flashcpu_attention_paged(
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
   if (!plan)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, CALL ": plan is NULL");
-  if (plan->ctx != ctx)
+  if (plan->ctx_id != ctx->id)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": the plan was made on another context (plans "
-                   "size and use their context's memory)");
+                   CALL ": the plan was made on another context, or on one "
+                   "since destroyed (plans size and use their context's "
+                   "memory)");
   flashcpu_attention_params copy;
   if ((status = fc_copy_params(ctx, CALL, params, &copy)) != FLASHCPU_OK)
     return status;

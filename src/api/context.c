@@ -1,6 +1,7 @@
 /* Context lifetime: resolves the thread count, loads the topology and the
  * team plan once, fills the kernel table once. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -210,6 +211,8 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   flashcpu_context *created = calloc(1, sizeof *created);
   if (!created)
     return fc_fail(NULL, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": out of memory");
+  static atomic_uint_least64_t contexts_created;
+  created->id = atomic_fetch_add(&contexts_created, 1) + 1;
   char error[256];
   fc_runtime_options runtime_options = {source, threads, settings.team_level,
                                         settings.max_team_size,

@@ -12,6 +12,8 @@
 #define FC_ERROR_MESSAGE_SIZE 512
 
 struct flashcpu_context {
+  /* Never reused in a process, unlike the address: what a plan is tied to. */
+  uint64_t id;
   fc_runtime runtime;    /* topology, teams, scratch: how to run */
   fc_kernel_table table; /* what to run */
   fc_settings settings;  /* what the table and runtime were made with */

@@ -12,7 +12,7 @@ static flashcpu_status check_side(flashcpu_context *ctx, const char *call,
                                   const void *data, flashcpu_dtype dtype,
                                   const int64_t *strides, int64_t dim,
                                   fc_byte_span *span) {
-  if (!data)
+  if (!data && span)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv->%s is NULL",
                    call, name);
   if (!fc_dtype_is_float(dtype) && !fc_dtype_is_quantized(dtype))
@@ -42,7 +42,10 @@ static flashcpu_status check_side(flashcpu_context *ctx, const char *call,
   }
   const int64_t dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads, dim};
   const int64_t all_strides[4] = {strides[0], strides[1], strides[2], 1};
-  if (!fc_quantized_span_of(data, dtype, dims, all_strides, 4, span))
+  /* Without data (a plan), the extent alone must fit. */
+  fc_byte_span extent;
+  if (!fc_quantized_span_of(span ? data : NULL, dtype, dims, all_strides, 4,
+                            span ? span : &extent))
     return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
                    "%s: kv->%s's pages reach past the int64 / address range",
                    call, name);
@@ -68,14 +71,19 @@ flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      "%s: kv->%s is %lld; it must be >= 1", call,
                      geometry[i].name, (long long)geometry[i].value);
-  if (!with_data) return FLASHCPU_OK;
+  int64_t slots;
+  if (__builtin_mul_overflow(kv->num_pages, kv->page_size, &slots))
+    return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
+                   "%s: kv->num_pages * kv->page_size overflows int64", call);
   flashcpu_status status =
       check_side(ctx, call, kv, "k", kv->k, kv->k_dtype, kv->k_strides,
-                 kv->head_dim, k_span);
+                 kv->head_dim, with_data ? k_span : NULL);
   if (status != FLASHCPU_OK) return status;
   if ((status = check_side(ctx, call, kv, "v", kv->v, kv->v_dtype,
-                           kv->v_strides, kv->v_head_dim, v_span)))
+                           kv->v_strides, kv->v_head_dim,
+                           with_data ? v_span : NULL)))
     return status;
+  if (!with_data) return FLASHCPU_OK;
   const int64_t k_dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads,
                              kv->head_dim};
   const int64_t v_dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads,

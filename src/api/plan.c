@@ -398,7 +398,7 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
   if (!made)
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
                    CALL ": out of memory");
-  made->ctx = ctx;
+  made->ctx_id = ctx->id;
   made->requests = batch->num_requests;
   made->tokens = batch->cu_seqlens_q[batch->num_requests];
   made->q_heads = q_heads;

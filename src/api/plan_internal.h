@@ -28,7 +28,7 @@ typedef struct fc_plan_part {
 enum { FC_PLAN_PARTS = 2 };
 
 struct flashcpu_plan {
-  const flashcpu_context *ctx;
+  uint64_t ctx_id; /* the context's id: its address may be reused */
   int64_t requests, tokens, q_heads;
   int64_t kv_heads, head_dim, v_head_dim, page_size, num_pages;
   flashcpu_dtype k_dtype, v_dtype; /* the cache's: quantized pages take
