@@ -26,7 +26,7 @@ shift || true
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER="${CC:-clang}" -DCMAKE_CXX_COMPILER="${CXX:-clang++}" \
-  "$@" >/dev/null
+  -DFLASHCPU_BUILD_PROBES=ON "$@" >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 mkdir -p "$build/bundle-lib"
 # Every shared library the bundle's programs load, except the C runtime.

@@ -7,7 +7,8 @@
 #
 #   -b BUNDLE    the bundle folder (default: $FLASHCPU_BUNDLE, else
 #                build-bundle)
-#   -o RESULTS   where results go (default: $OUT, else BUNDLE/results)
+#   -o RESULTS   where results go (default: $FLASHCPU_RESULTS, else
+#                BUNDLE/results)
 #
 # PARTS is a comma-separated list of:
 #   info           `flashcpu info`: the CPU, its features, caches, the plan
@@ -46,7 +47,7 @@
 set -uo pipefail
 usage() { sed -n '2,/^set -uo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 build=${FLASHCPU_BUNDLE:-build-bundle}
-out=${OUT:-}
+out=${FLASHCPU_RESULTS:-}
 while getopts 'b:o:h' option; do
   case $option in
     b) build=$OPTARG ;;

@@ -23,7 +23,7 @@ generate() on flashcpu's backend; in every decode call (one query row):
 Medians over the decode calls of one generate(), each mode in its own
 generate() after a warm-up.
 
-  python3 tools/decode_call_probe.py --prompt-tokens 4096 --new-tokens 48
+  python3 bench/probes/decode_call_probe.py --prompt-tokens 4096 --new-tokens 48
 
 Needs torch, transformers and this repository's Python package (python/,
 the library through FLASHCPU_LIBRARY).
@@ -36,8 +36,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 MODES = ("once", "twice", "warm", "touch", "parts", "steps")
 

@@ -5,7 +5,7 @@ torch), llama3-8b shapes in f16, the calling thread unbound, then bound to
 runtime's caller swap, the caller and that worker would share one core.
 
   PYTHONPATH=python FLASHCPU_LIBRARY=build/src/libflashcpu.so.0 \\
-      python3 tools/caller_place_probe.py --threads 16 --cpu 5
+      python3 bench/probes/caller_place_probe.py --threads 16 --cpu 5
 
 Prints the median and the fastest of --reps calls each way (the K/V of
 --layers caches in turn). Linux only (os.sched_setaffinity).
