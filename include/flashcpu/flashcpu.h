@@ -58,17 +58,19 @@
  *    that bound tie, and the row's lse saturates at it. An infinite score
  *    (q or k holding inf, or a q.k that overflows) saturates the same way;
  *    only a -INFINITY mask hides a key, and NaN stays NaN.
- *  - Precision: products are exact or f32, accumulation is f32. Kernels
- *    that round the softmax weights P to bf16 say so
+ *  - Precision: inputs are widened to f32 (bf16 dot products and AMX
+ *    tiles multiply bf16 pairs exactly) and sums are f32. Kernels that
+ *    round the softmax weights P to bf16 say so
  *    (flashcpu_kernel_info.weights_dtype); "quantized K/V" says what the
  *    integer decode kernels round.
  *  - Determinism: for the same inputs, shapes, dtypes, build, ISA and
  *    settings the output bytes do not depend on the thread count or the
  *    schedule.
  *
- * Errors: every function that can fail returns a flashcpu_status. On any
- * error nothing is written to out or lse, and flashcpu_last_error(ctx) gives
- * a readable message. Nothing in the library aborts.
+ * Errors: every function that can fail returns a flashcpu_status (but
+ * flashcpu_kernel_info_get, which returns 0). On any error nothing is
+ * written to the outputs, and flashcpu_last_error gives a readable message.
+ * Nothing in the library aborts.
  *
  * Ownership: the library keeps no pointer the caller passes beyond the call
  * (option strings are read by flashcpu_context_create and not kept; a plan
@@ -223,7 +225,7 @@ typedef struct flashcpu_host_openmp {
  * the fields it lacks keep their defaults).
  *
  * Settings: every choice of kernel and launch is a `key = value` entry of
- * one grammar, read from two places, each entry overriding the one before:
+ * one grammar, from these sources, each overriding the one before it:
  * the built-in defaults for this CPU, the tune file, the settings string,
  * then the fields team_level and max_team_size where they are not at their
  * defaults (a key given both as a field and in the string is an error).
