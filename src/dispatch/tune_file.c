@@ -67,7 +67,7 @@ static int apply_entry(const char *begin, const char *end, place at,
                        fc_settings *s, const fc_cpu_features *cpu,
                        int given_at[FC_KEY_COUNT], char *error,
                        size_t error_size) {
-  char where[160] = "";
+  char where[1024] = "";
   if (at.name) snprintf(where, sizeof where, "%s:%d: ", at.name, at.line);
   const char *equals = memchr(begin, '=', (size_t)(end - begin));
   if (!equals)
