@@ -116,7 +116,8 @@ flashcpu_context *ContextFor(int threads, const std::string &kernel,
   flashcpu_context_options options;
   flashcpu_context_options_init(&options);
   options.num_threads = threads;
-  if (!kernel.empty()) options.kernel = kernel.c_str();
+  const std::string settings = "kernel = " + kernel;  // read by the create
+  if (!kernel.empty()) options.settings = settings.c_str();
   flashcpu_context *ctx = nullptr;
   flashcpu_status status = flashcpu_context_create(&options, &ctx);
   if (status != FLASHCPU_OK) {

@@ -222,6 +222,7 @@ void AddKernelCases(std::vector<BenchCase> &cases,
   const toolkit_preset *preset = toolkit_preset_find("llama3-8b");
   const std::vector<int> ends = {thread_counts.front(), thread_counts.back()};
   flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
   for (int i = 0; flashcpu_kernel_info_get(i, &info); i++) {
     if (!info.runnable) continue;
     std::vector<BenchCase> shapes;

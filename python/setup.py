@@ -30,7 +30,7 @@ class build_py_with_library(build_py):  # noqa: N801 (setuptools' naming)
 
 setup(
     name="flashcpu",
-    version="0.2.0",
+    version="0.3.0",
     description="Exact attention (FlashAttention) on multicore CPUs: Python bindings",
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -29,7 +29,8 @@ typedef enum kernel { KERNEL_SPLITKV = 0, KERNEL_PREFILL = 1, KERNEL_COUNT } ker
 
 static const char *const kernel_names[KERNEL_COUNT] = {"split-KV", "prefill"};
 /* The splitkv_max_rows that forces each family for decode shapes. */
-static const int kernel_forcing[KERNEL_COUNT] = {64, 0};
+static const char *const kernel_forcing[KERNEL_COUNT] = {
+    "splitkv_max_rows = 64", "splitkv_max_rows = 0"};
 
 typedef struct tune_options {
   bool quick;
@@ -372,6 +373,7 @@ static bool write_file(const char *path, const report *r,
  * parts: __amxbf16, bf16dot, and the plain one of the ISA). */
 static void find_units(flashcpu_isa isa, unit_race *race) {
   flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
   for (int i = 0; flashcpu_kernel_info_get(i, &info); i++) {
     if (!info.runnable || info.isa != isa ||
         strcmp(info.family, "prefill") != 0)
@@ -410,7 +412,9 @@ static int run_unit_race(unit_race *race, flashcpu_isa isa,
     if (!race->kernels[u]) continue;
     flashcpu_context_options context_options;
     flashcpu_context_options_init(&context_options);
-    context_options.kernel = race->kernels[u];
+    char settings[160];
+    snprintf(settings, sizeof settings, "kernel = %s", race->kernels[u]);
+    context_options.settings = settings;
     if (flashcpu_context_create(&context_options, &contexts[u]) !=
         FLASHCPU_OK) {
       fprintf(stderr, "flashcpu tune: %s: %s\n", race->kernels[u],
@@ -510,6 +514,7 @@ static void set_sweep(sweep *s, const char *key, kernel a, kernel b,
 /* Whether this build has a split-KV kernel this context's ISA runs. */
 static bool has_splitkv(flashcpu_context *ctx) {
   flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
   for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
     if (info.runnable && info.isa == flashcpu_context_isa(ctx) &&
         strcmp(info.family, "split-KV decode") == 0)
@@ -531,7 +536,7 @@ int cli_tune(int argc, char **argv) {
   for (int k = 0; k < KERNEL_COUNT && exit_code == CLI_EXIT_OK; k++) {
     flashcpu_context_options context_options;
     flashcpu_context_options_init(&context_options);
-    context_options.splitkv_max_rows = kernel_forcing[k];
+    context_options.settings = kernel_forcing[k];
     if (flashcpu_context_create(&context_options, &contexts[k]) !=
         FLASHCPU_OK) {
       fprintf(stderr, "flashcpu tune: flashcpu_context_create failed: %s\n",
@@ -607,13 +612,14 @@ int cli_tune(int argc, char **argv) {
           .prefill_length = options.quick ? 1024 : 2048,
           .decode_kv = decode_kv,
           .decode_layers = rotated_layers(&options, 1, decode_kv),
-          .prefill_amx = FLASHCPU_SETTING_AUTO,
-          .prefill_bf16_dot = FLASHCPU_SETTING_AUTO};
+          .settings = NULL};
+      char unit_settings[80];
       if (race.ran) {
-        spec.prefill_amx =
-            race.winner == UNIT_AMX ? FLASHCPU_SETTING_ON : FLASHCPU_SETTING_OFF;
-        spec.prefill_bf16_dot =
-            race.winner == UNIT_DOT ? FLASHCPU_SETTING_ON : FLASHCPU_SETTING_OFF;
+        snprintf(unit_settings, sizeof unit_settings,
+                 "prefill_amx = %s; prefill_bf16_dot = %s",
+                 race.winner == UNIT_AMX ? "on" : "off",
+                 race.winner == UNIT_DOT ? "on" : "off");
+        spec.settings = unit_settings;
       }
       fprintf(stderr, "team shapes ...\n");
       if (cli_tune_team_race(&spec, &teams) != 0) exit_code = CLI_EXIT_FAILURE;

@@ -28,8 +28,7 @@ static flashcpu_context *create(const cli_team_race_spec *spec,
   flashcpu_context_options_init(&options);
   options.team_level = level;
   options.max_team_size = max_size;
-  options.prefill_amx = spec->prefill_amx;
-  options.prefill_bf16_dot = spec->prefill_bf16_dot;
+  options.settings = spec->settings;
   flashcpu_context *ctx = NULL;
   if (flashcpu_context_create(&options, &ctx) != FLASHCPU_OK) {
     fprintf(stderr, "flashcpu tune: teams %s (at most %d): %s\n",

@@ -31,14 +31,14 @@ typedef struct cli_team_race {
   int64_t prefill_length, decode_kv;
 } cli_team_race;
 
-/* What the race times. prefill_amx and prefill_bf16_dot: the bf16 unit the
- * tune chose (FLASHCPU_SETTING_AUTO where it chose none). */
+/* What the race times. settings: the bf16 prefill unit the tune chose, as
+ * prefill_amx and prefill_bf16_dot entries (NULL where it chose none). */
 typedef struct cli_team_race_spec {
   const toolkit_preset *preset;
   bool quick;
   int64_t prefill_length, decode_kv;
   int decode_layers; /* KV caches rotated by the decode */
-  flashcpu_setting prefill_amx, prefill_bf16_dot;
+  const char *settings;
 } cli_team_race_spec;
 
 /* A shape replaces the default only when the geometric mean of its two

@@ -21,12 +21,13 @@ torch's scaled_dot_product_attention on the same shapes for reference.
 
   python3 tools/torch_host_interop.py --lib build/src/libflashcpu.so
 
-Needs PyTorch. The library is loaded through ctypes; the ctypes structures
-below mirror include/flashcpu/flashcpu.h.
+Needs PyTorch. The library is loaded through ctypes, with the Python
+package's mirrors of its structs (python/flashcpu/_library.py).
 """
 
 import argparse
 import ctypes
+import importlib.util
 import json
 import os
 import re
@@ -34,26 +35,22 @@ import statistics
 import sys
 import time
 
-
-class Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int),
-                ("dims", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4)]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class HostOpenmp(ctypes.Structure):
-    _fields_ = [("parallel", ctypes.c_void_p), ("thread_num", ctypes.c_void_p),
-                ("num_threads", ctypes.c_void_p)]
+def _mirrors():
+    """python/flashcpu/_library.py on its own (the package would load a
+    library of its choosing): the structs, checked against the C ones by
+    tests/python/test_struct_layout.py."""
+    spec = importlib.util.spec_from_file_location(
+        "flashcpu_mirrors", os.path.join(ROOT, "python", "flashcpu", "_library.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class Options(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t), ("num_threads", ctypes.c_int),
-                ("team_level", ctypes.c_int), ("max_team_size", ctypes.c_int),
-                ("max_isa", ctypes.c_int), ("tune_file", ctypes.c_char_p),
-                ("splitkv_max_rows", ctypes.c_int), ("launch", ctypes.c_int),
-                ("prefill_bf16_dot", ctypes.c_int), ("decode_bf16_dot", ctypes.c_int),
-                ("decode_prefetch", ctypes.c_int), ("kernel", ctypes.c_char_p),
-                ("host_openmp", ctypes.POINTER(HostOpenmp)),
-                ("prefill_amx", ctypes.c_int)]
+_library = _mirrors()
+Tensor, HostOpenmp, Options = _library.Tensor, _library.HostOpenmp, _library.ContextOptions
 
 
 BF16 = 2
@@ -123,9 +120,7 @@ def median_us(samples):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lib", default=os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "src",
-        "libflashcpu.so"))
+    parser.add_argument("--lib", default=os.path.join(ROOT, "build", "src", "libflashcpu.so"))
     parser.add_argument("--kv", type=int, default=4096)
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--threads", type=int, default=0,

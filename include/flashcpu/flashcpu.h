@@ -4,19 +4,19 @@
  *   O = softmax(Q K^T * scale  [softcap]  [+ ALiBi + additive mask]  [masks]
  *               [sink]) V
  *
- * One call, flashcpu_attention(), computes attention for a batch of
- * sequences with any mix of the options below; flashcpu_attention_paged()
- * does the same for an engine's ragged batch over a paged KV cache. The library never forms the
- * L x S score matrix: it tiles Q and K/V and uses an online softmax, with
- * float32 accumulation whatever the storage dtype.
+ * flashcpu_attention() computes attention for a batch of sequences with any
+ * mix of the options below; flashcpu_attention_paged() does the same for an
+ * engine's ragged batch over a paged KV cache. The L x S score matrix is
+ * never formed: Q and K/V are tiled under an online softmax, accumulated in
+ * float32 whatever the storage dtype. docs/api.md is the reference by
+ * topic; this header is the contract.
  *
  * Conventions (the semantics every kernel and ISA keeps):
  *
  *  - Tensors are views (flashcpu_tensor): data, dtype, dims in the order
  *    [batch, seq, heads, head_dim] and a stride per dim counted in elements.
  *    head_dim must be contiguous (stride 1); the other strides are free and
- *    non-negative, which covers BSHD, BHSD and KV caches allocated for more
- *    rows than are filled.
+ *    non-negative (BSHD, BHSD, caches with spare rows).
  *      q   [B, L, Hq,  D]     k [B, S, Hkv, D]     v [B, S, Hkv, Dv]
  *      out [B, L, Hq,  Dv]    lse (optional) float32 [B, Hq, L], contiguous
  *  - dtypes: f32, f16 and bf16 for each of q, k, v, out independently;
@@ -26,8 +26,8 @@
  *    h / (Hq / Hkv). Hkv == 1 is MQA, Hkv == Hq is MHA.
  *  - kv lengths: S is the capacity of the K/V views. With kv_lengths given,
  *    batch b uses only its first kv_lengths[b] rows (0 <= len <= S), and
- *    every mask below is aligned to that length. Without it every batch uses S.
- *    Below, S_b is the length batch b uses.
+ *    every mask below is aligned to that length. Without it every batch uses
+ *    S. Below, S_b is the length batch b uses.
  *  - Causal is aligned bottom-right: query row i sees key j when
  *    j <= i + (S_b - L). Rows with i + (S_b - L) < 0 see nothing.
  *  - Sliding window (left, right), inclusive, -1 meaning unbounded: query row
@@ -53,36 +53,46 @@
  *  - Finite scores stay finite: kernels work in the log2 domain, so a final
  *    score beyond +-FLT_MAX * ln 2 (about +-2.3587e38) saturates there
  *    instead of overflowing. A row whose keys all get -FLT_MAX from the
- *    additive mask (the value Hugging Face models use) gets the uniform
- *    softmax that f32 defines, not an empty row; a key with a +3e38 bias
- *    gets all the weight, not NaN. Scores past that bound tie, and the
- *    row's lse saturates at it. An infinite score (q or k holding inf, or a
- *    q.k that overflows) saturates the same way; only a -INFINITY mask
- *    hides a key, and NaN stays NaN.
- *  - Determinism: for the same inputs, shapes, dtypes, build and ISA the
- *    output bytes do not depend on the thread count or the schedule.
+ *    additive mask gets the uniform softmax that f32 defines, not an empty
+ *    row; a key with a +3e38 bias gets all the weight, not NaN. Scores past
+ *    that bound tie, and the row's lse saturates at it. An infinite score
+ *    (q or k holding inf, or a q.k that overflows) saturates the same way;
+ *    only a -INFINITY mask hides a key, and NaN stays NaN.
+ *  - Precision: inputs are widened to f32 (bf16 dot products and AMX
+ *    tiles multiply bf16 pairs exactly) and sums are f32. Kernels that
+ *    round the softmax weights P to bf16 say so
+ *    (flashcpu_kernel_info.weights_dtype); "quantized K/V" says what the
+ *    integer decode kernels round.
+ *  - Determinism: for the same inputs, shapes, dtypes, build, ISA and
+ *    settings the output bytes do not depend on the thread count or the
+ *    schedule.
  *
- * Errors: every function returns a flashcpu_status. On any error nothing is
- * written to out or lse, and flashcpu_last_error(ctx) gives a readable
- * message. Nothing in the library aborts.
+ * Errors: every function that can fail returns a flashcpu_status (but
+ * flashcpu_kernel_info_get, which returns 0). On any error nothing is
+ * written to the outputs, and flashcpu_last_error gives a readable message.
+ * Nothing in the library aborts.
  *
- * Environment: flashcpu reads FLASHCPU_ISA (caps the ISA of every context:
+ * Ownership: the library keeps no pointer the caller passes beyond the call
+ * (option strings are read by flashcpu_context_create and not kept; a plan
+ * copies its batch). Contexts and plans are the library's, freed by their
+ * destroy functions; every other buffer is the caller's.
+ *
+ * ABI: structs that may grow carry struct_size, set by their _init
+ * function; the library accepts the layouts of released versions (each
+ * struct says which). The view structs (flashcpu_tensor, the masks,
+ * flashcpu_kv_scales, flashcpu_host_openmp) keep their layout for good.
+ * Enum values are fixed.
+ *
+ * Environment, read once per context creation: FLASHCPU_ISA (caps the ISA:
  * scalar, avx2, avx512 or neon), FLASHCPU_VERBOSE (1: log each context's
- * plan and settings, and each call's kernel choice, to stderr),
- * FLASHCPU_TUNE_FILE (a tune file, see flashcpu_context_options) and
- * OMP_NUM_THREADS (the default thread count), once per context creation.
- * Every other choice is a setting of flashcpu_context_options.
+ * plan and settings, and each call's kernel, to stderr), FLASHCPU_TUNE_FILE
+ * (a tune file, see flashcpu_context_options) and OMP_NUM_THREADS (the
+ * default thread count). Every other choice is a context option.
  *
  * Threads: a context is not safe to use from two threads at once; use one
- * context per calling thread. Different contexts are independent. A context
- * owns worker threads, which a fork() does not copy: in a child process,
- * create new contexts rather than using ones made before the fork.
- * The worker threads are OpenMP threads. When a context is destroyed they
- * go back to the OpenMP runtime: libgomp ends them; libomp keeps them,
- * asleep, in its own pool for later contexts and parallel regions, so the
- * process holds at most as many as were ever in use at once (eight
- * application threads, each with a live 16-thread context, leave 113
- * threads behind, however many times they repeat it).
+ * context per calling thread. Different contexts are independent. A
+ * context's worker threads (OpenMP threads) do not survive fork(): a child
+ * process creates its own contexts.
  */
 #ifndef FLASHCPU_FLASHCPU_H
 #define FLASHCPU_FLASHCPU_H
@@ -91,9 +101,9 @@
 #include <stdint.h>
 
 #define FLASHCPU_VERSION_MAJOR 0
-#define FLASHCPU_VERSION_MINOR 2
+#define FLASHCPU_VERSION_MINOR 3
 #define FLASHCPU_VERSION_PATCH 0
-#define FLASHCPU_VERSION_STRING "0.2.0"
+#define FLASHCPU_VERSION_STRING "0.3.0"
 /* MAJOR * 10000 + MINOR * 100 + PATCH, comparable with flashcpu_version(). */
 #define FLASHCPU_VERSION                                                       \
   (FLASHCPU_VERSION_MAJOR * 10000 + FLASHCPU_VERSION_MINOR * 100 +             \
@@ -126,7 +136,6 @@ FLASHCPU_API const char *flashcpu_version_string(void);
 
 /* ----------------------------------------------------------------- status */
 
-/* Values are fixed: they will not be renumbered. */
 typedef enum flashcpu_status {
   FLASHCPU_OK = 0,
   FLASHCPU_ERROR_NULL_POINTER = 1,     /* a required pointer is NULL */
@@ -147,7 +156,6 @@ FLASHCPU_API const char *flashcpu_status_name(flashcpu_status status);
 
 /* ----------------------------------------------------------------- dtypes */
 
-/* Values are fixed. */
 typedef enum flashcpu_dtype {
   FLASHCPU_DTYPE_F32 = 0,
   FLASHCPU_DTYPE_F16 = 1, /* IEEE binary16 */
@@ -169,7 +177,7 @@ typedef enum flashcpu_dtype {
 typedef struct flashcpu_context flashcpu_context;
 
 /* Which cores form a team: the threads that cooperate on one tile and share
- * its scratch (the CPU's threadgroup). Values are fixed. */
+ * its scratch (the CPU's threadgroup). */
 typedef enum flashcpu_team_level {
   /* FLASHCPU_TEAM_L2 when some L2 cache is shared by several of the cores
    * the context uses, else FLASHCPU_TEAM_CORE. */
@@ -180,7 +188,7 @@ typedef enum flashcpu_team_level {
   FLASHCPU_TEAM_NUMA = 4  /* cores of a NUMA node */
 } flashcpu_team_level;
 
-/* Instruction sets a context may use, as a cap. Values are fixed. */
+/* Instruction sets a context may use, as a cap. */
 typedef enum flashcpu_isa {
   FLASHCPU_ISA_AUTO = 0,   /* the best the CPU and the OS support */
   FLASHCPU_ISA_SCALAR = 1, /* portable C only */
@@ -199,29 +207,6 @@ FLASHCPU_API int flashcpu_isa_supported(flashcpu_isa isa);
  * Returns the length the full text needs. */
 FLASHCPU_API size_t flashcpu_cpu_features(char *buffer, size_t size);
 
-/* A tuning switch (values are fixed). AUTO takes the tune file's value,
- * else the built-in default for this CPU. */
-typedef enum flashcpu_setting {
-  FLASHCPU_SETTING_AUTO = 0,
-  FLASHCPU_SETTING_ON = 1,
-  FLASHCPU_SETTING_OFF = 2
-} flashcpu_setting;
-
-/* How a call gets its threads (values are fixed). */
-typedef enum flashcpu_launch_mode {
-  FLASHCPU_LAUNCH_AUTO = 0,  /* the tune file's, else POOL */
-  FLASHCPU_LAUNCH_POOL = 1,  /* persistent threads, parked between calls */
-  FLASHCPU_LAUNCH_REGION = 2 /* an OpenMP parallel region per call */
-} flashcpu_launch_mode;
-
-/* Where split-KV decode prefetches the next key block (values are fixed). */
-typedef enum flashcpu_prefetch_level {
-  FLASHCPU_PREFETCH_AUTO = 0, /* the tune file's, else L1 on AMD CPUs and
-                                 L2 elsewhere */
-  FLASHCPU_PREFETCH_L1 = 1,
-  FLASHCPU_PREFETCH_L2 = 2
-} flashcpu_prefetch_level;
-
 /* The host process's OpenMP runtime, for flashcpu_context_options'
  * host_openmp: three entry points of one runtime (libgomp, LLVM's libomp and
  * Intel's libiomp5 all export them under these names). */
@@ -235,105 +220,74 @@ typedef struct flashcpu_host_openmp {
   int (*num_threads)(void); /* omp_get_num_threads */
 } flashcpu_host_openmp;
 
+/* A context's options. Layouts accepted: this one, and 0.1.0's, which ends
+ * at max_isa (struct_size = offsetof(flashcpu_context_options, tune_file);
+ * the fields it lacks keep their defaults).
+ *
+ * Settings: every choice of kernel and launch is a `key = value` entry of
+ * one grammar, from these sources, each overriding the one before it:
+ * the built-in defaults for this CPU, the tune file, the settings string,
+ * then the fields team_level and max_team_size where they are not at their
+ * defaults (a key given both as a field and in the string is an error).
+ * Entries end at a newline or a ';'; blanks around keys and values are
+ * ignored; '#' starts a comment to the end of the line; each key at most
+ * once. The keys (docs/api.md says what each one does):
+ *   splitkv_max_rows  0..64 (8): decode-shaped calls with up to this many
+ *                     query rows take split-KV decode, more take prefill
+ *   launch            pool | region (pool)
+ *   prefill_bf16_dot  auto | on | off (auto = off)
+ *   prefill_amx       auto | on | off (auto = on where AMX-BF16 runs)
+ *   decode_bf16_dot   auto | on | off (auto = on for AMD CPUs with
+ *                     AVX512-BF16)
+ *   decode_prefetch   auto | l1 | l2 (auto = l1 on AMD CPUs, l2 elsewhere)
+ *   kernel            auto | a kernel's name (flashcpu_kernel_info): every
+ *                     call runs that kernel, and one it cannot compute
+ *                     fails with FLASHCPU_ERROR_INVALID_ARGUMENT
+ *   team_level        auto | core | l2 | l3 | numa (auto)
+ *   max_team_size     0..4096 (0: no limit beyond the level)
+ * An unknown key, a key given twice or a bad value makes
+ * flashcpu_context_create return FLASHCPU_ERROR_INVALID_ARGUMENT with a
+ * message naming the key and value (and, for a tune file, the file and
+ * line). Settings never change the result of a given kernel: the output
+ * bytes depend on the kernel chosen and the shape, never on the thread
+ * count. */
 typedef struct flashcpu_context_options {
   /* sizeof(flashcpu_context_options) as the caller compiled it; set by
-   * flashcpu_context_options_init. Lets later versions add fields: the
-   * size of an earlier version's struct is accepted, and the fields it
-   * lacks take their defaults. */
+   * flashcpu_context_options_init. */
   size_t struct_size;
   /* Threads for each call. 0: OMP_NUM_THREADS if set, else one thread per
    * core the process may run on (not per hyperthread). The calling thread
-   * takes part as thread 0 and is never bound; the other threads are pinned
-   * one per core (then to further hyperthreads) where the OS supports
-   * binding. A call made from a core that a worker is pinned to (a host
-   * that binds its own thread there, say) moves that worker to the core
-   * planned for the caller, so that no two of a call's threads share a
-   * core. They are OpenMP threads kept in a persistent pool between
-   * calls (they spin briefly, then sleep), unless `launch` says REGION or
-   * host_openmp gives the host's runtime. With one thread per team (the
-   * default), a call does not wait for sleeping workers to wake: its tiles
-   * go to the threads that are up. */
+   * takes part as thread 0 and is never bound; the others are pinned one
+   * per core where the OS supports binding, and kept in a pool between
+   * calls (launch = pool) unless host_openmp is given. */
   int num_threads;
-  /* Team shape; FLASHCPU_TEAM_AUTO by default. Like the settings below, a
-   * field left at its default takes the tune file's value: tune file
-   * team_level = auto | core | l2 | l3 | numa (`flashcpu tune` races the
-   * team shapes this machine offers on a prefill and a decode and writes
-   * the fastest). */
-  flashcpu_team_level team_level;
-  /* At most this many threads per team (0: no limit beyond the level).
-   * Tune file: max_team_size = 0..4096. */
-  int max_team_size;
-  /* Highest ISA to use. FLASHCPU_ISA_AUTO (default) means the best present;
-   * the environment variable FLASHCPU_ISA=scalar|avx2|avx512|neon lowers
-   * it further. Asking for an ISA the CPU lacks is an error. */
+  flashcpu_team_level team_level; /* AUTO: the settings' team_level */
+  int max_team_size; /* threads per team at most; 0: the settings' value */
+  /* Highest ISA to use; AUTO (default) means the best present, and
+   * FLASHCPU_ISA lowers it further. Asking for an ISA the CPU lacks is an
+   * error. */
   flashcpu_isa max_isa;
-  /* (Added after 0.1.0.) Path of a tune file written by `flashcpu tune` on this
-   * machine, read once here. NULL: the file named by the environment
-   * variable FLASHCPU_TUNE_FILE if set, else none. A file that is missing,
-   * unreadable, of another version, or has an unknown key, a key given
-   * twice or a bad value makes flashcpu_context_create return
-   * FLASHCPU_ERROR_INVALID_ARGUMENT with a message naming the file, line
-   * and key. The format (text, '#' starts a comment):
-   *     flashcpu-tune 2
-   *     splitkv_max_rows = 8
-   *     decode_prefetch = l2
-   * one `key = value` per line, each key at most once, in any order; the
-   * keys are the names of the settings below, with the values given
-   * there. FLASHCPU_VERBOSE=1 prints the settings a context ends up with. */
+  /* ---- 0.1.0's struct ends here. */
+  /* A tune file (`flashcpu tune` writes one), read here: a first line
+   * "flashcpu-tune 2", then entries as above. NULL: the file named by
+   * FLASHCPU_TUNE_FILE if set, else none. A file that is missing,
+   * unreadable or of another version is an error too. */
   const char *tune_file;
-
-  /* ---- Settings (since 0.2.0). Each is also a tune-file key of the same
-   * name. A field left at its default (what flashcpu_context_options_init
-   * sets: -1, AUTO or NULL) takes the tune file's value, else the built-in
-   * default; a field set here wins over the tune file. None of them changes
-   * the result for a given kernel: the output bytes depend on the kernel
-   * chosen and the shape, never on the thread count. */
-
-  /* Decode-shaped calls with up to this many query rows (0..64) take the
-   * split-KV decode kernel; more rows take the prefill kernel. -1: default
-   * (8). Tune file: splitkv_max_rows = 0..64. */
-  int splitkv_max_rows;
-  /* Tune file: launch = pool | region. */
-  flashcpu_launch_mode launch;
-  /* bf16 prefill (bf16 Q, K and V, even head_dim) by AVX512-BF16 dot
-   * products for both Q K^T and P V, P rounded to bf16 (CPUs with them).
-   * AUTO: off. Tune file: prefill_bf16_dot = auto | on | off. */
-  flashcpu_setting prefill_bf16_dot;
-  /* bf16 q and K split-KV decode scores by AVX512-BF16 dot products (CPUs
-   * with them). AUTO: on for AMD CPUs, off elsewhere. Tune file:
-   * decode_bf16_dot = auto | on | off. */
-  flashcpu_setting decode_bf16_dot;
-  /* Tune file: decode_prefetch = auto | l1 | l2. */
-  flashcpu_prefetch_level decode_prefetch;
-  /* Forces one attention kernel by name (flashcpu_context_describe lists
-   * this build's kernels; e.g. "fc_prefill_12x32__avx512") for tests and
-   * tuning: the context takes that kernel's ISA (within max_isa and
-   * FLASHCPU_ISA), and a call the kernel cannot compute fails with
-   * FLASHCPU_ERROR_INVALID_ARGUMENT. An unknown name, or a kernel this CPU
-   * cannot run, makes flashcpu_context_create fail. NULL: choose per call.
-   * Tune file: kernel = NAME | auto. */
-  const char *kernel;
-  /* (Added in 0.2.0.) Run each call's threads as a parallel region of the
-   * host's OpenMP runtime instead of flashcpu's own pool. For hosts that
-   * keep an OpenMP pool of their own (PyTorch, numpy's BLAS, an engine's
-   * workers): right after the host's parallel work its threads still spin
-   * on every core for a while, and a second pool pinned to the same cores
-   * competes with them (a call then takes many times as long). On the
-   * host's runtime, flashcpu's tiles run on those very threads, which are
-   * awake. The host's threads stay where the host placed them (flashcpu
-   * pins nothing), the `launch` setting does not apply, and a region that
-   * gets fewer threads than num_threads (a nested call) runs every tile on
-   * the calling thread. The struct is copied; its three pointers must be
-   * set. NULL (default): flashcpu's own threads. The Python package sets
-   * it to the OpenMP runtime that torch loaded. */
+  /* Settings as text, e.g. "kernel = fc_prefill_12x32__avx512;
+   * splitkv_max_rows = 8"; they win over the tune file's, key by key.
+   * NULL or "": none. */
+  const char *settings;
+  /* Run each call as a parallel region of the host's OpenMP runtime, on
+   * its threads where the host placed them, instead of flashcpu's own
+   * pool (launch does not apply). A region that gets fewer threads than
+   * num_threads (a nested call) runs every tile on the calling thread. The
+   * struct is copied; its three pointers must be set. NULL (default):
+   * flashcpu's own threads. */
   const flashcpu_host_openmp *host_openmp;
-  /* bf16 prefill (bf16 Q, K and V) on AMX tiles, where the CPU and the OS
-   * allow them: Q K^T and P V by TDPBF16PS, P rounded to bf16. AUTO: on.
-   * Tune file: prefill_amx = auto | on | off. */
-  flashcpu_setting prefill_amx;
 } flashcpu_context_options;
 
-/* Fills *options with the defaults (every setting at its default). */
+/* Fills *options with the defaults: every field 0 or NULL (AUTO), and
+ * struct_size. */
 FLASHCPU_API void
 flashcpu_context_options_init(flashcpu_context_options *options);
 
@@ -346,12 +300,10 @@ flashcpu_context_create(const flashcpu_context_options *options,
 /* Frees the context. NULL is accepted and ignored. */
 FLASHCPU_API void flashcpu_context_destroy(flashcpu_context *ctx);
 
-/* (Added in 0.2.0.) Wakes the context's sleeping worker threads (asleep
- * after a few idle milliseconds) 0.1-1 ms ahead of a call, e.g. as the
- * engine's work before it starts: the waking overlaps that work instead of
- * delaying the call. They fall asleep again if no call comes. A no-op with
- * one thread, host_openmp or `launch = region`. Any thread, any time (a
- * call running too); NULL is ignored. */
+/* Wakes the context's own worker threads, which sleep after a few idle
+ * milliseconds, ahead of a call, so that their waking overlaps the
+ * caller's work. A no-op with one thread, host_openmp or launch = region.
+ * Any thread, any time (a call running too); NULL is ignored. */
 FLASHCPU_API void flashcpu_context_wake(flashcpu_context *ctx);
 
 /* Threads a call on this context uses. */
@@ -360,45 +312,54 @@ FLASHCPU_API int flashcpu_context_num_threads(const flashcpu_context *ctx);
 FLASHCPU_API int flashcpu_context_num_teams(const flashcpu_context *ctx);
 /* The ISA the context's kernel table was filled for. */
 FLASHCPU_API flashcpu_isa flashcpu_context_isa(const flashcpu_context *ctx);
-/* One attention kernel of this build (flashcpu_kernel_info_get). */
+
+/* One attention kernel of this build, written by flashcpu_kernel_info_get:
+ * the caller sets struct_size (flashcpu_kernel_info_init) and the library
+ * writes only the fields that fit in it. */
 typedef struct flashcpu_kernel_info {
-  const char *name;   /* e.g. "fc_prefill_12x32__avx512": what the option
-                         `kernel` and the tune-file key take */
+  size_t struct_size;
+  const char *name;   /* e.g. "fc_prefill_12x32__avx512": what the setting
+                         `kernel` takes */
   const char *family; /* "split-KV decode" or "prefill" */
   flashcpu_isa isa;   /* the ISA a context needs for it */
   int runnable;       /* 1 when this CPU and OS can run it, else 0 */
   /* The dtype of the softmax weights P in O += P V: f32, or bf16 for the
-   * kernels that round P to bf16 for bf16 dot products or AMX tiles (their
-   * error bound is that of P in bf16; see "Precision" in the README). */
+   * kernels that round P to bf16 (their error bound is that of P in
+   * bf16). */
   flashcpu_dtype weights_dtype;
 } flashcpu_kernel_info;
 
+/* Fills *info with zeros and its struct_size. */
+FLASHCPU_API void flashcpu_kernel_info_init(flashcpu_kernel_info *info);
+
 /* Fills *info with the index-th attention kernel of this build, in the
  * order the choice tries them (index from 0), and returns 1; returns 0 and
- * leaves *info untouched past the last one or when info is NULL. */
+ * leaves *info untouched past the last one, when info is NULL, or when
+ * info->struct_size is not a size this library knows (then
+ * flashcpu_last_error(NULL) says so). Strings are the library's, valid
+ * while it is loaded. */
 FLASHCPU_API int flashcpu_kernel_info_get(int index,
                                           flashcpu_kernel_info *info);
 
 /* The kernels the last successful flashcpu_attention or
  * flashcpu_attention_paged call on ctx ran, in the order they ran,
- * separated by ", " (a paged step may run a split-KV and a prefill kernel);
- * "" before the first. Valid until the next call on ctx. */
+ * separated by ", "; "" before the first. Valid until the next call on
+ * ctx. */
 FLASHCPU_API const char *
 flashcpu_context_last_kernels(const flashcpu_context *ctx);
 
 /* Writes a human-readable description of the context's plan (topology,
- * teams with their threads, cores, shared cache, scratch size and NUMA node,
- * and the kernel table) into buffer, truncated to size bytes including the
- * terminating NUL. Returns the length the full text needs (like snprintf).
- * FLASHCPU_VERBOSE=1 in the environment prints the same to stderr when a
- * context is created. */
+ * teams, cores, caches, scratch, the kernel table and the settings) into
+ * buffer, truncated to size bytes including the NUL. Returns the length the
+ * full text needs (like snprintf). */
 FLASHCPU_API size_t flashcpu_context_describe(const flashcpu_context *ctx,
                                              char *buffer, size_t size);
 
 /* The message of the last failed call on ctx ("" after a successful call).
  * With ctx NULL: the last failure on this thread of a call that had no
- * usable context (flashcpu_context_create, or a call passed ctx == NULL).
- * The string stays valid until the next call on the same context / thread. */
+ * usable context (flashcpu_context_create, flashcpu_kernel_info_get, or a
+ * call passed ctx == NULL). Valid until the next call on the same context
+ * / thread. */
 FLASHCPU_API const char *flashcpu_last_error(const flashcpu_context *ctx);
 
 /* ---------------------------------------------------------------- tensors */
@@ -415,8 +376,11 @@ FLASHCPU_API int64_t flashcpu_dtype_block(flashcpu_dtype dtype);
 enum { FLASHCPU_DIM_BATCH = 0, FLASHCPU_DIM_SEQ = 1, FLASHCPU_DIM_HEADS = 2,
        FLASHCPU_DIM_HEAD_DIM = 3 };
 
+/* A view. Inputs are only read and outputs (passed as const
+ * flashcpu_tensor *: the view is not changed, its data is) are written, so
+ * data is not const. */
 typedef struct flashcpu_tensor {
-  void *data;            /* inputs are only read */
+  void *data;
   flashcpu_dtype dtype;
   int64_t dims[4];       /* [batch, seq, heads, head_dim] */
   int64_t strides[4];    /* in elements; strides[3] must be 1 */
@@ -425,38 +389,33 @@ typedef struct flashcpu_tensor {
 /* ------------------------------------------------------ quantized K/V */
 
 /* K and V (never q or out) may be stored quantized: I8, U8, F8_E4M3,
- * F8_E5M2 or Q8_0, each independently (K int8 and V bf16 is fine).
- * Attention is defined over the dequantized values, computed in f32:
+ * F8_E5M2 or Q8_0, each independently. Attention is defined over the
+ * dequantized values, computed in f32:
  *
  *   value(b, s, h, d) = (code - zero(b, s, h, d)) * scale(b, s, h, d)
  *
  * the zero point only for U8 (0 for the others, and for U8 without zero
- * points). One exception, for speed: decode with an I8 or U8 K whose
- * scales do not vary along a row (on AVX2 also: head_dim a multiple of 16)
- * rounds each q row to 15-bit integers (to within 2^-15 of its largest
- * element) for integer dot products with K's codes, and where V is I8 or
- * U8 too (on AVX2: v_head_dim a multiple of 16), rounds each 16-key
- * block's softmax weights times the V row scales to int16 (to within
- * 2^-16 of the block's largest) for integer dot products with V's codes.
- * Where the CPU has AMX-INT8 and K and V are both I8 or both U8 with
- * head_dim = v_head_dim = 64 or 128, `kernel =
- * fc_decode_splitkv_amx__amxint8` runs those products on AMX tiles: q
- * rounded the same way, the weights to 15 bits per 64-key group (to within
- * 2^-16 of the group's largest); faster where K and V are in cache, no
- * faster where memory binds. The kernel option or tune key `kernel =
- * fc_decode_splitkv__avx512` (or `__avx2`) keeps them in f32. With AVX512-VNNI, `kernel =
- * fc_decode_splitkv_i8dot__avx512vnni` rounds both to 8 bits instead, as
- * the codes themselves are (q to within 1/254 of its row's largest
- * element, weights to within 1/510 of the block's largest: about 15% more
- * RMS error than the f32 path over an I8 cache of random data, whose own
- * is 2.7x bf16's); it is faster where a thread's arithmetic binds decode
- * (one thread), no faster where memory does. With AVX512-BF16, bf16 q and
- * an F8_E4M3 or F8_E5M2 K (scales not varying along a row), `kernel =
- * fc_decode_splitkv_fp8dot__avx512bf16` takes the scores from bf16 dot
- * products of q with K's codes (exact products), each sum times its row's
- * scale: within f32 rounding of the dequantized cache's result, not its
- * very bytes. The scales
- * of a tensor are a view of their own:
+ * points). Exceptions, where integer or bf16 dot products compute the
+ * scores and weighted values:
+ *  - decode with an I8 or U8 K whose scales do not vary along a row (on
+ *    AVX2 also: head_dim a multiple of 16) rounds each q row to 15-bit
+ *    integers (to within 2^-15 of its largest element); where V is I8 or
+ *    U8 too (on AVX2: v_head_dim a multiple of 16), each 16-key block's
+ *    softmax weights times the V row scales are rounded to int16 (to
+ *    within 2^-16 of the block's largest);
+ *  - kernel fc_decode_splitkv_amx__amxint8 (K and V both I8 or both U8,
+ *    head_dim = v_head_dim = 64 or 128): q as above, the weights to 15 bits
+ *    per 64-key group (to within 2^-16 of the group's largest);
+ *  - kernel fc_decode_splitkv_i8dot__avx512vnni: q to 8 bits (within
+ *    1/254 of its row's largest), the weights to 8 bits (within 1/510 of
+ *    the block's largest);
+ *  - kernel fc_decode_splitkv_fp8dot__avx512bf16 (bf16 q, F8 K with scales
+ *    not varying along a row): exact products of q and the codes, each
+ *    sum times its row's scale: within f32 rounding of the dequantized
+ *    result, not its very bytes.
+ * `kernel = fc_decode_splitkv__avx512` (or __avx2) keeps decode in f32.
+ *
+ * The scales of a tensor are a view of their own:
  *   scale(b, s, h, d) = data[b * strides[0] + s * strides[1] +
  *                            h * strides[2] + d * strides[3]]
  * (a paged cache's: [page, slot, kv head, channel]), strides in elements,
@@ -464,14 +423,13 @@ typedef struct flashcpu_tensor {
  * strides and dtype. So
  *   per tensor              {0, 0, 0, 0}
  *   per kv head             {0, 0, 1, 0}
- *   per token and kv head   {S * Hkv, Hkv, 1, 0}  (vLLM's and OpenVINO's
- *                           per-token scales; a page's [P, page, Hkv]:
- *                           {page * Hkv, Hkv, 1, 0})
- *   per channel             {0, 0, D, 1}          (KIVI's keys)
+ *   per token and kv head   {S * Hkv, Hkv, 1, 0}  (a page's [P, page, Hkv]:
+ *                                                  {page * Hkv, Hkv, 1, 0})
+ *   per channel             {0, 0, D, 1}
  * A NULL scales view means scale 1 and zero 0. Q8_0 carries its scales in
  * its blocks and takes none; its head_dim and every stride except
- * head_dim's are multiples of 32 elements (the view's strides count
- * elements: element e of a row lies in block e / 32).
+ * head_dim's are multiples of 32 elements (element e of a row lies in
+ * block e / 32).
  *
  * flashcpu_quantize and flashcpu_kv_append write quantized values: rounded
  * to nearest (even), finite values beyond the format's range saturated to
@@ -479,12 +437,11 @@ typedef struct flashcpu_tensor {
  * 0) they compute, one per (token, kv head): I8 max|x| / 127; U8
  * (max - min) / 255 with zero point -min / scale (U8 needs zero_points
  * there); F8 max|x| / its largest (448 or 57344); Q8_0 d = max|x| / 127
- * per block. Other scales they read, and
- * those must be finite and > 0. A row (or block) holding NaN or inf gets
- * a NaN computed scale, so it reads as NaN; NaN in fp8 stays NaN, inf
- * stays inf in E5M2 and becomes NaN in E4M3 (it has no inf); with read
- * scales an I8 or U8 cache cannot hold NaN or inf, and the call fails
- * with nothing written. */
+ * per block. Other scales they read, and those must be finite and > 0. A
+ * row (or block) holding NaN or inf gets a NaN computed scale, so it reads
+ * as NaN; NaN in fp8 stays NaN, inf stays inf in E5M2 and becomes NaN in
+ * E4M3; with read scales an I8 or U8 cache cannot hold NaN or inf, and the
+ * call fails with nothing written. */
 typedef struct flashcpu_kv_scales {
   void *data;           /* attention reads; quantize and kv_append write
                            the scales they compute */
@@ -536,6 +493,9 @@ typedef struct flashcpu_additive_mask {
 /* Flag bits for flashcpu_attention_params.flags. Unknown bits are an error. */
 #define FLASHCPU_FLAG_CAUSAL 0x1u
 
+/* Layouts accepted: this one, and 0.1.0's, which ends at kv_lengths
+ * (struct_size = offsetof(flashcpu_attention_params, sinks); the fields it
+ * lacks keep their defaults). */
 typedef struct flashcpu_attention_params {
   /* sizeof(flashcpu_attention_params) as the caller compiled it; set by
    * flashcpu_attention_params_init. */
@@ -548,23 +508,20 @@ typedef struct flashcpu_attention_params {
   const flashcpu_tree_mask *tree_mask;         /* NULL: none */
   const flashcpu_additive_mask *additive_mask; /* NULL: none */
   const int64_t *kv_lengths; /* NULL, or B lengths, each in [0, S] */
-
-  /* ---- (Added in 0.2.0; a struct of 0.1.0's size leaves them unset.) */
-  /* Attention sinks (gpt-oss): one learned logit per query head, [Hq], in
-   * sinks_dtype (f32, f16 or bf16). The sink joins every row's softmax as
-   * one more key whose score is sinks[h] (not scaled, capped or masked)
-   * and whose value is zero: out = sum_j exp(s_j) v_j / (exp(sink) +
-   * sum_j exp(s_j)). lse includes it, so a row that sees no key gets
-   * output 0 and lse = sinks[h]. When merging partial results with
-   * flashcpu_merge_states, give the sinks to exactly one of them. NULL:
-   * none. */
+  /* ---- 0.1.0's struct ends here. */
+  /* Attention sinks: one logit per query head, [Hq], in sinks_dtype (f32,
+   * f16 or bf16). The sink joins every row's softmax as one more key whose
+   * score is sinks[h] (not scaled, capped or masked) and whose value is
+   * zero: out = sum_j exp(s_j) v_j / (exp(sink) + sum_j exp(s_j)). lse
+   * includes it, so a row that sees no key gets output 0 and lse =
+   * sinks[h]. When merging partial results with flashcpu_merge_states,
+   * give the sinks to exactly one of them. NULL: none. */
   const void *sinks;
   flashcpu_dtype sinks_dtype;
-  /* ALiBi (FlashAttention's alibi_slopes): float32 slopes, [Hq] with
-   * alibi_batch_stride 0, or [B, Hq] with alibi_batch_stride >= Hq (floats
-   * between batches). Row i at position p = i + (S_b - L) gets the bias
-   * -slope[h] * |p - j| on its score for key j, added after the softcap,
-   * with the additive mask. NULL: none. */
+  /* ALiBi: float32 slopes, [Hq] with alibi_batch_stride 0, or [B, Hq] with
+   * alibi_batch_stride >= Hq (floats between batches). Row i at position
+   * p = i + (S_b - L) gets the bias -slope[h] * |p - j| on its score for
+   * key j, added after the softcap, with the additive mask. NULL: none. */
   const float *alibi_slopes;
   int64_t alibi_batch_stride;
   /* Scales of a quantized k and v (see "quantized K/V"); NULL for f32,
@@ -574,7 +531,7 @@ typedef struct flashcpu_attention_params {
 } flashcpu_attention_params;
 
 /* Fills *params with the defaults: scale 0, no flags, window (-1, -1),
- * no softcap, no masks, no kv lengths, no sinks, no ALiBi. */
+ * no softcap, no masks, no kv lengths, no sinks, no ALiBi, no scales. */
 FLASHCPU_API void
 flashcpu_attention_params_init(flashcpu_attention_params *params);
 

@@ -2,30 +2,19 @@
 
 import ctypes
 
-from . import _arrays, _context, _library, _quantized, errors
+from . import _arrays, _context, _quantized, errors
 from ._library import AdditiveMask, AttentionParams, FLAG_CAUSAL, KernelInfo, Tensor
 
 _lib = None  # set by __init__
 _defaults = None  # AttentionParams at the library's defaults
 
 
-def _unsupported(name):
-    raise errors.UnsupportedError(
-        "UNSUPPORTED", f"{name} needs a later version of the flashcpu library")
-
-
 def new_params():
-    """AttentionParams at the library's defaults, with the library's
-    struct_size when its struct is no larger than this module's (a 0.2.0
-    library: no sinks, no ALiBi)."""
+    """AttentionParams at the library's defaults."""
     global _defaults
     if _defaults is None:
-        scratch = ctypes.create_string_buffer(4096)
-        _lib.flashcpu_attention_params_init(scratch)
-        size = min(_library.params_size, ctypes.sizeof(AttentionParams))
         defaults = AttentionParams()
-        ctypes.memmove(ctypes.byref(defaults), scratch, size)
-        defaults.struct_size = size
+        _lib.flashcpu_attention_params_init(ctypes.byref(defaults))
         _defaults = defaults
     return AttentionParams.from_buffer_copy(_defaults)
 
@@ -45,9 +34,6 @@ def set_options(params, keep, *, heads, batches, causal, window, softcap, scale,
     params.window_left = _arrays.integer(left, "window left")
     params.window_right = _arrays.integer(right, "window right")
     params.softcap = _arrays.float32(softcap or 0.0, "softcap", "off")
-    if (sinks is not None or alibi_slopes is not None) and \
-            params.struct_size < ctypes.sizeof(AttentionParams):
-        _unsupported("sinks" if sinks is not None else "alibi_slopes")
     if sinks is not None:
         address, code, array = _arrays.small_vector(
             sinks, "sinks", lambda shape: None if shape == (heads,) else
@@ -116,8 +102,6 @@ def _kv_view(x, quantized, layout, what, params, keep):
     an int8 / uint8 / float8 array: `quantized`) their scales in params."""
     if not quantized:
         return _arrays.view(x, layout, what)
-    if params.struct_size < ctypes.sizeof(AttentionParams):
-        _unsupported("quantized K/V")
     x = _quantized.as_quantized(x)
     view = _quantized.codes_view(x, layout, what)
     scales = _quantized.scales_view(x, layout, what, keep)
@@ -301,6 +285,7 @@ def info():
     features = ctypes.create_string_buffer(512)
     _lib.flashcpu_cpu_features(features, 512)
     kernels, index, item = [], 0, KernelInfo()
+    _lib.flashcpu_kernel_info_init(ctypes.byref(item))
     while _lib.flashcpu_kernel_info_get(index, ctypes.byref(item)):
         kernels.append({"name": item.name.decode(), "family": item.family.decode(),
                         "isa": _lib.flashcpu_isa_name(item.isa).decode(),

@@ -55,7 +55,10 @@ class Context:
     isa: "auto", "scalar", "avx2", "avx512" or "neon" (the highest used);
     team_level: "auto", "core", "l2", "l3" or "numa";
     tune_file: a file `flashcpu tune` wrote;
-    kernel: force one kernel by name (flashcpu.info()["kernels"]);
+    settings: "key = value" entries separated by ";" or newlines, in the
+      tune file's grammar, winning over the tune file key by key, e.g.
+      "kernel = fc_prefill_12x32__avx512; splitkv_max_rows = 8" (the keys:
+      docs/api.md; kernel names: flashcpu.info()["kernels"]);
     host_openmp: "auto" (default) runs the calls on torch's OpenMP runtime
       when torch is imported (its threads, awake after torch's own work,
       instead of a second pool competing with them), False never does.
@@ -64,7 +67,7 @@ class Context:
     frees it (else the garbage collector does)."""
 
     def __init__(self, threads=None, isa=None, team_level=None, tune_file=None,
-                 kernel=None, host_openmp="auto"):
+                 settings=None, host_openmp="auto"):
         self._ctx = None
         options = ContextOptions()
         _lib.flashcpu_context_options_init(ctypes.byref(options))
@@ -80,8 +83,16 @@ class Context:
                     "INVALID_ARGUMENT",
                     f"team_level {team_level!r}: expected one of {sorted(TEAM_LEVELS)}")
             options.team_level = TEAM_LEVELS[team_level]
-        self._strings = [s.encode() if s is not None else None for s in (tune_file, kernel)]
-        options.tune_file, options.kernel = self._strings
+        for name, text in (("tune_file", tune_file), ("settings", settings)):
+            if text is not None and not isinstance(text, str):
+                raise errors.InvalidArgumentError(
+                    "INVALID_ARGUMENT", f"{name} must be a str, not {type(text).__name__}")
+            if text is not None and "\0" in text:
+                raise errors.InvalidArgumentError(
+                    "INVALID_ARGUMENT", f"{name} holds a NUL character")
+        # Read by flashcpu_context_create only; kept until then.
+        encoded = [None if text is None else text.encode() for text in (tune_file, settings)]
+        options.tune_file, options.settings = encoded
         self.host_runtime = None
         if host_openmp not in ("auto", False, None):
             raise errors.InvalidArgumentError(

@@ -1,5 +1,7 @@
 """Finding and loading libflashcpu, and the ctypes mirrors of its structs
-(include/flashcpu/flashcpu.h)."""
+(include/flashcpu/flashcpu.h; tests/python/test_struct_layout.py checks
+every one against the C structs). The package ships its library: the
+mirrors are this version's, and a library of another version is refused."""
 
 import ctypes
 import ctypes.util
@@ -24,11 +26,8 @@ class ContextOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("num_threads", ctypes.c_int),
                 ("team_level", ctypes.c_int), ("max_team_size", ctypes.c_int),
                 ("max_isa", ctypes.c_int), ("tune_file", ctypes.c_char_p),
-                ("splitkv_max_rows", ctypes.c_int), ("launch", ctypes.c_int),
-                ("prefill_bf16_dot", ctypes.c_int), ("decode_bf16_dot", ctypes.c_int),
-                ("decode_prefetch", ctypes.c_int), ("kernel", ctypes.c_char_p),
-                ("host_openmp", ctypes.POINTER(HostOpenmp)),
-                ("prefill_amx", ctypes.c_int)]
+                ("settings", ctypes.c_char_p),
+                ("host_openmp", ctypes.POINTER(HostOpenmp))]
 
 
 class TreeMask(ctypes.Structure):
@@ -53,10 +52,8 @@ class AttentionParams(ctypes.Structure):
                 ("tree_mask", ctypes.POINTER(TreeMask)),
                 ("additive_mask", ctypes.POINTER(AdditiveMask)),
                 ("kv_lengths", ctypes.POINTER(ctypes.c_int64)),
-                # Added in the library's 0.3.0 (attention sinks, ALiBi).
                 ("sinks", ctypes.c_void_p), ("sinks_dtype", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
-                # Quantized K/V scales (the same release).
                 ("k_scales", ctypes.POINTER(KvScales)), ("v_scales", ctypes.POINTER(KvScales))]
 
 
@@ -79,7 +76,8 @@ class Batch(ctypes.Structure):
 
 
 class KernelInfo(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("family", ctypes.c_char_p),
+    _fields_ = [("struct_size", ctypes.c_size_t),
+                ("name", ctypes.c_char_p), ("family", ctypes.c_char_p),
                 ("isa", ctypes.c_int), ("runnable", ctypes.c_int),
                 ("weights_dtype", ctypes.c_int)]
 
@@ -120,9 +118,12 @@ def _declare(lib):
     lib.flashcpu_isa_name.restype = ctypes.c_char_p
     lib.flashcpu_cpu_features.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.flashcpu_cpu_features.restype = ctypes.c_size_t
-    # The init functions write their library's struct_size (_struct_size).
+    # The init functions take any buffer: load() checks the struct_size they
+    # write (_struct_size) before anything else.
     lib.flashcpu_context_options_init.argtypes = [ctypes.c_void_p]
     lib.flashcpu_attention_params_init.argtypes = [ctypes.c_void_p]
+    lib.flashcpu_kernel_info_init.argtypes = [ctypes.c_void_p]
+    lib.flashcpu_batch_init.argtypes = [ctypes.c_void_p]
     lib.flashcpu_context_create.argtypes = [ctypes.POINTER(ContextOptions),
                                             ctypes.POINTER(c_ctx)]
     lib.flashcpu_context_destroy.argtypes = [c_ctx]
@@ -143,17 +144,9 @@ def _declare(lib):
     lib.flashcpu_merge_states.argtypes = [c_ctx, ctypes.c_int64, tensor,
                                           ctypes.POINTER(ctypes.c_void_p), tensor,
                                           ctypes.c_void_p]
-    try:  # quantized K/V
-        lib.flashcpu_quantize.argtypes = [c_ctx, tensor, tensor, ctypes.POINTER(KvScales)]
-        lib.flashcpu_dequantize.argtypes = [c_ctx, tensor, ctypes.POINTER(KvScales), tensor]
-    except AttributeError:
-        pass
-    try:  # paged KV caches and ragged batches (the library's 0.3.0)
-        lib.flashcpu_batch_init
-    except AttributeError:
-        return
+    lib.flashcpu_quantize.argtypes = [c_ctx, tensor, tensor, ctypes.POINTER(KvScales)]
+    lib.flashcpu_dequantize.argtypes = [c_ctx, tensor, ctypes.POINTER(KvScales), tensor]
     paged = ctypes.POINTER(PagedKV)
-    lib.flashcpu_batch_init.argtypes = [ctypes.c_void_p]
     lib.flashcpu_plan_create.argtypes = [c_ctx, ctypes.POINTER(Batch), ctypes.c_int64,
                                          paged, ctypes.POINTER(ctypes.c_void_p)]
     lib.flashcpu_plan_destroy.argtypes = [ctypes.c_void_p]
@@ -168,21 +161,30 @@ def _declare(lib):
     lib.flashcpu_kv_append.argtypes = [c_ctx, tensor, tensor, ctypes.c_void_p, paged]
 
 
-# What the loaded library has, set by load(): the size of its
-# flashcpu_attention_params (smaller than AttentionParams for a 0.2.0
-# library: no sinks, no ALiBi) and whether it has the paged functions (with
-# a flashcpu_batch of this module's size).
-params_size = 0
-has_paged = False
-
-
 def _struct_size(init):
     """The struct_size an init function writes (into a scratch buffer larger
-    than any of these structs, so that a later library's larger struct
+    than any of these structs, so that another version's larger struct
     cannot overflow it)."""
     scratch = ctypes.create_string_buffer(4096)
     init(scratch)
     return ctypes.c_size_t.from_buffer(scratch).value
+
+
+def _other_version(lib):
+    """Why lib is not the library these mirrors describe, or None."""
+    for struct, init in ((ContextOptions, "flashcpu_context_options_init"),
+                         (AttentionParams, "flashcpu_attention_params_init"),
+                         (KernelInfo, "flashcpu_kernel_info_init"),
+                         (Batch, "flashcpu_batch_init")):
+        function = getattr(lib, init, None)
+        if function is None:
+            return f"no {init}"
+        function.argtypes = [ctypes.c_void_p]
+        size = _struct_size(function)
+        if size != ctypes.sizeof(struct):
+            return (f"{init} writes struct_size {size}, "
+                    f"{ctypes.sizeof(struct)} here")
+    return None
 
 
 def untyped_attention(lib):
@@ -204,17 +206,11 @@ def load():
         except OSError as error:
             tried.append(f"{path} ({error})")
             continue
-        _declare(lib)
-        size = _struct_size(lib.flashcpu_context_options_init)
-        if size != ctypes.sizeof(ContextOptions):
-            tried.append(f"{path} (flashcpu_context_options is {size} "
-                         f"bytes there, {ctypes.sizeof(ContextOptions)} here: another "
-                         "version)")
+        mismatch = _other_version(lib)
+        if mismatch:
+            tried.append(f"{path} ({mismatch}: another version)")
             continue
-        global params_size, has_paged
-        params_size = _struct_size(lib.flashcpu_attention_params_init)
-        has_paged = (hasattr(lib, "flashcpu_batch_init") and
-                     _struct_size(lib.flashcpu_batch_init) == ctypes.sizeof(Batch))
+        _declare(lib)
         return lib, path
     raise ImportError("flashcpu: cannot load libflashcpu; set FLASHCPU_LIBRARY to its "
                       "path, or install it (cmake --install). Tried: " +

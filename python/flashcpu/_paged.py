@@ -5,17 +5,12 @@ KV caches, ragged batches", include/flashcpu/flashcpu.h)."""
 import ctypes
 import threading
 
-from . import _api, _arrays, _context, _library, _quantized, errors
+from . import _api, _arrays, _context, _quantized, errors
 from ._library import Batch, PagedKV as _PagedKVStruct
 
 _lib = None  # set by __init__
 
 LAYOUTS = ("nhd", "hnd")
-
-
-def _need_paged():
-    if not _library.has_paged:
-        _api._unsupported("paged attention (PagedKV, Plan, attention_paged, kv_append)")
 
 
 class PagedKV:
@@ -184,7 +179,6 @@ class Plan:
     def __init__(self, cu_seqlens_q, seq_lens_kv, block_table, *, num_heads, kv,
                  block_offsets=None, tree_bits=None, tree_num_keys=None, context=None):
         self._handle = None
-        _need_paged()
         if not isinstance(kv, PagedKV):
             raise errors.InvalidArgumentError(
                 "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
@@ -308,7 +302,6 @@ def attention_paged(q, kv, plan, *, causal=False, window=(-1, -1), softcap=0.0,
     new array of q's kind and dtype, or out itself), and with return_lse
     the float32 log-sum-exp [Hq, T]. The GIL is released during the call; on
     error a flashcpu.Error subclass is raised and out is left untouched."""
-    _need_paged()
     if not isinstance(plan, Plan):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"plan must be a flashcpu.Plan, not {type(plan).__name__}")
@@ -353,7 +346,6 @@ def kv_append(k_new, v_new, slot_mapping, kv, context=None):
     t goes to token slot page * page_size + offset; -1 skips the row. Every
     slot is -1 or below num_pages * page_size, none twice; on error nothing
     is written."""
-    _need_paged()
     if not isinstance(kv, PagedKV):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")

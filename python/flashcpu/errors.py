@@ -48,7 +48,7 @@ class InternalError(Error):
 
 
 class UnsupportedError(Error, NotImplementedError):
-    """A feature this version of the library does not have."""
+    """A feature flashcpu does not have."""
 
 
 BY_STATUS = {

@@ -54,17 +54,15 @@ flashcpu_status fc_copy_params(flashcpu_context *ctx, const char *call,
                                flashcpu_attention_params *copy) {
   flashcpu_attention_params_init(copy);
   if (!params) return FLASHCPU_OK;
-  /* 0.1.0's struct ended before the sinks; the first 0.2.0 one before the
-   * K/V scales. */
-  const size_t earlier = offsetof(flashcpu_attention_params, sinks);
-  const size_t unscaled = offsetof(flashcpu_attention_params, k_scales);
+  /* This version's layout, or 0.1.0's, which ends before the sinks. */
+  const size_t v010 = offsetof(flashcpu_attention_params, sinks);
   if (params->struct_size != sizeof(flashcpu_attention_params) &&
-      params->struct_size != earlier && params->struct_size != unscaled)
+      params->struct_size != v010)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   "%s: params->struct_size is %zu, expected %zu (call "
-                   "flashcpu_attention_params_init first)",
+                   "%s: params->struct_size is %zu, expected %zu (or 0.1.0's "
+                   "%zu; call flashcpu_attention_params_init first)",
                    call, params->struct_size,
-                   sizeof(flashcpu_attention_params));
+                   sizeof(flashcpu_attention_params), v010);
   memcpy(copy, params, params->struct_size);
   copy->struct_size = sizeof *copy;
   return FLASHCPU_OK;

@@ -19,7 +19,6 @@ void flashcpu_context_options_init(flashcpu_context_options *options) {
   if (!options) return;
   memset(options, 0, sizeof *options);
   options->struct_size = sizeof *options;
-  options->splitkv_max_rows = -1;
 }
 
 /* A positive integer from the environment, 0 when unset, -1 when invalid. */
@@ -43,26 +42,20 @@ static flashcpu_isa lower_cap(flashcpu_isa a, flashcpu_isa b) {
   return a < b ? a : b;
 }
 
-/* sizeof(flashcpu_context_options) of earlier versions: 0.1.0, then with
- * tune_file, before the settings of 0.2.0, and before prefill_amx. */
-static const size_t earlier_option_sizes[] = {
-    offsetof(flashcpu_context_options, tune_file),
-    offsetof(flashcpu_context_options, splitkv_max_rows),
-    offsetof(flashcpu_context_options, prefill_amx)};
-
-/* The caller's options as this version's struct: the fields an earlier
- * version's struct lacks keep their defaults. */
+/* The caller's options as this version's struct. Two layouts are
+ * accepted: this version's and 0.1.0's, which ends before tune_file (its
+ * missing fields keep their defaults). */
 static flashcpu_status copy_options(const flashcpu_context_options *options,
                                     flashcpu_context_options *copy) {
   flashcpu_context_options_init(copy);
-  bool known = options->struct_size == sizeof(flashcpu_context_options);
-  for (size_t i = 0; i < sizeof earlier_option_sizes / sizeof(size_t); i++)
-    known = known || options->struct_size == earlier_option_sizes[i];
-  if (!known)
+  const size_t v010 = offsetof(flashcpu_context_options, tune_file);
+  if (options->struct_size != sizeof(flashcpu_context_options) &&
+      options->struct_size != v010)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": options->struct_size is %zu, expected %zu (call "
-                   "flashcpu_context_options_init first)",
-                   options->struct_size, sizeof(flashcpu_context_options));
+                   CALL ": options->struct_size is %zu, expected %zu (or "
+                   "0.1.0's %zu; call flashcpu_context_options_init first)",
+                   options->struct_size, sizeof(flashcpu_context_options),
+                   v010);
   memcpy(copy, options, options->struct_size);
   copy->struct_size = sizeof *copy;
   return FLASHCPU_OK;
@@ -122,9 +115,31 @@ static flashcpu_status resolve_isa(const flashcpu_context_options *options,
   return FLASHCPU_OK;
 }
 
+/* The option fields that are settings too: a field away from its default
+ * wins over the tune file; given in the settings string as well, it is an
+ * error (which of the two was meant?). */
+static flashcpu_status apply_fields(const flashcpu_context_options *options,
+                                    const bool given[FC_KEY_COUNT],
+                                    fc_settings *settings) {
+  const bool set[2] = {options->team_level != FLASHCPU_TEAM_AUTO,
+                       options->max_team_size != 0};
+  const fc_setting_key keys[2] = {FC_KEY_TEAM_LEVEL, FC_KEY_MAX_TEAM_SIZE};
+  for (int i = 0; i < 2; i++)
+    if (set[i] && given[keys[i]])
+      return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": %s is set both as a field of the options and in "
+                     "options->settings; give it once",
+                     fc_setting_key_name(keys[i]));
+  /* check_options has range-checked both */
+  if (set[0]) settings->team_level = options->team_level;
+  if (set[1]) settings->max_team_size = options->max_team_size;
+  return FLASHCPU_OK;
+}
+
 /* The settings: the defaults, then the tune file (the option, else
- * FLASHCPU_TUNE_FILE), then the options' non-default fields. `source`
- * says where the file came from. */
+ * FLASHCPU_TUNE_FILE), then the settings string, key by key, then the
+ * fields team_level and max_team_size. `source` says where the file came
+ * from. */
 static flashcpu_status resolve_settings(
     const flashcpu_context_options *options, fc_settings *settings,
     char *source, size_t source_size) {
@@ -150,11 +165,13 @@ static flashcpu_status resolve_settings(
   } else {
     snprintf(source, source_size, "built-in defaults");
   }
-  if (fc_settings_apply_options(settings, cpu, options, error,
-                                sizeof error) != 0)
+  bool given[FC_KEY_COUNT] = {false};
+  if (options->settings &&
+      fc_settings_text_apply(options->settings, settings, cpu, given, error,
+                             sizeof error) != 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": options->%s", error);
-  return FLASHCPU_OK;
+                   CALL ": options->settings: %s", error);
+  return apply_fields(options, given, settings);
 }
 
 /* A forced kernel sets the ISA: it must be within the caps and run here. */

@@ -70,159 +70,125 @@ static long long count_in(const char *text, size_t length, long long most) {
   return length == 0 || i != length || number > most ? -1 : number;
 }
 
+static const char *const key_names[FC_KEY_COUNT] = {
+    "splitkv_max_rows", "launch",         "prefill_bf16_dot",
+    "prefill_amx",      "decode_bf16_dot", "decode_prefetch",
+    "kernel",           "team_level",     "max_team_size"};
+
+const char *fc_setting_key_name(fc_setting_key key) {
+  return key >= 0 && key < FC_KEY_COUNT ? key_names[key] : "?";
+}
+
+/* `kernel = NAME | auto`; an unknown name lists this build's. */
+static int set_kernel(fc_settings *s, const char *value, size_t value_length,
+                      char *error, size_t error_size) {
+  const int shown = value_length > 64 ? 64 : (int)value_length;
+  if (text_is(value, value_length, "auto")) {
+    s->forced_kernel[0] = '\0';
+    return FC_KEY_KERNEL;
+  }
+  char name[FC_KERNEL_NAME_MAX] = "";
+  if (value_length < sizeof name) {
+    memcpy(name, value, value_length);
+    name[value_length] = '\0';
+  }
+  if (!fc_attention_kernel_find(name)) {
+    char known[1024] = "";
+    for (size_t k = 0; k < fc_attention_kernel_count; k++) {
+      size_t used = strlen(known);
+      snprintf(known + used, sizeof known - used, "%s%s", k ? ", " : "",
+               fc_attention_kernels[k].name);
+    }
+    return fc_settings_error(error, error_size,
+                             "kernel = \"%.*s\": no kernel of that name in "
+                             "this build (auto, %s)",
+                             shown, value, known);
+  }
+  memcpy(s->forced_kernel, name, value_length + 1);
+  return FC_KEY_KERNEL;
+}
+
+int fc_setting_key_find(const char *key, size_t key_length) {
+  for (int k = 0; k < FC_KEY_COUNT; k++)
+    if (text_is(key, key_length, key_names[k])) return k;
+  return -1;
+}
+
 int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
                     const char *key, size_t key_length, const char *value,
                     size_t value_length, char *error, size_t error_size) {
   const int shown = value_length > 64 ? 64 : (int)value_length;
-  if (text_is(key, key_length, "splitkv_max_rows")) {
-    const long long number = count_in(value, value_length, FC_SPLITKV_MAX_ROWS);
-    if (number < 0)
+  const int found = fc_setting_key_find(key, key_length);
+  int word = -1;
+  long long number = -1;
+  switch (found) {
+  case FC_KEY_SPLITKV_MAX_ROWS:
+    if ((number = count_in(value, value_length, FC_SPLITKV_MAX_ROWS)) < 0)
       return fc_settings_error(error, error_size,
-                  "splitkv_max_rows = \"%.*s\": expected an integer from 0 "
-                  "to %d",
-                  shown, value, FC_SPLITKV_MAX_ROWS);
+                               "splitkv_max_rows = \"%.*s\": expected an "
+                               "integer from 0 to %d",
+                               shown, value, FC_SPLITKV_MAX_ROWS);
     s->kernel.splitkv_max_rows = number;
-    return 0;
-  }
-  if (text_is(key, key_length, "launch")) {
-    int word = word_index(value, value_length, launch_words);
-    if (word < 0)
+    return found;
+  case FC_KEY_LAUNCH:
+    if ((word = word_index(value, value_length, launch_words)) < 0)
       return fc_settings_error(error, error_size,
-                  "launch = \"%.*s\": expected pool or region", shown, value);
+                               "launch = \"%.*s\": expected pool or region",
+                               shown, value);
     s->launch = word == 0 ? FC_LAUNCH_POOL : FC_LAUNCH_REGION;
-    return 0;
-  }
-  if (text_is(key, key_length, "prefill_bf16_dot") ||
-      text_is(key, key_length, "prefill_amx") ||
-      text_is(key, key_length, "decode_bf16_dot")) {
-    int word = word_index(value, value_length, switch_words);
-    if (word < 0)
-      return fc_settings_error(error, error_size, "%.*s = \"%.*s\": expected auto, on or off",
-                  (int)key_length, key, shown, value);
-    if (text_is(key, key_length, "prefill_bf16_dot"))
+    return found;
+  case FC_KEY_PREFILL_BF16_DOT:
+  case FC_KEY_PREFILL_AMX:
+  case FC_KEY_DECODE_BF16_DOT:
+    if ((word = word_index(value, value_length, switch_words)) < 0)
+      return fc_settings_error(error, error_size,
+                               "%s = \"%.*s\": expected auto, on or off",
+                               key_names[found], shown, value);
+    if (found == FC_KEY_PREFILL_BF16_DOT)
       set_switch(&s->kernel.prefill_bf16_dot, word, false);
-    else if (text_is(key, key_length, "prefill_amx"))
+    else if (found == FC_KEY_PREFILL_AMX)
       set_switch(&s->kernel.prefill_amx, word, true);
     else
       set_switch(&s->kernel.decode_bf16_dot, word,
                  decode_bf16_dot_default(cpu));
-    return 0;
-  }
-  if (text_is(key, key_length, "decode_prefetch")) {
-    int word = word_index(value, value_length, prefetch_words);
-    if (word < 0)
+    return found;
+  case FC_KEY_DECODE_PREFETCH:
+    if ((word = word_index(value, value_length, prefetch_words)) < 0)
       return fc_settings_error(error, error_size,
-                  "decode_prefetch = \"%.*s\": expected auto, l1 or l2", shown,
-                  value);
+                               "decode_prefetch = \"%.*s\": expected auto, "
+                               "l1 or l2",
+                               shown, value);
     s->kernel.decode_prefetch_l1 = word == 0 ? cpu->vendor_amd : word == 1;
-    return 0;
-  }
-  if (text_is(key, key_length, "team_level")) {
-    int word = word_index(value, value_length, team_words);
-    if (word < 0)
+    return found;
+  case FC_KEY_KERNEL:
+    return set_kernel(s, value, value_length, error, error_size);
+  case FC_KEY_TEAM_LEVEL:
+    if ((word = word_index(value, value_length, team_words)) < 0)
       return fc_settings_error(error, error_size,
-                  "team_level = \"%.*s\": expected auto, core, l2, l3 or numa",
-                  shown, value);
+                               "team_level = \"%.*s\": expected auto, core, "
+                               "l2, l3 or numa",
+                               shown, value);
     s->team_level = (flashcpu_team_level)word;
-    return 0;
-  }
-  if (text_is(key, key_length, "max_team_size")) {
-    const long long number =
-        count_in(value, value_length, FC_SETTINGS_MAX_TEAM_SIZE);
-    if (number < 0)
+    return found;
+  case FC_KEY_MAX_TEAM_SIZE:
+    if ((number = count_in(value, value_length, FC_SETTINGS_MAX_TEAM_SIZE)) <
+        0)
       return fc_settings_error(error, error_size,
-                  "max_team_size = \"%.*s\": expected 0 (no limit) or a "
-                  "team size up to %d",
-                  shown, value, FC_SETTINGS_MAX_TEAM_SIZE);
+                               "max_team_size = \"%.*s\": expected 0 (no "
+                               "limit) or a team size up to %d",
+                               shown, value, FC_SETTINGS_MAX_TEAM_SIZE);
     s->max_team_size = (int)number;
-    return 0;
-  }
-  if (text_is(key, key_length, "kernel")) {
-    if (text_is(value, value_length, "auto")) {
-      s->forced_kernel[0] = '\0';
-      return 0;
-    }
-    char name[FC_KERNEL_NAME_MAX] = "";
-    if (value_length < sizeof name) {
-      memcpy(name, value, value_length);
-      name[value_length] = '\0';
-    }
-    if (!fc_attention_kernel_find(name)) {
-      char known[1024] = "";
-      for (size_t k = 0; k < fc_attention_kernel_count; k++) {
-        size_t used = strlen(known);
-        snprintf(known + used, sizeof known - used, "%s%s", k ? ", " : "",
-                 fc_attention_kernels[k].name);
-      }
-      return fc_settings_error(error, error_size,
-                  "kernel = \"%.*s\": no kernel of that name in this build "
-                  "(auto, %s)",
-                  shown, value, known);
-    }
-    memcpy(s->forced_kernel, name, value_length + 1);
-    return 0;
-  }
-  const int key_shown = key_length > 64 ? 64 : (int)key_length;
-  return fc_settings_error(error, error_size,
-              "unknown key \"%.*s\" (known: splitkv_max_rows, launch, "
-              "prefill_bf16_dot, prefill_amx, decode_bf16_dot, "
-              "decode_prefetch, kernel, team_level, max_team_size)",
-              key_shown, key);
-}
-
-int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
-                              const flashcpu_context_options *o, char *error,
-                              size_t error_size) {
-  if (o->splitkv_max_rows != -1) {
-    if (o->splitkv_max_rows < 0 || o->splitkv_max_rows > FC_SPLITKV_MAX_ROWS)
-      return fc_settings_error(error, error_size,
-                  "splitkv_max_rows is %d; expected -1 (default) or 0 to %d",
-                  o->splitkv_max_rows, FC_SPLITKV_MAX_ROWS);
-    s->kernel.splitkv_max_rows = o->splitkv_max_rows;
-  }
-  switch (o->launch) {
-  case FLASHCPU_LAUNCH_AUTO: break;
-  case FLASHCPU_LAUNCH_POOL: s->launch = FC_LAUNCH_POOL; break;
-  case FLASHCPU_LAUNCH_REGION: s->launch = FC_LAUNCH_REGION; break;
-  default:
+    return found;
+  default: {
+    const int key_shown = key_length > 64 ? 64 : (int)key_length;
     return fc_settings_error(error, error_size,
-                "launch is %d; expected a flashcpu_launch_mode", (int)o->launch);
+                             "unknown key \"%.*s\" (known: splitkv_max_rows, "
+                             "launch, prefill_bf16_dot, prefill_amx, "
+                             "decode_bf16_dot, decode_prefetch, kernel, "
+                             "team_level, max_team_size)",
+                             key_shown, key);
   }
-  const flashcpu_setting switches[3] = {o->prefill_bf16_dot, o->prefill_amx,
-                                        o->decode_bf16_dot};
-  bool *fields[3] = {&s->kernel.prefill_bf16_dot, &s->kernel.prefill_amx,
-                     &s->kernel.decode_bf16_dot};
-  const char *names[3] = {"prefill_bf16_dot", "prefill_amx",
-                          "decode_bf16_dot"};
-  for (int i = 0; i < 3; i++) {
-    if ((int)switches[i] < FLASHCPU_SETTING_AUTO ||
-        (int)switches[i] > FLASHCPU_SETTING_OFF)
-      return fc_settings_error(error, error_size,
-                  "%s is %d; expected a flashcpu_setting", names[i],
-                  (int)switches[i]);
-    if (switches[i] != FLASHCPU_SETTING_AUTO)
-      *fields[i] = switches[i] == FLASHCPU_SETTING_ON;
   }
-  switch (o->decode_prefetch) {
-  case FLASHCPU_PREFETCH_AUTO: break;
-  case FLASHCPU_PREFETCH_L1: s->kernel.decode_prefetch_l1 = true; break;
-  case FLASHCPU_PREFETCH_L2: s->kernel.decode_prefetch_l1 = false; break;
-  default:
-    return fc_settings_error(error, error_size,
-                "decode_prefetch is %d; expected a flashcpu_prefetch_level",
-                (int)o->decode_prefetch);
-  }
-  /* check_options has range-checked both */
-  if (o->team_level != FLASHCPU_TEAM_AUTO) s->team_level = o->team_level;
-  if (o->max_team_size != 0) s->max_team_size = o->max_team_size;
-  (void)cpu;
-  if (o->kernel) {
-    char message[1536];
-    if (fc_settings_set(s, cpu, "kernel", 6, o->kernel, strlen(o->kernel),
-                        message, sizeof message) != 0)
-      return fc_settings_error(error, error_size, "%s", message);
-  }
-  return 0;
 }
 
 void fc_settings_describe(const fc_settings *s, char *text, size_t size) {

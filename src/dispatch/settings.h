@@ -1,7 +1,7 @@
 /* A context's settings: every choice that is not the ISA cap or the thread
- * count. Built-in defaults, then the tune file, then the context options;
- * each is a key of the tune file and a field of flashcpu_context_options
- * with the same name, parsed by one grammar here:
+ * count. Built-in defaults, then the tune file, then the options' settings
+ * string, then the option fields team_level and max_team_size; the file and
+ * the string share one grammar (tune_file.h) and these keys:
  *   splitkv_max_rows  0..64
  *   launch            pool | region
  *   prefill_bf16_dot  auto | on | off
@@ -41,18 +41,33 @@ int fc_settings_error(char *error, size_t error_size, const char *format, ...)
 /* The built-in defaults for this CPU. */
 void fc_settings_default(fc_settings *s, const fc_cpu_features *cpu);
 
+/* The keys, in the order the describe line lists them. */
+typedef enum fc_setting_key {
+  FC_KEY_SPLITKV_MAX_ROWS,
+  FC_KEY_LAUNCH,
+  FC_KEY_PREFILL_BF16_DOT,
+  FC_KEY_PREFILL_AMX,
+  FC_KEY_DECODE_BF16_DOT,
+  FC_KEY_DECODE_PREFETCH,
+  FC_KEY_KERNEL,
+  FC_KEY_TEAM_LEVEL,
+  FC_KEY_MAX_TEAM_SIZE,
+  FC_KEY_COUNT
+} fc_setting_key;
+
+/* A key's name, e.g. "splitkv_max_rows". */
+const char *fc_setting_key_name(fc_setting_key key);
+
+/* The key named by `key` (key_length bytes), or -1. */
+int fc_setting_key_find(const char *key, size_t key_length);
+
 /* Sets `key` (key_length bytes) from the text `value` (value_length
- * bytes). Returns 0, or -1 with a message in error (an unknown key names
- * the known ones; a bad value names what the key takes). */
+ * bytes). Returns the key's fc_setting_key, or -1 with a message in error
+ * (an unknown key names the known ones; a bad value names the key, the
+ * value and what the key takes). */
 int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
                     const char *key, size_t key_length, const char *value,
                     size_t value_length, char *error, size_t error_size);
-
-/* Applies the non-default fields of the options; -1 with a message naming
- * the field for a value out of range. */
-int fc_settings_apply_options(fc_settings *s, const fc_cpu_features *cpu,
-                              const flashcpu_context_options *options,
-                              char *error, size_t error_size);
 
 /* One line "key=value ..." of every setting, for the verbose log. */
 void fc_settings_describe(const fc_settings *s, char *text, size_t size);

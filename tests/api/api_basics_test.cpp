@@ -1,5 +1,7 @@
 // The small public API around flashcpu_attention: version, status and dtype
-// names, context lifetime and options, tensor view helpers, params defaults.
+// names, context lifetime and options, tensor view helpers, params defaults,
+// kernel info, and the struct layouts each version accepts.
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -110,6 +112,12 @@ TEST(Context, OptionsInitSetsStructSizeAndDefaults) {
   flashcpu_context_options_init(&options);
   EXPECT_EQ(options.struct_size, sizeof(flashcpu_context_options));
   EXPECT_EQ(options.num_threads, 0);
+  EXPECT_EQ(options.team_level, FLASHCPU_TEAM_AUTO);
+  EXPECT_EQ(options.max_team_size, 0);
+  EXPECT_EQ(options.max_isa, FLASHCPU_ISA_AUTO);
+  EXPECT_EQ(options.tune_file, nullptr);
+  EXPECT_EQ(options.settings, nullptr);
+  EXPECT_EQ(options.host_openmp, nullptr);
 }
 
 TEST(Context, HonoursExplicitThreadCount) {
@@ -143,9 +151,13 @@ TEST(Context, RejectsNegativeThreadCount) {
       << flashcpu_last_error(nullptr);
 }
 
+// Two layouts are accepted: this version's and 0.1.0's (see tune_file_test);
+// the sizes of the pre-release layouts between them are not.
 TEST(Context, RejectsWrongStructSize) {
   for (size_t size : {size_t{0}, sizeof(flashcpu_context_options) - 1,
-                      sizeof(flashcpu_context_options) + 8}) {
+                      sizeof(flashcpu_context_options) + 8,
+                      offsetof(flashcpu_context_options, settings),
+                      offsetof(flashcpu_context_options, host_openmp)}) {
     flashcpu_context_options options;
     flashcpu_context_options_init(&options);
     options.struct_size = size;
@@ -219,6 +231,77 @@ TEST(Params, InitGivesDocumentedDefaults) {
   EXPECT_EQ(params.tree_mask, nullptr);
   EXPECT_EQ(params.additive_mask, nullptr);
   EXPECT_EQ(params.kv_lengths, nullptr);
+  EXPECT_EQ(params.sinks, nullptr);
+  EXPECT_EQ(params.alibi_slopes, nullptr);
+  EXPECT_EQ(params.k_scales, nullptr);
+  EXPECT_EQ(params.v_scales, nullptr);
+}
+
+// 0.1.0's params end before the sinks: a struct of that size is accepted
+// and what lies past its end is never read.
+TEST(Params, StructOfVersion010IsAcceptedAndItsTailNotRead) {
+  float q[4] = {0.5f, -1.0f, 0.25f, 2.0f}, k[8] = {1, 2, 3, 4, -1, 0.5f, 2, -3};
+  float v[8] = {1, 0, 0, 1, 2, 3, -1, 4}, out[2][4] = {};
+  const flashcpu_tensor tq = flashcpu_tensor_bshd(q, FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
+  const flashcpu_tensor tk = flashcpu_tensor_bshd(k, FLASHCPU_DTYPE_F32, 1, 2, 1, 4);
+  const flashcpu_tensor tv = flashcpu_tensor_bshd(v, FLASHCPU_DTYPE_F32, 1, 2, 1, 4);
+  const float sink = 3.0f;
+  flashcpu_context *ctx = nullptr;
+  ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
+  for (int version = 0; version < 2; version++) {
+    flashcpu_attention_params params;
+    flashcpu_attention_params_init(&params);
+    params.sinks = &sink;  // changes the result wherever it is read
+    if (version == 0) params.struct_size = offsetof(flashcpu_attention_params, sinks);
+    const flashcpu_tensor to = flashcpu_tensor_bshd(out[version], FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
+    ASSERT_EQ(flashcpu_attention(ctx, &tq, &tk, &tv, &to, nullptr, &params), FLASHCPU_OK)
+        << flashcpu_last_error(ctx);
+  }
+  flashcpu_attention_params plain;
+  flashcpu_attention_params_init(&plain);
+  float expected[4] = {};
+  const flashcpu_tensor te = flashcpu_tensor_bshd(expected, FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
+  ASSERT_EQ(flashcpu_attention(ctx, &tq, &tk, &tv, &te, nullptr, &plain), FLASHCPU_OK);
+  EXPECT_EQ(std::memcmp(out[0], expected, sizeof expected), 0);
+  EXPECT_NE(std::memcmp(out[1], expected, sizeof expected), 0);
+  flashcpu_context_destroy(ctx);
+}
+
+TEST(KernelInfo, InitSetsStructSizeAndGetFillsEveryField) {
+  flashcpu_kernel_info info;
+  std::memset(&info, 0x5a, sizeof info);
+  flashcpu_kernel_info_init(&info);
+  EXPECT_EQ(info.struct_size, sizeof(flashcpu_kernel_info));
+  EXPECT_EQ(info.name, nullptr);
+  int count = 0;
+  for (; flashcpu_kernel_info_get(count, &info); count++) {
+    ASSERT_NE(info.name, nullptr);
+    ASSERT_NE(info.family, nullptr);
+    EXPECT_TRUE(std::string(info.family) == "prefill" ||
+                std::string(info.family) == "split-KV decode")
+        << info.family;
+    EXPECT_TRUE(info.runnable == 0 || info.runnable == 1);
+  }
+  EXPECT_GT(count, 0);
+  flashcpu_kernel_info_init(&info);
+  EXPECT_EQ(flashcpu_kernel_info_get(-1, &info), 0);
+  EXPECT_EQ(flashcpu_kernel_info_get(count, &info), 0);
+  EXPECT_EQ(info.name, nullptr);  // untouched past the last
+  EXPECT_EQ(flashcpu_kernel_info_get(0, nullptr), 0);
+}
+
+TEST(KernelInfo, UnknownStructSizeWritesNothingAndSaysWhy) {
+  for (size_t size : {size_t{0}, sizeof(flashcpu_kernel_info) - 4,
+                      sizeof(flashcpu_kernel_info) + 8}) {
+    flashcpu_kernel_info info;
+    flashcpu_kernel_info_init(&info);
+    info.struct_size = size;
+    EXPECT_EQ(flashcpu_kernel_info_get(0, &info), 0) << size;
+    EXPECT_EQ(info.name, nullptr) << size;
+    const std::string message = flashcpu_last_error(nullptr);
+    EXPECT_NE(message.find("struct_size"), std::string::npos) << message;
+    EXPECT_NE(message.find("flashcpu_kernel_info_init"), std::string::npos) << message;
+  }
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ void Pause(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 
 struct Mode {
   int threads;
-  flashcpu_launch_mode launch;
+  const char *settings;  // the launch setting; nullptr: the default
   const char *name;
 };
 
@@ -32,7 +32,7 @@ class ContextWake : public testing::TestWithParam<Mode> {
     flashcpu_context_options options;
     flashcpu_context_options_init(&options);
     options.num_threads = GetParam().threads;
-    options.launch = GetParam().launch;
+    options.settings = GetParam().settings;
     ctx_ = ContextWith(options);
     ASSERT_TRUE(ctx_);
     case_.batch(2).q_len(1).kv_len(700).heads(8, 2).head_dim(64).causal()
@@ -77,9 +77,9 @@ TEST_P(ContextWake, WakesWhileCallsRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Launches, ContextWake,
-                         testing::Values(Mode{4, FLASHCPU_LAUNCH_POOL, "Pool"},
-                                         Mode{4, FLASHCPU_LAUNCH_REGION, "Region"},
-                                         Mode{1, FLASHCPU_LAUNCH_AUTO, "OneThread"}),
+                         testing::Values(Mode{4, "launch = pool", "Pool"},
+                                         Mode{4, "launch = region", "Region"},
+                                         Mode{1, nullptr, "OneThread"}),
                          [](const testing::TestParamInfo<Mode> &mode) {
                            return std::string(mode.param.name);
                          });

@@ -73,10 +73,11 @@ class VerboseContext {
   flashcpu_status status_;
 };
 
+// One thread; splitkv_max_rows = rows where rows >= 0 (else the default).
 flashcpu_context_options WithRows(int rows) {
   flashcpu_context_options options = DefaultOptions();
   options.num_threads = 1;
-  options.splitkv_max_rows = rows;
+  if (rows >= 0) AddSetting(options, "splitkv_max_rows = " + std::to_string(rows));
   return options;
 }
 
@@ -94,7 +95,7 @@ TEST(KernelChoice, DefaultsPickSplitKvUpToEightRowsAndPrefillBeyond) {
   EXPECT_EQ(ctx.FamilyFor(9, BF16), kPrefill);
 }
 
-TEST(KernelChoice, SplitKvMaxRowsOptionMovesTheBoundary) {
+TEST(KernelChoice, SplitKvMaxRowsSettingMovesTheBoundary) {
   struct Expect {
     int setting;
     int64_t rows;
@@ -120,13 +121,12 @@ TEST(KernelChoice, SplitKvMaxRowsOptionMovesTheBoundary) {
 struct DotSetting {
   const char *name;
   int64_t rows;
-  flashcpu_setting flashcpu_context_options::*field;
   bool default_on;
 };
 
-std::string KernelFor(const DotSetting &s, flashcpu_setting value) {
+std::string KernelFor(const DotSetting &s, const char *value) {
   flashcpu_context_options options = WithRows(-1);
-  options.*s.field = value;
+  AddSetting(options, std::string(s.name) + " = " + value);
   VerboseContext ctx(options);
   EXPECT_EQ(ctx.status(), FLASHCPU_OK) << flashcpu_last_error(nullptr);
   AttentionCase c;
@@ -136,21 +136,21 @@ std::string KernelFor(const DotSetting &s, flashcpu_setting value) {
 
 TEST(KernelChoice, Bf16DotSettingsAndTheirDefaults) {
   const bool amd_bf16 = VendorIsAmd() && CpuHasFeature("avx512_bf16");
-  for (const DotSetting &s : {DotSetting{"decode_bf16_dot", 1, &flashcpu_context_options::decode_bf16_dot, amd_bf16},
-                              DotSetting{"prefill_bf16_dot", 40, &flashcpu_context_options::prefill_bf16_dot, false}}) {
+  for (const DotSetting &s : {DotSetting{"decode_bf16_dot", 1, amd_bf16},
+                              DotSetting{"prefill_bf16_dot", 40, false}}) {
     SCOPED_TRACE(s.name);
     Context plain(WithRows(-1));
     ASSERT_TRUE(plain.ok());
     EXPECT_EQ(DescribedSetting(plain, s.name), s.default_on ? "on" : "off");
-    const std::string on = KernelFor(s, FLASHCPU_SETTING_ON), off = KernelFor(s, FLASHCPU_SETTING_OFF),
-                      automatic = KernelFor(s, FLASHCPU_SETTING_AUTO);
+    const std::string on = KernelFor(s, "on"), off = KernelFor(s, "off"),
+                      automatic = KernelFor(s, "auto");
     EXPECT_EQ(automatic, s.default_on ? on : off);
     if (on == off) {
       std::cout << s.name << ": no dot-product kernel on this CPU; both run " << on << "\n";
     } else {
       // The dot-product kernel takes only bf16 q and k: f32 goes elsewhere.
       flashcpu_context_options options = WithRows(-1);
-      options.*s.field = FLASHCPU_SETTING_ON;
+      AddSetting(options, std::string(s.name) + " = on");
       VerboseContext ctx(options);
       AttentionCase c;
       c.q_len(s.rows).kv_len(300).heads(4, 2).head_dim(64).dtypes(F32, BF16, F32).seed(6);
@@ -166,7 +166,7 @@ TEST(KernelChoice, ForcedKernelRunsForEveryCall) {
   ASSERT_FALSE(kernels.empty());
   const std::string prefill = kernels.back().name;  // the list ends with a prefill row
   flashcpu_context_options options = WithRows(-1);
-  options.kernel = prefill.c_str();
+  AddSetting(options, "kernel = " + prefill);
   VerboseContext ctx(options);
   ASSERT_EQ(ctx.status(), FLASHCPU_OK) << flashcpu_last_error(nullptr);
   AttentionCase one;
@@ -177,7 +177,7 @@ TEST(KernelChoice, ForcedKernelRunsForEveryCall) {
 
 TEST(KernelChoice, UnknownForcedKernelFailsNamingIt) {
   flashcpu_context_options options = WithRows(-1);
-  options.kernel = "fc_prefill_99x99__mmx";
+  options.settings = "kernel = fc_prefill_99x99__mmx";
   Context context;
   EXPECT_EQ(context.Create(options), FLASHCPU_ERROR_INVALID_ARGUMENT);
   EXPECT_FALSE(context.ok());
@@ -192,7 +192,7 @@ TEST(KernelChoice, ForcedKernelAboveTheIsaCapFailsNamingIt) {
   if (flashcpu_context_isa(plain) == FLASHCPU_ISA_SCALAR) GTEST_SKIP() << "no ISA above scalar here";
   const std::string kernel = DescribedKernels(plain).front().name;
   flashcpu_context_options options = WithRows(-1);
-  options.kernel = kernel.c_str();
+  AddSetting(options, "kernel = " + kernel);
   options.max_isa = FLASHCPU_ISA_SCALAR;
   Context context;
   EXPECT_EQ(context.Create(options), FLASHCPU_ERROR_INVALID_ARGUMENT);
@@ -215,7 +215,7 @@ TEST(KernelChoice, CallTheForcedKernelCannotTakeFailsAndWritesNothing) {
     if (k.family == kSplitKv) split_kv = k.name;  // the last: takes every dtype
   if (split_kv.empty()) GTEST_SKIP() << "no split-KV kernel on this context's ISA";
   flashcpu_context_options options = WithRows(-1);
-  options.kernel = split_kv.c_str();
+  AddSetting(options, "kernel = " + split_kv);
   Context context(options);
   ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
   AttentionCase c;

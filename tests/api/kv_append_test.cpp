@@ -596,6 +596,7 @@ TEST(AppendEndToEnd, TokenByTokenAndChunksFillTheSamePages) {
 std::vector<const char *> KernelsToForce() {
   std::vector<const char *> names;
   flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
   for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
     if (info.runnable) names.push_back(info.name);
   names.push_back(nullptr);

@@ -37,6 +37,7 @@ inline void SetRawDtype(flashcpu_dtype *field, int value) {
 // rows before it take bf16 q and k only). nullptr if none runs here.
 inline const char *CatchAllKernel(const std::string &family) {
   flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
   const char *chosen = nullptr;
   bool have_isa = false;
   flashcpu_isa isa = FLASHCPU_ISA_AUTO;

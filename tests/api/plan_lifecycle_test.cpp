@@ -66,7 +66,7 @@ std::string Describe(const flashcpu_plan *plan) {
 TEST(PlanLifecycle, DescribeNamesTheFamiliesItRuns) {
   ScopedEnv no_tune_file("FLASHCPU_TUNE_FILE", nullptr);
   flashcpu_context_options options = DefaultOptions();
-  options.splitkv_max_rows = 2;  // request 0 (1 row) decodes, 1 and 2 (3, 2 rows)...
+  options.settings = "splitkv_max_rows = 2";  // request 0 (1 row) decodes, 1 and 2 (3, 2 rows)...
   Context context(options);
   ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
   PagedCall call;
@@ -118,6 +118,7 @@ TEST(PlanLifecycle, PlansInt8PagesOntoTheirOwnKernel) {
                                  "fc_decode_splitkv_i16dot__avx2"}) {
     bool runnable = false;
     flashcpu_kernel_info info;
+    flashcpu_kernel_info_init(&info);
     for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
       if (name == info.name) runnable = info.runnable != 0;
     if (!runnable) continue;

@@ -1,6 +1,6 @@
 // The tune file (`flashcpu tune`'s output, version 2): its grammar, each
 // error with its message, where it comes from (the option tune_file, else
-// FLASHCPU_TUNE_FILE), and option structs of earlier versions. The
+// FLASHCPU_TUNE_FILE), and the option struct of 0.1.0. The
 // settings a context ends up with are read from the describe text's
 // "settings: key=value ..." line.
 #include <gtest/gtest.h>
@@ -240,6 +240,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"DuplicateNamesBothLines",
                 "flashcpu-tune 2\nsplitkv_max_rows = 1\n# x\nsplitkv_max_rows = 2\n",
                 {":4:", "splitkv_max_rows", "twice", "line 2"}},
+        BadFile{"DuplicateOnOneLine", "flashcpu-tune 2\nlaunch = pool; launch = region\n",
+                {":2:", "launch", "twice", "line 2"}},
         BadFile{"DuplicateOfAnotherKey", "flashcpu-tune 2\nlaunch = pool\nkernel = auto\nlaunch = region\n",
                 {":4:", "launch", "line 2"}}),
     [](const ::testing::TestParamInfo<BadFile> &param) { return std::string(param.param.name); });
@@ -300,14 +302,14 @@ TEST_F(TuneFile, OptionWinsOverEnvironment) {
             With(DefaultSettings(), "launch", "region"));
 }
 
-// Option structs of earlier versions: 0.1.0's ended before tune_file, the
-// next before the settings of 0.2.0. The fields past their end are never
-// read: they keep their defaults.
+// 0.1.0's option struct ended before tune_file: a struct of that size is
+// accepted, the fields past its end are never read (they keep their
+// defaults), and the tune file then comes from FLASHCPU_TUNE_FILE.
 TEST_F(TuneFile, StructSizeOfVersion010IsAcceptedWithoutTuneFile) {
   ScopedEnv file("FLASHCPU_TUNE_FILE", Write("flashcpu-tune 2\nsplitkv_max_rows = 33\n").c_str());
   flashcpu_context_options options = DefaultOptions();
   options.tune_file = "/nonexistent/never/read";  // past an 0.1.0 struct's end
-  options.splitkv_max_rows = 99;                  // likewise: would be an error
+  options.settings = "splitkv_max_rows = 99";     // likewise: would be an error
   options.struct_size = offsetof(flashcpu_context_options, tune_file);
   options.num_threads = 1;
   Context context;
@@ -315,17 +317,13 @@ TEST_F(TuneFile, StructSizeOfVersion010IsAcceptedWithoutTuneFile) {
   EXPECT_EQ(SettingsLine(context), With(DefaultSettings(), "splitkv_max_rows", "33"));
 }
 
-TEST_F(TuneFile, StructSizeWithTuneFileButNoSettingsIsAccepted) {
-  flashcpu_context_options options = DefaultOptions();
-  const std::string path = Write("flashcpu-tune 2\ndecode_prefetch = l2\n");
-  options.tune_file = path.c_str();
-  options.splitkv_max_rows = 99;  // past the struct's end: never read
-  options.kernel = "fc_no_such_kernel";
-  options.struct_size = offsetof(flashcpu_context_options, splitkv_max_rows);
-  options.num_threads = 1;
-  Context context;
-  ASSERT_EQ(context.Create(options), FLASHCPU_OK) << flashcpu_last_error(nullptr);
-  EXPECT_EQ(SettingsLine(context), With(DefaultSettings(), "decode_prefetch", "l2"));
+// The settings string and the tune file share the grammar: one entry per
+// line or several on a line separated by ';'.
+TEST_F(TuneFile, SemicolonsSeparateEntriesOnALine) {
+  EXPECT_EQ(SettingsOf("flashcpu-tune 2\nsplitkv_max_rows = 3; launch = region;\n"
+                       "decode_prefetch = l2 # ; kernel = bogus\n"),
+            With(With(With(DefaultSettings(), "splitkv_max_rows", "3"), "launch", "region"),
+                 "decode_prefetch", "l2"));
 }
 
 }  // namespace

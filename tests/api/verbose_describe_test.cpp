@@ -46,7 +46,7 @@ TEST(Describe, NamesAForcedKernel) {
   ASSERT_TRUE(plain.ok());
   const std::string kernel = DescribedKernels(plain).back().name;
   flashcpu_context_options options = DefaultOptions();
-  options.kernel = kernel.c_str();
+  AddSetting(options, "kernel = " + kernel);
   Context forced(options);
   ASSERT_TRUE(forced.ok()) << flashcpu_last_error(nullptr);
   const std::string text = ContextDescription(forced);
@@ -59,7 +59,7 @@ TEST(Verbose, CreationLogsPlanAndWhereSettingsCameFrom) {
   ScopedEnv no_file("FLASHCPU_TUNE_FILE", nullptr);
   flashcpu_context_options options = DefaultOptions();
   options.num_threads = 1;
-  options.splitkv_max_rows = 4;
+  options.settings = "splitkv_max_rows = 4";
   StderrCapture capture;
   Context context(options);
   const std::string log = capture.Take();

@@ -1,4 +1,4 @@
-// Forcing a kernel by name (the context option `kernel`), for every row of
+// Forcing a kernel by name (the setting `kernel`), for every row of
 // the registry: a row this CPU runs gives a context of the row's ISA that
 // lists the row as forced and runs it for every call; a row it cannot run
 // fails context creation with INVALID_ARGUMENT and a message naming it; a

@@ -5,7 +5,7 @@
 // the registry, what a row computes from its takes() predicate, whether
 // this CPU runs it from flashcpu_isa_supported and the row's CPU need.
 //
-//  - a context forces the row through the option `kernel` (no environment
+//  - a context forces the row through the setting `kernel` (no environment
 //    variable), so the row itself runs whatever the default choice would be;
 //  - a case the row does not take (more rows than split-KV handles, q and k
 //    not bf16 for the bf16-dot rows, ...) is filtered out when the suite is

@@ -242,7 +242,7 @@ TEST_P(PagedRaggedDefaultChoice, BothFamiliesInOnePlanMatchTheOracle) {
   if (!flashcpu_isa_supported(c.isa)) GTEST_SKIP() << "this CPU (or its OS) lacks " << flashcpu_isa_name(c.isa);
   ScopedEnv no_tune_file("FLASHCPU_TUNE_FILE", nullptr);
   flashcpu_context_options options = KernelOptions(c.isa, nullptr);
-  options.splitkv_max_rows = 8;
+  options.settings = "splitkv_max_rows = 8";
   Context context(options);
   ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
   PagedStep step(c.step);

@@ -33,10 +33,10 @@ using DecodePrefetch = KernelSuite<NoCase>;
 // 3-row causal verify step, with each prefetch level, on two threads.
 TEST_P(DecodePrefetch, EitherLevelIsNamedAndGivesTheSameBytes) {
   std::vector<double> values[2];
-  const flashcpu_prefetch_level levels[2] = {FLASHCPU_PREFETCH_L1, FLASHCPU_PREFETCH_L2};
+  const char *const levels[2] = {"l1", "l2"};
   for (int n = 0; n < 2; n++) {
     flashcpu_context_options options = KernelContextOptions(kernel(), 2);
-    options.decode_prefetch = levels[n];
+    AddSetting(options, std::string("decode_prefetch = ") + levels[n]);
     Context context(options);
     ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
     EXPECT_EQ(DescribedSetting(context, "decode_prefetch"), n == 0 ? "l1" : "l2");

@@ -327,11 +327,32 @@ def test_context_and_info():
     with pytest.raises(flashcpu.InvalidArgumentError):
         flashcpu.Context(isa="sse9")
     with pytest.raises(flashcpu.InvalidArgumentError) as caught:
-        flashcpu.Context(kernel="no_such_kernel")
+        flashcpu.Context(settings="kernel = no_such_kernel")
     assert "no_such_kernel" in caught.value.message
     info = flashcpu.info()
     assert info["version"] == flashcpu.__version__
     assert any(kernel["runnable"] for kernel in info["kernels"])
+
+
+def _settings_line(context):
+    return context.describe().split("\nsettings: ")[1].split("\n")[0]
+
+
+def test_context_settings_string():
+    with flashcpu.Context(threads=1, settings="splitkv_max_rows = 3; launch = region") as context:
+        settings = _settings_line(context).split()
+        assert "splitkv_max_rows=3" in settings and "launch=region" in settings
+    with flashcpu.Context(threads=1, settings="") as empty, flashcpu.Context(threads=1) as plain:
+        assert _settings_line(empty) == _settings_line(plain)
+    for bad, words in (("launch = pool; launch = region", ["launch", "twice"]),
+                       ("bogus = 1", ["unknown key", "bogus"]),
+                       ("splitkv_max_rows = 65", ["splitkv_max_rows", "65"])):
+        with pytest.raises(flashcpu.InvalidArgumentError) as caught:
+            flashcpu.Context(settings=bad)
+        assert all(word in caught.value.message for word in words), caught.value.message
+    for bad in (b"kernel = auto", "kernel = auto\0; launch = region"):
+        with pytest.raises(flashcpu.InvalidArgumentError):
+            flashcpu.Context(settings=bad)
 
 
 def test_context_wake_before_calls_after_idle_time():

@@ -166,7 +166,7 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
     slopes = rng.uniform(0.01, 0.3, (len(REQUESTS), HEADS)).astype(np.float32)
     options = {"causal": True, "softcap": 8.0, "sinks": sinks}
     try:
-        context = flashcpu.Context(kernel=kernel["name"])
+        context = flashcpu.Context(settings=f"kernel = {kernel['name']}")
     except flashcpu.InvalidArgumentError:
         if os.environ.get("FLASHCPU_ISA"):
             pytest.skip(f"FLASHCPU_ISA={os.environ['FLASHCPU_ISA']} rules it out")

@@ -1,6 +1,8 @@
 #include "fixtures.h"
 
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -43,9 +45,21 @@ flashcpu_status Context::Create(const flashcpu_context_options &options) {
 flashcpu_context_options KernelOptions(flashcpu_isa isa, const char *kernel, int threads) {
   flashcpu_context_options options = DefaultOptions();
   options.max_isa = isa;
-  options.kernel = kernel;
+  if (kernel) AddSetting(options, std::string("kernel = ") + kernel);
   options.num_threads = threads;
   return options;
+}
+
+const char *KeptString(const std::string &text) {
+  static std::mutex lock;
+  static std::set<std::string> kept;
+  std::lock_guard<std::mutex> guard(lock);
+  return kept.insert(text).first->c_str();
+}
+
+void AddSetting(flashcpu_context_options &options, const std::string &entry) {
+  const std::string before = options.settings ? options.settings : "";
+  options.settings = KeptString(before.empty() ? entry : before + "; " + entry);
 }
 
 // GoogleTest's own capture: it redirects file descriptor 2, so the C
@@ -124,6 +138,7 @@ bool VendorIsAmd() {
 
 bool KernelsRoundWeights(const std::string &kernels) {
   flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
   for (int i = 0; flashcpu_kernel_info_get(i, &info); i++) {
     if (info.weights_dtype != FLASHCPU_DTYPE_BF16) continue;
     const std::string name = info.name;

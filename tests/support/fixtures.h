@@ -214,6 +214,14 @@ class Context {
 // choice), with `threads` threads (0: the default).
 flashcpu_context_options KernelOptions(flashcpu_isa isa, const char *kernel, int threads = 0);
 
+// A copy of text that lives as long as the test process: options hold
+// their settings string by pointer, and outlive the expression that built
+// it.
+const char *KeptString(const std::string &text);
+
+// Appends "; entry" to the options' settings string (or makes it `entry`).
+void AddSetting(flashcpu_context_options &options, const std::string &entry);
+
 // ---- stderr ----------------------------------------------------------------
 
 // Captures what is written to stderr (file descriptor 2) from construction

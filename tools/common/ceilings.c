@@ -161,6 +161,7 @@ static double measure_fma(const toolkit_ceiling_kernels *kernels,
  * data to this process, which it asks for). */
 static bool library_runs(const char *name_part) {
   flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
   for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
     if (info.runnable && strstr(info.name, name_part)) return true;
   return false;
