@@ -257,6 +257,37 @@ TEST(QuantizeErrors, NothingWrittenOnError) {
   EXPECT_NE(std::string(flashcpu_last_error(ctx)).find("whole blocks"), std::string::npos);
 }
 
+// A tensor with no elements is valid, whatever its strides (numpy's for an
+// empty [2, 0, 1, 80] array repeat 80): both calls return OK and write
+// nothing, neither codes nor scales.
+TEST(QuantizeEmpty, NoElementsIsOkAndWritesNothing) {
+  flashcpu_context *ctx = IsaContexts().back();
+  constexpr unsigned char kPoison = 0x5a;
+  std::vector<unsigned char> codes(256, kPoison), values(1024, kPoison), scales(64, kPoison), zeros(64, kPoison);
+  const int64_t numpy_strides[4] = {80, 80, 80, 1};
+  for (flashcpu_dtype dtype : {I8, U8, E4M3}) {
+    flashcpu_tensor quantized = flashcpu_tensor_bshd(codes.data(), dtype, 2, 0, 1, 80);
+    flashcpu_tensor floats = flashcpu_tensor_bshd(values.data(), F32, 2, 0, 1, 80);
+    std::memcpy(quantized.strides, numpy_strides, sizeof quantized.strides);
+    std::memcpy(floats.strides, numpy_strides, sizeof floats.strides);
+    // No scales, and per-token scales (computed, so written when there are rows).
+    flashcpu_kv_scales per_token{scales.data(), F32, {0, 1, 1, 0}, dtype == U8 ? zeros.data() : nullptr};
+    for (const flashcpu_kv_scales *view : {static_cast<const flashcpu_kv_scales *>(nullptr),
+                                           static_cast<const flashcpu_kv_scales *>(&per_token)}) {
+      EXPECT_EQ(flashcpu_dequantize(ctx, &quantized, view, &floats), FLASHCPU_OK)
+          << flashcpu_dtype_name(dtype) << ": " << flashcpu_last_error(ctx);
+      EXPECT_EQ(flashcpu_quantize(ctx, &floats, &quantized, view), FLASHCPU_OK)
+          << flashcpu_dtype_name(dtype) << ": " << flashcpu_last_error(ctx);
+    }
+  }
+  for (const std::vector<unsigned char> *buffer : {&codes, &values, &scales, &zeros})
+    for (unsigned char byte : *buffer) ASSERT_EQ(byte, kPoison);
+  // Empty, yet still checked: a float dst is refused.
+  flashcpu_tensor floats = flashcpu_tensor_bshd(values.data(), F32, 2, 0, 1, 80);
+  std::memcpy(floats.strides, numpy_strides, sizeof floats.strides);
+  EXPECT_EQ(flashcpu_quantize(ctx, &floats, &floats, nullptr), FLASHCPU_ERROR_UNSUPPORTED_DTYPE);
+}
+
 TEST(QuantizeErrors, QuantizedQAndScalesOfAFloatKAreRefused) {
   flashcpu_context *ctx = IsaContexts().back();
   unsigned char q_codes[32] = {};
