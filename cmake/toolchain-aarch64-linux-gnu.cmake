@@ -1,6 +1,6 @@
 # Cross build for aarch64 Linux with Debian's gcc-aarch64-linux-gnu and arm64
 # multiarch libraries (libhwloc-dev:arm64, libgtest-dev:arm64). Tests run
-# through qemu-user: ctest and gtest_discover_tests use the emulator below.
+# through qemu-user: ctest uses the emulator below.
 #   cmake -S . -B build-aarch64 \
 #     -DCMAKE_TOOLCHAIN_FILE=cmake/toolchain-aarch64-linux-gnu.cmake
 set(CMAKE_SYSTEM_NAME Linux)

@@ -12,7 +12,8 @@
 #
 # PARTS is a comma-separated list of:
 #   info           `flashcpu info`: the CPU, its features, caches, the plan
-#   tests          every test binary of the bundle (GoogleTest)
+#   tests          every test binary of the bundle (GoogleTest), each in
+#                  as many shards as the host has cores, run side by side
 #   runtime        flashcpu_runtime_bench: launch and barrier overheads
 #   cli            `flashcpu run` with its defaults (checked against the
 #                  float64 oracle)
@@ -112,13 +113,34 @@ torch_compare() { # name options...
 if want info; then
   "$build/tools/flashcpu" info 2>&1 | tee "$out/info.txt" || status=1
 fi
+# One test binary in GoogleTest's shards, one per core, side by side (the
+# kernel suite takes minutes on one core): its log is the shards' logs in
+# turn, then the sums of their counts.
+run_test_binary() { # binary name
+  local shards i pids=() failed=0
+  shards=$(nproc)
+  for ((i = 0; i < shards; i++)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$1" --gtest_brief=1 \
+      > "$out/test-$2.shard$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do
+    wait "${pids[$i]}" || { failed=1; echo "FAILED: $2 shard $i of $shards"; }
+  done
+  for ((i = 0; i < shards; i++)); do
+    cat "$out/test-$2.shard$i.log"
+    rm -f "$out/test-$2.shard$i.log"
+  done > "$out/test-$2.log"
+  [ "$failed" -eq 0 ] || grep -E '^\[  FAILED  \]|Failure' "$out/test-$2.log" | head -40
+  awk '/^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ test/ { sum[$2] += $4 }
+       END { printf "%s: %d passed, %d skipped, %d failed (%d shards)\n", name,
+             sum["PASSED"], sum["SKIPPED"], sum["FAILED"], shards }' \
+    name="$2" shards="$shards" "$out/test-$2.log"
+}
 if want tests; then
   while read -r t; do
-    name=$(basename "$t")
     echo "== $t"
-    "$t" --gtest_brief=1 > "$out/test-$name.log" 2>&1 ||
-      { echo "FAILED: $name (exit $?)"; tail -40 "$out/test-$name.log"; }
-    tail -4 "$out/test-$name.log"
+    run_test_binary "$t" "$(basename "$t")"
   done < <(find "$build/tests" -maxdepth 3 -type f -perm -u+x \
              -name 'flashcpu_*tests' | sort) 2>&1 | tee "$out/tests.txt"
   grep -q FAILED "$out/tests.txt" && status=1

@@ -6,14 +6,17 @@
 #       libomp) in build/, then runs `build/tools/flashcpu run` with the
 #       arguments given (try `tools/setup.sh run --help`).
 #   tools/setup.sh test [ctest arguments...]
-#       the same set-up and a full build, then the whole test suite:
-#       ctest --test-dir build --output-on-failure -j$(nproc), and the
+#       the same set-up and a full build, then the test suite:
+#       ctest --test-dir build --output-on-failure -j$(nproc) (every suite;
+#       the kernel suite's quick set, see tests/CMakeLists.txt), and the
 #       Python package's tests (python3 -m pytest tests/python)
 #
 # Environment:
-#   FLASHCPU_BUILD_DIR  build folder (default: build/ in the repository)
-#   FLASHCPU_JOBS       parallel build and test jobs (default: nproc)
-#   CI=true             warnings are errors (-DFLASHCPU_WERROR=ON)
+#   FLASHCPU_BUILD_DIR   build folder (default: build/ in the repository)
+#   FLASHCPU_JOBS        parallel build and test jobs (default: nproc)
+#   FLASHCPU_TEST_DEPTH  quick (default), reduced or full: how much of the
+#                        kernel suite ctest runs (full: every kernel x case)
+#   CI=true              warnings are errors (-DFLASHCPU_WERROR=ON)
 #
 # Safe to run again: it installs only what is missing, reconfigures and
 # rebuilds only what changed. Works from any current directory.
@@ -85,12 +88,14 @@ configure_and_build() {
         "(rm -rf '$BUILD_DIR') or choose another folder with FLASHCPU_BUILD_DIR."
   fi
 
-  say "configuring $BUILD_DIR (Release, clang + libomp, FLASHCPU_WERROR=$werror)"
+  say "configuring $BUILD_DIR (Release, clang + libomp, FLASHCPU_WERROR=$werror," \
+      "FLASHCPU_TEST_DEPTH=$DEPTH)"
   # CC/CXX choose the compiler on the first configure; later runs keep it.
   CC=clang CXX=clang++ cmake -S "$ROOT" -B "$BUILD_DIR" \
     -DCMAKE_BUILD_TYPE=Release \
     -DFLASHCPU_WERROR="$werror" \
-    -DFLASHCPU_BUILD_TESTS=ON
+    -DFLASHCPU_BUILD_TESTS=ON \
+    -DFLASHCPU_TEST_DEPTH="$DEPTH"
 
   if [ "$what" = "cli" ]; then
     say "building flashcpu_cli with $JOBS jobs"
@@ -114,6 +119,11 @@ main() {
   # A relative FLASHCPU_BUILD_DIR is relative to the current directory.
   case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$PWD/$BUILD_DIR" ;; esac
   JOBS="${FLASHCPU_JOBS:-$(nproc)}"
+  DEPTH="${FLASHCPU_TEST_DEPTH:-quick}"
+  case "$DEPTH" in
+    quick | reduced | full) ;;
+    *) die "FLASHCPU_TEST_DEPTH is '$DEPTH': use quick, reduced or full" ;;
+  esac
 
   install_missing_packages
   if [ "$mode" = "run" ]; then

@@ -437,11 +437,15 @@ typedef struct flashcpu_tensor {
  * 0) they compute, one per (token, kv head): I8 max|x| / 127; U8
  * (max - min) / 255 with zero point -min / scale (U8 needs zero_points
  * there); F8 max|x| / its largest (448 or 57344); Q8_0 d = max|x| / 127
- * per block. Other scales they read, and those must be finite and > 0. A
- * row (or block) holding NaN or inf gets a NaN computed scale, so it reads
- * as NaN; NaN in fp8 stays NaN, inf stays inf in E5M2 and becomes NaN in
- * E4M3; with read scales an I8 or U8 cache cannot hold NaN or inf, and the
- * call fails with nothing written. */
+ * per block; each rounded to nearest in its dtype, or up where that gives
+ * 0 or a subnormal too small for the row's largest value (a row of tiny
+ * values keeps them to within half a code step). A U8 row whose max equals
+ * its min gets scale 1, zero point 0 if it is 0, else scale |x| / 255,
+ * zero point -x / scale (codes 0). Other scales they read, and those must
+ * be finite and > 0. A row (or block) holding NaN or inf gets a NaN
+ * computed scale, so it reads as NaN; NaN in fp8 stays NaN, inf stays inf
+ * in E5M2 and becomes NaN in E4M3; with read scales an I8 or U8 cache
+ * cannot hold NaN or inf, and the call fails with nothing written. */
 typedef struct flashcpu_kv_scales {
   void *data;           /* attention reads; quantize and kv_append write
                            the scales they compute */

@@ -1,6 +1,7 @@
 /* flashcpu_quantize and flashcpu_dequantize: check the views and scales,
  * refuse what read scales cannot hold before writing anything, then
  * convert (kernels/convert/quantize_tensor). */
+#include <stdbool.h>
 #include <string.h>
 
 #include "api/context_internal.h"
@@ -8,6 +9,12 @@
 #include "api/view_check.h"
 #include "common/dtype_convert.h"
 #include "kernels/convert/quantize_tensor.h"
+
+/* Whether a tensor holds no element (a dim of 0: here only seq may be). */
+static bool is_empty(const flashcpu_tensor *t) {
+  return t->dims[0] == 0 || t->dims[1] == 0 || t->dims[2] == 0 ||
+         t->dims[3] == 0;
+}
 
 static flashcpu_status check_pair(flashcpu_context *ctx, const char *call,
                                   const flashcpu_tensor *src,
@@ -35,7 +42,8 @@ static flashcpu_status check_pair(flashcpu_context *ctx, const char *call,
       return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
                      "%s: dst->dims[%d] is %lld but src's is %lld", call, d,
                      (long long)dst->dims[d], (long long)src->dims[d]);
-  if (!fc_output_rows_distinct(dst))
+  /* An empty dst has no rows to share (numpy's strides for one repeat). */
+  if (!is_empty(dst) && !fc_output_rows_distinct(dst))
     return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
                    "%s: dst's strides make different rows share memory", call);
   if ((status = fc_check_kv_scales(ctx, call, scales, quantized->dtype,
@@ -118,11 +126,11 @@ static flashcpu_status convert(flashcpu_context *ctx, const char *call,
                    "%s: dst is U8 with per-token scales, which need "
                    "dst_scales->zero_points",
                    call);
-  if (quantize && (status = check_refusals(ctx, call, &q))) return status;
-  if (q.dims[0] * q.dims[1] * q.dims[2] * q.dims[3] == 0) {
+  if (is_empty(src)) { /* valid, and nothing to do */
     fc_clear_error(ctx);
     return FLASHCPU_OK;
   }
+  if (quantize && (status = check_refusals(ctx, call, &q))) return status;
   char reason[256];
   fc_kernel_env env = fc_context_kernel_env(ctx, reason, sizeof reason);
   if ((status = fc_quantize_run(&env, &q)) != FLASHCPU_OK)

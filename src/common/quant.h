@@ -93,6 +93,43 @@ static inline void fc_scale_store(char *data, flashcpu_dtype dtype,
   memcpy(data + index * 2, &half, sizeof half);
 }
 
+/* Half a code step over the format's largest code, relative: how far a
+ * stored scale may fall below the exact one before the row's largest
+ * value saturates by more than its rounding to a code. */
+static inline double fc_quant_scale_slack(flashcpu_dtype dtype) {
+  switch (dtype) {
+  case FLASHCPU_DTYPE_U8: return 0.5 / 255.0;
+  case FLASHCPU_DTYPE_F8_E4M3: return 16.0 / 448.0; /* codes near 448: 32 apart */
+  case FLASHCPU_DTYPE_F8_E5M2: return 4096.0 / 57344.0; /* 8192 apart */
+  default: return 0.5 / 127.0; /* I8, Q8_0 */
+  }
+}
+
+/* A scale computed from a row (exact: >= 0 or NaN) stored in dtype at data:
+ * rounded to nearest, or to the next value up where the nearest is 0 or a
+ * subnormal so far below exact that the row would lose its values (read
+ * as zeros, or its largest codes saturated past slack). Returns the value
+ * stored. */
+static inline float fc_scale_store_computed(char *data, flashcpu_dtype dtype,
+                                            double exact, double slack) {
+  fc_scale_store(data, dtype, 0, (float)exact);
+  const float stored = fc_scale_load(data, dtype, 0);
+  const float smallest_normal =
+      dtype == FLASHCPU_DTYPE_F16 ? 0x1p-14f : 0x1p-126f;
+  if (!(stored < smallest_normal) || !(exact > stored * (1.0 + slack)))
+    return stored;
+  if (dtype == FLASHCPU_DTYPE_F32) {
+    const float up = nextafterf(stored, INFINITY);
+    memcpy(data, &up, sizeof up);
+  } else { /* f16, bf16: the bits of a value >= 0 count up */
+    uint16_t bits;
+    memcpy(&bits, data, sizeof bits);
+    bits++;
+    memcpy(data, &bits, sizeof bits);
+  }
+  return fc_scale_load(data, dtype, 0);
+}
+
 /* The scales of one row: element d has scale scales[d * stride] and zero
  * zeros[d * stride] (in dtype); NULL scales: 1, NULL zeros: 0. */
 typedef struct fc_row_scales {
@@ -172,8 +209,9 @@ static inline uint8_t fc_quant_encode(flashcpu_dtype dtype, float x,
   }
 }
 
-/* A Q8_0 block from 32 floats: d = max|x| / 127 stored as f16, codes
- * x / d rounded; NaN or inf in the block: d NaN, codes 0. */
+/* A Q8_0 block from 32 floats: d = max|x| / 127 stored as f16 (as
+ * fc_scale_store_computed stores it), codes x / d rounded; NaN or inf in
+ * the block: d NaN, codes 0. */
 static inline void fc_q8_0_encode_block(const float *x, char *block) {
   float largest = 0.0f;
   bool finite = true;
@@ -181,9 +219,9 @@ static inline void fc_q8_0_encode_block(const float *x, char *block) {
     if (!isfinite(x[i])) finite = false;
     else if (fabsf(x[i]) > largest) largest = fabsf(x[i]);
   }
-  const uint16_t half = finite ? fc_f32_to_f16(largest / 127.0f) : 0x7e00u;
-  memcpy(block, &half, sizeof half);
-  const float d = fc_f16_to_f32(half);
+  const float d = fc_scale_store_computed(
+      block, FLASHCPU_DTYPE_F16, finite ? (double)largest / 127.0 : NAN,
+      fc_quant_scale_slack(FLASHCPU_DTYPE_Q8_0));
   for (int i = 0; i < FC_Q8_0_BLOCK; i++)
     block[2 + i] = (char)(int8_t)(finite && d > 0.0f
                                       ? fc_quant_clamp(x[i] / d, -127.0f, 127.0f)

@@ -482,6 +482,69 @@ TEST(AppendErrorsMore, NoRowsIsOkAndWritesNothing) {
   EXPECT_EQ(std::memcmp(call.arena.data(), before.data(), AppendCall::kSlots * AppendCall::kRegion), 0);
 }
 
+// Per-token scales into quantized pages are computed as flashcpu_quantize
+// computes them: a token of tiny values (about 1e-7) with f16 scales keeps
+// a scale that holds it, not one rounded to 0 that reads it back as zeros
+// (U8: NaN). Read back through flashcpu_dequantize over the pages, every
+// value is within half a step of its code grid.
+TEST(AppendQuantized, TinyTokensKeepAScaleThatHoldsThem) {
+  constexpr int64_t kPages = 2, kPage = 4, kHeads = 2, kDim = 32, kTokens = 3;
+  const int64_t slots[kTokens] = {5, 0, 2};
+  flashcpu_context *ctx = nullptr;
+  ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
+  for (flashcpu_dtype dtype : {FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E5M2}) {
+    Rng rng(31);
+    std::vector<float> rows(static_cast<size_t>(kTokens * kHeads * kDim));
+    for (size_t r = 0; r < rows.size() / kDim; r++)
+      for (size_t d = 0; d < kDim; d++)
+        rows[r * kDim + d] = static_cast<float>(d == 0 ? 1e-7 * (1.0 + 0.25 * static_cast<double>(r))
+                                                       : rng.Uniform(-1e-7, 1e-7));
+    const int64_t cells = kPages * kPage * kHeads;
+    std::vector<unsigned char> pages[2];
+    std::vector<uint16_t> scales[2], zeros[2];
+    flashcpu_kv_scales views[2];
+    for (int side = 0; side < 2; side++) {
+      pages[side].assign(static_cast<size_t>(cells * kDim), kPoison);
+      scales[side].assign(static_cast<size_t>(cells), 0x7e00);
+      zeros[side].assign(static_cast<size_t>(cells), 0x7e00);
+      views[side] = flashcpu_kv_scales{scales[side].data(), F16, {kPage * kHeads, kHeads, 1, 0},
+                                       dtype == FLASHCPU_DTYPE_U8 ? zeros[side].data() : nullptr};
+    }
+    flashcpu_paged_kv cache = flashcpu_paged_kv_nhd(pages[0].data(), pages[1].data(), dtype, kPages, kPage, kHeads, kDim);
+    cache.k_scales = &views[0];
+    cache.v_scales = &views[1];
+    const flashcpu_tensor k_new = flashcpu_tensor_bshd(rows.data(), F32, 1, kTokens, kHeads, kDim);
+    ASSERT_EQ(flashcpu_kv_append(ctx, &k_new, &k_new, slots, &cache), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    for (int side = 0; side < 2; side++) {
+      // The pages as a [pages, page, heads, dim] tensor.
+      const flashcpu_tensor quantized = flashcpu_tensor_bshd(pages[side].data(), dtype, kPages, kPage, kHeads, kDim);
+      std::vector<float> back(static_cast<size_t>(cells * kDim));
+      const flashcpu_tensor values = flashcpu_tensor_bshd(back.data(), F32, kPages, kPage, kHeads, kDim);
+      ASSERT_EQ(flashcpu_dequantize(ctx, &quantized, &views[side], &values), FLASHCPU_OK) << flashcpu_last_error(ctx);
+      for (int64_t t = 0; t < kTokens; t++)
+        for (int64_t h = 0; h < kHeads; h++) {
+          const size_t cell = static_cast<size_t>(slots[t] * kHeads + h), row = static_cast<size_t>(t * kHeads + h);
+          const double scale = DecodeHalf(scales[side][cell]);
+          ASSERT_GT(scale, 0.0) << flashcpu_dtype_name(dtype) << " token " << t << " head " << h;
+          double low = INFINITY;
+          for (size_t d = 0; d < kDim; d++) low = std::min(low, static_cast<double>(rows[row * kDim + d]));
+          const double zero_error = dtype == FLASHCPU_DTYPE_U8 ? std::fabs(DecodeHalf(zeros[side][cell]) + low / scale) : 0;
+          for (size_t d = 0; d < kDim; d++) {
+            const double x = rows[row * kDim + d], got = back[cell * kDim + d];
+            double half_step = scale / 2;  // I8
+            if (dtype == FLASHCPU_DTYPE_U8) half_step = scale * (0.5 + zero_error);
+            if (dtype == FLASHCPU_DTYPE_F8_E4M3) half_step = std::fabs(x) / 16 + scale * 0x1p-10;
+            if (dtype == FLASHCPU_DTYPE_F8_E5M2) half_step = std::fabs(x) / 8 + scale * 0x1p-17;
+            ASSERT_LE(std::fabs(got - x), half_step * (1 + 1e-6))
+                << flashcpu_dtype_name(dtype) << " token " << t << " head " << h << " d " << d << ": " << x << " -> "
+                << got << " with scale " << scale;
+          }
+        }
+    }
+  }
+  flashcpu_context_destroy(ctx);
+}
+
 // ---------------------------------------------------------------------------
 // End to end: appends fill pages that attention then reads.
 

@@ -10,8 +10,10 @@
 //  - flashcpu_kv_append into quantized pages (per-token scales computed)
 //    writes the codes and scales flashcpu_quantize writes, and attention
 //    through a plan over those pages writes the contiguous call's bytes.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -191,6 +193,158 @@ TEST(Quantize, PerTokenScalesRoundToTheNearestCode) {
   }
 }
 
+// Half a step of the code grid at x for a row of scale s: what rounding x
+// to its nearest code may cost (U8: plus the zero point's own rounding).
+double HalfAStep(flashcpu_dtype dtype, double x, double scale, double zero_error) {
+  switch (dtype) {
+    case I8: return scale / 2;
+    case U8: return scale * (0.5 + zero_error);
+    case E4M3: return std::fabs(x) * std::ldexp(1.0, -4) + scale * std::ldexp(1.0, -10);
+    default: return std::fabs(x) * std::ldexp(1.0, -3) + scale * std::ldexp(1.0, -17);
+  }
+}
+
+// A row of tiny values has a tiny scale: to nearest in its dtype it may
+// round to 0 (the row read back as zeros, or NaN for U8), or to a
+// subnormal so far below the exact scale that the row's largest codes
+// saturate. The scale stored is then the next value up, and every value
+// reads back to within half a step of its code grid.
+TEST(Quantize, TinyRowsKeepAScaleThatHoldsThem) {
+  flashcpu_context *ctx = IsaContexts().back();
+  constexpr int64_t S = 4, H = 2, D = 32;
+  struct Case {
+    flashcpu_dtype scale_dtype;
+    double largest;  // of the first row; each next row's is 1/8 larger
+  };
+  // f16: 1e-7 and 1e-6 round to 0 (I8, U8, E4M3); the next three give
+  // subnormal scales near 1.4 x 2^-24 for I8 / U8, E4M3 and E5M2.
+  const Case cases[] = {{FLASHCPU_DTYPE_F16, 1e-7},    {FLASHCPU_DTYPE_F16, 1e-6},
+                        {FLASHCPU_DTYPE_F16, 1.06e-5}, {FLASHCPU_DTYPE_F16, 3.7e-5},
+                        {FLASHCPU_DTYPE_F16, 4.8e-3},  {FLASHCPU_DTYPE_BF16, 1e-38},
+                        {FLASHCPU_DTYPE_BF16, 2e-37},  {F32, 1e-43}};
+  for (const Case &c : cases)
+    for (flashcpu_dtype dtype : {I8, U8, E4M3, E5M2}) {
+      std::vector<float> x(static_cast<size_t>(S * H * D));
+      Rng rng(17);
+      for (int64_t row = 0; row < S * H; row++) {
+        const double largest = c.largest * (1.0 + 0.125 * static_cast<double>(row));
+        for (int64_t d = 0; d < D; d++)
+          x[static_cast<size_t>(row * D + d)] = static_cast<float>(
+              d == 0 ? largest : d == 1 ? -largest / 2 : rng.Uniform(-largest, largest));
+      }
+      const size_t size = ElementBytes(c.scale_dtype);
+      std::vector<unsigned char> codes(x.size()), scales(static_cast<size_t>(S * H) * size),
+          zeros(scales.size());
+      flashcpu_kv_scales view{scales.data(), c.scale_dtype, {S * H, H, 1, 0}, dtype == U8 ? zeros.data() : nullptr};
+      const flashcpu_tensor src = flashcpu_tensor_bshd(x.data(), F32, 1, S, H, D);
+      const flashcpu_tensor q = flashcpu_tensor_bshd(codes.data(), dtype, 1, S, H, D);
+      ASSERT_EQ(flashcpu_quantize(ctx, &src, &q, &view), FLASHCPU_OK) << flashcpu_last_error(ctx);
+      std::vector<float> back(x.size());
+      const flashcpu_tensor dst = flashcpu_tensor_bshd(back.data(), F32, 1, S, H, D);
+      ASSERT_EQ(flashcpu_dequantize(ctx, &q, &view, &dst), FLASHCPU_OK) << flashcpu_last_error(ctx);
+      char what[96];
+      std::snprintf(what, sizeof what, "%s with %s scales, largest %g", flashcpu_dtype_name(dtype),
+                    flashcpu_dtype_name(c.scale_dtype), c.largest);
+      for (int64_t row = 0; row < S * H; row++) {
+        const double scale = LoadAs(&scales[static_cast<size_t>(row) * size], c.scale_dtype);
+        double zero_error = 0.0;
+        if (dtype == U8) {
+          double low = INFINITY;
+          for (int64_t d = 0; d < D; d++) low = std::min(low, static_cast<double>(x[static_cast<size_t>(row * D + d)]));
+          zero_error = std::fabs(LoadAs(&zeros[static_cast<size_t>(row) * size], c.scale_dtype) + low / scale);
+        }
+        for (int64_t d = 0; d < D; d++) {
+          const size_t e = static_cast<size_t>(row * D + d);
+          // f32 rounding of the value read, down to f32's subnormal steps
+          const double bound = HalfAStep(dtype, x[e], scale, zero_error) * (1 + 1e-6) + 0x1p-149;
+          if (!(std::fabs(back[e] - x[e]) <= bound)) {
+            ADD_FAILURE() << what << ", row " << row << ", d " << d << ": " << x[e] << " -> " << back[e]
+                          << " with scale " << scale;
+            row = S * H;  // one failure per case
+            break;
+          }
+        }
+      }
+    }
+}
+
+// Q8_0's block scale d is f16: a block of tiny values keeps a d that
+// holds it too (not 0, nor a subnormal that saturates the codes).
+TEST(Quantize, TinyQ8_0BlocksKeepAScaleThatHoldsThem) {
+  flashcpu_context *ctx = IsaContexts().back();
+  for (double largest : {1e-7, 1e-6, 1.06e-5}) {
+    std::vector<float> x(64);
+    Rng rng(5);
+    for (size_t i = 0; i < x.size(); i++)
+      x[i] = static_cast<float>(i % 32 == 0 ? largest * (1.0 + 0.2 * static_cast<double>(i / 32))
+                                            : rng.Uniform(-largest, largest));
+    std::vector<unsigned char> blocks(68);
+    std::vector<float> back(x.size());
+    const flashcpu_tensor src = flashcpu_tensor_bshd(x.data(), F32, 1, 1, 1, 64);
+    const flashcpu_tensor q = flashcpu_tensor_bshd(blocks.data(), Q8_0, 1, 1, 1, 64);
+    const flashcpu_tensor dst = flashcpu_tensor_bshd(back.data(), F32, 1, 1, 1, 64);
+    ASSERT_EQ(flashcpu_quantize(ctx, &src, &q, nullptr), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    ASSERT_EQ(flashcpu_dequantize(ctx, &q, nullptr, &dst), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    for (size_t i = 0; i < x.size(); i++) {
+      uint16_t half;
+      std::memcpy(&half, &blocks[i / 32 * 34], 2);
+      const double d = DecodeHalf(half);
+      ASSERT_GT(d, 0.0) << largest;
+      ASSERT_LE(std::fabs(back[i] - x[i]), d / 2 * (1 + 1e-6)) << largest << " [" << i << "]: " << x[i] << " -> "
+                                                               << back[i] << " with d " << d;
+    }
+  }
+}
+
+// U8 rows whose max equals their min, with computed scales: a row of zeros
+// stores scale 1 and zero point 0; a constant c stores scale |c| / 255
+// and zero point -c / scale (-255 for c > 0, 255 for c < 0), so its codes
+// are 0 and it reads back as c (to within the rounding of scale and zero
+// point in their dtype).
+TEST(Quantize, U8ConstantRowsStoreTheirMagnitudeOver255) {
+  flashcpu_context *ctx = IsaContexts().back();
+  constexpr int64_t S = 5, D = 32;
+  const float constants[S] = {0.0f, 3.5f, -0.25f, 1000.0f, 1e-7f};
+  std::vector<float> x(static_cast<size_t>(S * D));
+  for (int64_t s = 0; s < S; s++)
+    for (int64_t d = 0; d < D; d++) x[static_cast<size_t>(s * D + d)] = constants[s];
+  for (flashcpu_dtype scale_dtype : {F32, FLASHCPU_DTYPE_F16}) {
+    const size_t size = ElementBytes(scale_dtype);
+    std::vector<unsigned char> codes(x.size(), 0x5a), scales(S * size), zeros(S * size);
+    std::vector<float> back(x.size());
+    flashcpu_kv_scales view{scales.data(), scale_dtype, {S, 1, 1, 0}, zeros.data()};
+    const flashcpu_tensor src = flashcpu_tensor_bshd(x.data(), F32, 1, S, 1, D);
+    const flashcpu_tensor q = flashcpu_tensor_bshd(codes.data(), U8, 1, S, 1, D);
+    const flashcpu_tensor dst = flashcpu_tensor_bshd(back.data(), F32, 1, S, 1, D);
+    ASSERT_EQ(flashcpu_quantize(ctx, &src, &q, &view), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    ASSERT_EQ(flashcpu_dequantize(ctx, &q, &view, &dst), FLASHCPU_OK) << flashcpu_last_error(ctx);
+    for (int64_t s = 0; s < S; s++) {
+      const double c = constants[s], scale = LoadAs(&scales[static_cast<size_t>(s) * size], scale_dtype),
+                   zero = LoadAs(&zeros[static_cast<size_t>(s) * size], scale_dtype);
+      const char *name = flashcpu_dtype_name(scale_dtype);
+      if (c == 0) {
+        EXPECT_EQ(scale, 1.0) << name;
+        EXPECT_EQ(zero, 0.0) << name;
+      } else {
+        // |c| / 255 in f32, then rounded to the scales' dtype; where that
+        // is 0 (1e-7 in f16), the dtype's smallest value above 0
+        double expected = RoundToDtype(std::fabs(constants[s]) / 255.0f, scale_dtype);
+        if (expected == 0) expected = UlpOf(scale_dtype, 0.0);
+        EXPECT_EQ(scale, expected) << name << " " << c;
+        EXPECT_EQ(zero, RoundToDtype(static_cast<float>(-c / scale), scale_dtype)) << name << " " << c;
+        if (expected == RoundToDtype(std::fabs(constants[s]) / 255.0f, scale_dtype)) {
+          EXPECT_NEAR(zero, c > 0 ? -255.0 : 255.0, 0.125) << name << " " << c;
+        }
+      }
+      for (int64_t d = 0; d < D; d++) {
+        const size_t e = static_cast<size_t>(s * D + d);
+        EXPECT_EQ(codes[e], 0) << name << " " << c;
+        EXPECT_NEAR(back[e], c, std::fabs(c) * 2e-3) << name << " " << c;
+      }
+    }
+  }
+}
+
 TEST(Quantize, ReadScalesSaturate) {
   flashcpu_context *ctx = IsaContexts().back();
   const float x[32] = {1000.0f, -1000.0f, 0.5f, 1e30f, -1e30f, 3.0f};
@@ -255,6 +409,37 @@ TEST(QuantizeErrors, NothingWrittenOnError) {
   const flashcpu_tensor src48 = flashcpu_tensor_bshd(x, F32, 1, 1, 1, 48);
   EXPECT_EQ(flashcpu_quantize(ctx, &src48, &odd, nullptr), FLASHCPU_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flashcpu_last_error(ctx)).find("whole blocks"), std::string::npos);
+}
+
+// A tensor with no elements is valid, whatever its strides (numpy's for an
+// empty [2, 0, 1, 80] array repeat 80): both calls return OK and write
+// nothing, neither codes nor scales.
+TEST(QuantizeEmpty, NoElementsIsOkAndWritesNothing) {
+  flashcpu_context *ctx = IsaContexts().back();
+  constexpr unsigned char kPoison = 0x5a;
+  std::vector<unsigned char> codes(256, kPoison), values(1024, kPoison), scales(64, kPoison), zeros(64, kPoison);
+  const int64_t numpy_strides[4] = {80, 80, 80, 1};
+  for (flashcpu_dtype dtype : {I8, U8, E4M3}) {
+    flashcpu_tensor quantized = flashcpu_tensor_bshd(codes.data(), dtype, 2, 0, 1, 80);
+    flashcpu_tensor floats = flashcpu_tensor_bshd(values.data(), F32, 2, 0, 1, 80);
+    std::memcpy(quantized.strides, numpy_strides, sizeof quantized.strides);
+    std::memcpy(floats.strides, numpy_strides, sizeof floats.strides);
+    // No scales, and per-token scales (computed, so written when there are rows).
+    flashcpu_kv_scales per_token{scales.data(), F32, {0, 1, 1, 0}, dtype == U8 ? zeros.data() : nullptr};
+    for (const flashcpu_kv_scales *view : {static_cast<const flashcpu_kv_scales *>(nullptr),
+                                           static_cast<const flashcpu_kv_scales *>(&per_token)}) {
+      EXPECT_EQ(flashcpu_dequantize(ctx, &quantized, view, &floats), FLASHCPU_OK)
+          << flashcpu_dtype_name(dtype) << ": " << flashcpu_last_error(ctx);
+      EXPECT_EQ(flashcpu_quantize(ctx, &floats, &quantized, view), FLASHCPU_OK)
+          << flashcpu_dtype_name(dtype) << ": " << flashcpu_last_error(ctx);
+    }
+  }
+  for (const std::vector<unsigned char> *buffer : {&codes, &values, &scales, &zeros})
+    for (unsigned char byte : *buffer) ASSERT_EQ(byte, kPoison);
+  // Empty, yet still checked: a float dst is refused.
+  flashcpu_tensor floats = flashcpu_tensor_bshd(values.data(), F32, 2, 0, 1, 80);
+  std::memcpy(floats.strides, numpy_strides, sizeof floats.strides);
+  EXPECT_EQ(flashcpu_quantize(ctx, &floats, &floats, nullptr), FLASHCPU_ERROR_UNSUPPORTED_DTYPE);
 }
 
 TEST(QuantizeErrors, QuantizedQAndScalesOfAFloatKAreRefused) {

@@ -106,6 +106,32 @@ def test_quantize_dequantize_and_attention(fmt):
         check(out, lse, *reference.attention(q, decode(kq), decode(vq), **options), atol=atol)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_empty_tensors_quantize_and_dequantize_to_empty_arrays(fmt, layout):
+    # numpy's strides for an empty array repeat (seq 0 of [2, 0, 1, 64]:
+    # every stride 64): valid, and nothing is written
+    shape = (2, 0, 1, 64) if layout == "bshd" else (2, 1, 0, 64)
+    x = np.zeros(shape, dtype=np.float32)
+    q = flashcpu.quantize(x, fmt, layout=layout)
+    codes_shape = shape[:3] + ((68,) if fmt == "q8_0" else (64,))
+    assert q.codes.shape == codes_shape
+    if fmt != "q8_0":
+        assert q.scales.shape == shape[:3] + (1,)
+    for dtype in ("f32", "f16", "bf16"):
+        values = flashcpu.dequantize(q, dtype=dtype, layout=layout)
+        assert np.asarray(values).shape == shape
+    # into arrays given, which stay as they were
+    out = np.full(codes_shape, 7, dtype=np.uint8 if fmt != "i8" else np.int8)
+    scales = None if fmt == "q8_0" else np.full(shape[:3] + (1,), 5, dtype=np.float16)
+    zero_points = np.full_like(scales, 3) if fmt == "u8" else None
+    q = flashcpu.quantize(x, fmt, out=out, scales=scales, zero_points=zero_points,
+                          layout=layout)
+    assert q.codes is out
+    back = np.full(shape, 9, dtype=np.float32)
+    assert flashcpu.dequantize(q, out=back, layout=layout) is back
+
+
 def test_k_quantized_v_float_and_plain_int8_codes():
     rng = np.random.default_rng(11)
     q, k, v = inputs(rng)

@@ -38,13 +38,15 @@ int64_t fc_quantize_row_refusal(flashcpu_dtype dtype, const float *x,
   return -1;
 }
 
-/* Stores value as the row's scale (or zero) and returns what was stored. */
+/* Stores value as the row's zero point and returns what was stored. */
 static float store(char *data, flashcpu_dtype dtype, float value) {
   fc_scale_store(data, dtype, 0, value);
   return fc_scale_load(data, dtype, 0);
 }
 
-/* One scale per row: from the row's range, NaN where it holds NaN / inf. */
+/* One scale per row: from the row's range, NaN where it holds NaN / inf;
+ * exact in double, then stored as fc_scale_store_computed says (the
+ * nearest value of the scales' dtype unless that would lose the row). */
 static void compute_row_scale(flashcpu_dtype dtype, const float *x,
                               int64_t count, const fc_row_scales_out *out,
                               float *scale, float *zero) {
@@ -56,15 +58,17 @@ static void compute_row_scale(flashcpu_dtype dtype, const float *x,
     high = fmaxf(high, x[d]);
     largest = fmaxf(largest, fabsf(x[d]));
   }
-  float wanted;
+  double exact;
   *zero = 0.0f;
-  if (!finite) wanted = NAN;
-  else if (dtype == FLASHCPU_DTYPE_I8) wanted = largest / 127.0f;
+  if (!finite) exact = NAN;
+  else if (dtype == FLASHCPU_DTYPE_I8) exact = (double)largest / 127.0;
   else if (dtype == FLASHCPU_DTYPE_U8) {
-    wanted = (high - low) / 255.0f;
-    if (!(wanted > 0.0f)) wanted = largest > 0.0f ? largest / 255.0f : 1.0f;
-  } else wanted = largest / fp8_largest(dtype);
-  *scale = out->scales ? store(out->scales, out->dtype, wanted) : 1.0f;
+    exact = (double)(high - low) / 255.0;
+    if (!(exact > 0.0)) exact = largest > 0.0f ? (double)largest / 255.0 : 1.0;
+  } else exact = (double)largest / fp8_largest(dtype);
+  *scale = out->scales ? fc_scale_store_computed(out->scales, out->dtype, exact,
+                                                 fc_quant_scale_slack(dtype))
+                       : 1.0f;
   if (dtype == FLASHCPU_DTYPE_U8 && out->zeros)
     *zero = store(out->zeros, out->dtype,
                   finite && *scale > 0.0f ? -low / *scale : NAN);
