@@ -484,7 +484,9 @@ static int write_unit(const amx_args *a, const amx_thread *th,
     if (!unit->valid[s])
       continue;
     written++;
-    for (int64_t step = 0; step < a->steps; step++) {
+    /* Without work the unit's state was never set: the slot gets an empty
+     * state, and nothing of it is read. */
+    for (int64_t step = 0; work && step < a->steps; step++) {
       const __m512 even = _mm512_load_ps(o + (step * OUT_ROWS + s) * 16);
       const __m512 odd = _mm512_load_ps(o + (step * OUT_ROWS + CHUNK + s) * 16);
       _mm512_storeu_ps(th->natural + step * STEP,
@@ -494,8 +496,8 @@ static int write_unit(const amx_args *a, const amx_thread *th,
     }
     fc_amx_slot_write(fc_splitkv_record(&a->shared, t->b, unit->kv_head,
                                         t->split, unit->chunk * CHUNK + s),
-                      work, unit->nan[s], unit->m[s], unit->l[s], th->natural,
-                      a->dim);
+                      work, work && unit->nan[s], work ? unit->m[s] : -INFINITY,
+                      work ? unit->l[s] : 0.0f, th->natural, a->dim);
   }
   return written;
 }

@@ -626,7 +626,8 @@ static int write_unit(const amx_args *a, const amx_thread *th,
     written++;
     fc_amx_slot_write(fc_splitkv_record(&a->shared, t->b, unit->kv_head,
                                         t->split, unit->chunk * CHUNK + s),
-                      work, unit->nan[s], unit->m[s], unit->l[s],
+                      work, work && unit->nan[s], work ? unit->m[s] : -INFINITY,
+                      work ? unit->l[s] : 0.0f,
                       th->o + (u * CHUNK + s) * a->dim, a->dim);
   }
   return written;
