@@ -70,9 +70,8 @@ private:
            a.q_rows == b.q_rows && a.kv_rows == b.kv_rows &&
            a.q_dtype == b.q_dtype && a.kv_dtype == b.kv_dtype &&
            a.out_dtype == b.out_dtype && a.causal == b.causal &&
-           a.window_left == b.window_left &&
-           a.window_right == b.window_right && a.softcap == b.softcap &&
-           a.tree_mask == b.tree_mask &&
+           a.window_left == b.window_left && a.window_right == b.window_right &&
+           a.softcap == b.softcap && a.tree_mask == b.tree_mask &&
            a.mixed_kv_lengths == b.mixed_kv_lengths && a.layers == b.layers &&
            a.seed == b.seed && a.page_size == b.page_size &&
            a.prefix_rows == b.prefix_rows;
@@ -103,7 +102,7 @@ private:
 WorkloadCache workload_cache;
 // By (num_threads, forced kernel or "").
 std::map<std::pair<int, std::string>, flashcpu_context *> contexts;
-std::string warmed_case;                    // the case warmed up last
+std::string warmed_case; // the case warmed up last
 // The next KV layer to read. It carries over between the runs that
 // google-benchmark makes of one case (while sizing the iteration count), so
 // a run never starts on a layer the previous run has just left in cache.
@@ -116,7 +115,7 @@ flashcpu_context *ContextFor(int threads, const std::string &kernel,
   flashcpu_context_options options;
   flashcpu_context_options_init(&options);
   options.num_threads = threads;
-  const std::string settings = "kernel = " + kernel;  // read by the create
+  const std::string settings = "kernel = " + kernel; // read by the create
   if (!kernel.empty()) options.settings = settings.c_str();
   flashcpu_context *ctx = nullptr;
   flashcpu_status status = flashcpu_context_create(&options, &ctx);
@@ -132,7 +131,8 @@ flashcpu_context *ContextFor(int threads, const std::string &kernel,
 void RunCase(benchmark::State &state, const BenchCase &bench_case,
              const toolkit_ceilings &ceilings) {
   std::string error;
-  flashcpu_context *ctx = ContextFor(bench_case.threads, bench_case.kernel, &error);
+  flashcpu_context *ctx =
+      ContextFor(bench_case.threads, bench_case.kernel, &error);
   const toolkit_workload_spec spec = BenchCaseSpec(bench_case);
   const std::string name = BenchCaseName(bench_case);
   const toolkit_workload *workload =
@@ -178,8 +178,8 @@ void RunCase(benchmark::State &state, const BenchCase &bench_case,
   state.SetBytesProcessed(
       static_cast<int64_t>(workload->bytes_per_call * calls));
   // Items are query rows (tokens) of one layer.
-  state.SetItemsProcessed(static_cast<int64_t>(
-      calls * static_cast<double>(workload->num_tokens)));
+  state.SetItemsProcessed(
+      static_cast<int64_t>(calls * static_cast<double>(workload->num_tokens)));
   state.SetLabel(std::string("layers:") +
                  std::to_string(workload->layer_count));
 }
@@ -190,7 +190,8 @@ void RegisterAttentionBenchmarks(
     const std::vector<BenchCase> &cases,
     const std::map<int, toolkit_ceilings> &ceilings_by_threads) {
   for (const BenchCase &bench_case : cases) {
-    const toolkit_ceilings ceilings = ceilings_by_threads.at(bench_case.threads);
+    const toolkit_ceilings ceilings =
+        ceilings_by_threads.at(bench_case.threads);
     benchmark::RegisterBenchmark(
         BenchCaseName(bench_case).c_str(),
         [bench_case, ceilings](benchmark::State &state) {

@@ -5,8 +5,9 @@
 // and all. Paged K/V: llama3-8b bf16 decode at kv 4K, 16K and 32K in pages
 // of 1 and 16 tokens (threads 1 and all), next to the same contiguous
 // cases, and the serving step: 32 decode requests (kv 1K to 32K) and a
-// chunk of 512 rows onto 4096 cached keys, paged (16) and contiguous. The default set (no --benchmark_filter) stays runnable in a few
-// minutes on two cores with the portable kernels.
+// chunk of 512 rows onto 4096 cached keys, paged (16) and contiguous. The
+// default set (no --benchmark_filter) stays runnable in a few minutes on two
+// cores with the portable kernels.
 #include "bench_cases.h"
 
 #include <cstring>
@@ -118,15 +119,21 @@ void AddEnds(std::vector<BenchCase> &cases, BenchCase bench_case,
   }
 }
 
-void AddDecodeCases(std::vector<BenchCase> &cases,
-                    const toolkit_preset *preset,
+void AddDecodeCases(std::vector<BenchCase> &cases, const toolkit_preset *preset,
                     const std::vector<int> &thread_counts) {
   for (flashcpu_dtype dtype : kAllDtypes)
     for (int64_t kv : kDecodeKv)
       for (int64_t batch : kDecodeBatch) {
-        BenchCase contiguous = {TOOLKIT_PHASE_DECODE, preset, dtype, 1, kv,
-                                batch, BenchMask::kCausal, 0,
-                                DecodeInDefault(preset, dtype, kv, batch), ""};
+        BenchCase contiguous = {TOOLKIT_PHASE_DECODE,
+                                preset,
+                                dtype,
+                                1,
+                                kv,
+                                batch,
+                                BenchMask::kCausal,
+                                0,
+                                DecodeInDefault(preset, dtype, kv, batch),
+                                ""};
         AddThreaded(cases, contiguous, thread_counts);
         // The same case on paged K/V, right after the contiguous one.
         if (!Named(preset, kPagedPreset) || dtype != FLASHCPU_DTYPE_BF16 ||
@@ -158,10 +165,16 @@ void AddServeCases(std::vector<BenchCase> &cases,
   const toolkit_preset *preset = toolkit_preset_find(kPagedPreset);
   for (const ServeShape &shape : kServeShapes)
     for (int64_t page_size : {kServePageSize, int64_t{0}}) {
-      BenchCase serve = {TOOLKIT_PHASE_SERVE, preset, FLASHCPU_DTYPE_BF16,
-                         shape.chunk_rows, shape.longest_kv,
-                         shape.decode_requests, BenchMask::kCausal, 0,
-                         false, ""};
+      BenchCase serve = {TOOLKIT_PHASE_SERVE,
+                         preset,
+                         FLASHCPU_DTYPE_BF16,
+                         shape.chunk_rows,
+                         shape.longest_kv,
+                         shape.decode_requests,
+                         BenchMask::kCausal,
+                         0,
+                         false,
+                         ""};
       serve.page_size = page_size;
       serve.prefix = shape.prefix;
       const bool in_default = shape.in_default_set && page_size > 0;
@@ -173,8 +186,7 @@ void AddServeCases(std::vector<BenchCase> &cases,
     }
 }
 
-void AddVerifyCases(std::vector<BenchCase> &cases,
-                    const toolkit_preset *preset,
+void AddVerifyCases(std::vector<BenchCase> &cases, const toolkit_preset *preset,
                     const std::vector<int> &thread_counts) {
   for (flashcpu_dtype dtype : kAllDtypes)
     for (int64_t rows : kVerifyRows) {
@@ -197,10 +209,9 @@ void AddPrefillCases(std::vector<BenchCase> &cases,
   for (flashcpu_dtype dtype : kAllDtypes) {
     for (BenchMask mask : masks)
       for (int64_t length : kPrefillLength) {
-        const bool in_default = kDefaultPrefillPresets.count(preset->name) &&
-                                DefaultDtype(dtype) &&
-                                mask == BenchMask::kCausal &&
-                                kDefaultPrefillLength.count(length);
+        const bool in_default =
+            kDefaultPrefillPresets.count(preset->name) && DefaultDtype(dtype) &&
+            mask == BenchMask::kCausal && kDefaultPrefillLength.count(length);
         AddThreaded(cases,
                     {TOOLKIT_PHASE_PREFILL, preset, dtype, length, length, 1,
                      mask, 0, in_default, ""},
@@ -251,8 +262,8 @@ void AddKernelCases(std::vector<BenchCase> &cases,
 std::string BenchCaseName(const BenchCase &bench_case) {
   return (bench_case.kernel.empty() ? std::string()
                                     : "kernel:" + bench_case.kernel + "/") +
-         toolkit_phase_name(bench_case.phase) + "/" +
-         bench_case.preset->name + "/" + flashcpu_dtype_name(bench_case.dtype) +
+         toolkit_phase_name(bench_case.phase) + "/" + bench_case.preset->name +
+         "/" + flashcpu_dtype_name(bench_case.dtype) +
          (bench_case.kv_quantized
               ? std::string("/kv:") + flashcpu_dtype_name(bench_case.kv_dtype)
               : std::string()) +

@@ -40,8 +40,8 @@ struct BenchCase {
                  // requests, kv 1K to kv)
   BenchMask mask;
   int threads;
-  bool in_default_set; // runs when no --benchmark_filter is given
-  std::string kernel;  // forced kernel; empty: the context chooses
+  bool in_default_set;   // runs when no --benchmark_filter is given
+  std::string kernel;    // forced kernel; empty: the context chooses
   int64_t page_size = 0; // 0: contiguous K/V; else pages of this many tokens
   int64_t prefix = 0;    // serve: keys cached before the chunk
   // K/V stored as this dtype instead (a quantized cache: i8, u8 with

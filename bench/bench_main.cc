@@ -1,6 +1,6 @@
 // flashcpu_bench: measures the machine's ceilings at each thread count it
-// will use (docs/performance.md: ratios to ceilings measured in the same run), prints
-// them, then runs the attention cases.
+// will use (docs/performance.md: ratios to ceilings measured in the same run),
+// prints them, then runs the attention cases.
 //
 // Without --benchmark_filter it runs the default set (a few minutes on two
 // cores); --benchmark_filter=. runs every registered case.
@@ -98,8 +98,9 @@ int main(int argc, char **argv) {
   const std::vector<BenchCase> cases = AllBenchCases(thread_counts);
   if (!filter_given) {
     benchmark::SetBenchmarkFilter(DefaultSetFilter(cases));
-    std::fprintf(stderr, "no --benchmark_filter: running the default set "
-                         "(--benchmark_filter=. runs all %zu cases)\n",
+    std::fprintf(stderr,
+                 "no --benchmark_filter: running the default set "
+                 "(--benchmark_filter=. runs all %zu cases)\n",
                  cases.size());
   }
   DescribeMachine();

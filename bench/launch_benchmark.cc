@@ -50,9 +50,9 @@ void BM_EmptyLaunch(benchmark::State &state, int threads, fc_launch_mode mode) {
                    nullptr};
   for (auto _ : state) fc_runtime_launch(&fixture.runtime, &launch);
   // An inverted rate prints as a time: seconds per launch.
-  state.counters["per_launch"] = benchmark::Counter(
-      1, benchmark::Counter::kIsIterationInvariantRate |
-             benchmark::Counter::kInvert);
+  state.counters["per_launch"] =
+      benchmark::Counter(1, benchmark::Counter::kIsIterationInvariantRate |
+                                benchmark::Counter::kInvert);
 }
 
 // All threads in one team, each tile waiting kBarriersPerTile times.
@@ -77,7 +77,7 @@ int RegisterLaunchBenchmarks() {
   for (fc_launch_mode mode : {FC_LAUNCH_REGION, FC_LAUNCH_POOL})
     for (int threads : counts) {
       if (threads > all) continue;
-      if (mode == FC_LAUNCH_POOL && threads == 1) continue;  // no pool of one
+      if (mode == FC_LAUNCH_POOL && threads == 1) continue; // no pool of one
       std::string suffix =
           std::string(ModeName(mode)) + "/threads:" + std::to_string(threads);
       benchmark::RegisterBenchmark(("launch/empty/" + suffix).c_str(),
@@ -91,7 +91,7 @@ int RegisterLaunchBenchmarks() {
   return 0;
 }
 
-}  // namespace
+} // namespace
 
 // Registered at load time so the main of flashcpu_bench picks them up.
 static const int launch_benchmarks_registered = RegisterLaunchBenchmarks();

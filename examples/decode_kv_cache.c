@@ -40,7 +40,8 @@ static float float_from_bf16(uint16_t value) {
 /* Element (b, h, s, d) of a BHSD cache. */
 static size_t cache_index(int b, int h, int s, int d) {
   return (((size_t)b * KV_HEADS + (size_t)h) * CAPACITY + (size_t)s) *
-             HEAD_DIM + (size_t)d;
+             HEAD_DIM +
+         (size_t)d;
 }
 
 int main(void) {
@@ -74,14 +75,12 @@ int main(void) {
   }
 
   /* The caches' dims say CAPACITY rows; kv_lengths says how many are used. */
-  flashcpu_tensor tq = flashcpu_tensor_bshd(q, FLASHCPU_DTYPE_F32, BATCH, 1,
-                                            Q_HEADS, HEAD_DIM);
-  flashcpu_tensor tk = flashcpu_tensor_bhsd(k_cache, FLASHCPU_DTYPE_BF16,
-                                            BATCH, KV_HEADS, CAPACITY,
-                                            HEAD_DIM);
-  flashcpu_tensor tv = flashcpu_tensor_bhsd(v_cache, FLASHCPU_DTYPE_BF16,
-                                            BATCH, KV_HEADS, CAPACITY,
-                                            HEAD_DIM);
+  flashcpu_tensor tq =
+      flashcpu_tensor_bshd(q, FLASHCPU_DTYPE_F32, BATCH, 1, Q_HEADS, HEAD_DIM);
+  flashcpu_tensor tk = flashcpu_tensor_bhsd(k_cache, FLASHCPU_DTYPE_BF16, BATCH,
+                                            KV_HEADS, CAPACITY, HEAD_DIM);
+  flashcpu_tensor tv = flashcpu_tensor_bhsd(v_cache, FLASHCPU_DTYPE_BF16, BATCH,
+                                            KV_HEADS, CAPACITY, HEAD_DIM);
   flashcpu_tensor to = flashcpu_tensor_bshd(out, FLASHCPU_DTYPE_F32, BATCH, 1,
                                             Q_HEADS, HEAD_DIM);
   flashcpu_attention_params params;
@@ -119,8 +118,8 @@ int main(void) {
         for (int s = 0; s < kv_lengths[b]; s++)
           expected += exp(scores[s] - max_score) / sum *
                       float_from_bf16(v_cache[cache_index(b, kv_head, s, d)]);
-        const double got = out[((size_t)b * Q_HEADS + (size_t)h) * HEAD_DIM +
-                               (size_t)d];
+        const double got =
+            out[((size_t)b * Q_HEADS + (size_t)h) * HEAD_DIM + (size_t)d];
         if (!(fabs(got - expected) <= worst)) worst = fabs(got - expected);
       }
       const double expected_lse = max_score + log(sum);

@@ -37,11 +37,11 @@ enum {
   KV_HEADS = 2, /* GQA: 4 query heads share a kv head */
   HEAD_DIM = 64,
   PAGE_SIZE = 16,
-  NUM_PAGES = 32,      /* per layer */
-  MAX_PAGES = 8,       /* block table row: room for 128 tokens */
+  NUM_PAGES = 32, /* per layer */
+  MAX_PAGES = 8,  /* block table row: room for 128 tokens */
   REQUESTS = 4,
-  MAX_ROWS = 64,       /* packed query rows of one step */
-  MAX_APPEND = 256     /* K/V rows of one flashcpu_kv_append */
+  MAX_ROWS = 64,   /* packed query rows of one step */
+  MAX_APPEND = 256 /* K/V rows of one flashcpu_kv_append */
 };
 
 /* -------------------------------------------------------- page allocator */
@@ -115,8 +115,12 @@ static int draft_sees(int row, int draft) {
  * numbers for the cache and for the reference. */
 static float model_value(int which, int layer, int request_index, int token,
                          int head, int d) {
-  uint32_t x = (uint32_t)(((((which * 7 + layer) * 13 + request_index) * 1031 +
-                            token) * 17 + head) * 131 + d);
+  uint32_t x =
+      (uint32_t)(((((which * 7 + layer) * 13 + request_index) * 1031 + token) *
+                      17 +
+                  head) *
+                     131 +
+                 d);
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -144,8 +148,8 @@ static void model_kv_rows(int layer, const int *row_request,
   for (int t = 0; t < rows; t++)
     for (int h = 0; h < KV_HEADS; h++)
       for (int d = 0; d < HEAD_DIM; d++) {
-        const size_t at = ((size_t)t * KV_HEADS + (size_t)h) * HEAD_DIM +
-                          (size_t)d;
+        const size_t at =
+            ((size_t)t * KV_HEADS + (size_t)h) * HEAD_DIM + (size_t)d;
         k[at] = model_value(1, layer, row_request[t], row_token[t], h, d);
         v[at] = model_value(2, layer, row_request[t], row_token[t], h, d);
       }
@@ -214,9 +218,9 @@ int main(void) {
     k_pool[layer] = calloc(pool_elements, sizeof(uint16_t));
     v_pool[layer] = calloc(pool_elements, sizeof(uint16_t));
     if (!k_pool[layer] || !v_pool[layer]) return 1;
-    cache[layer] = flashcpu_paged_kv_nhd(k_pool[layer], v_pool[layer],
-                                         FLASHCPU_DTYPE_BF16, NUM_PAGES,
-                                         PAGE_SIZE, KV_HEADS, HEAD_DIM);
+    cache[layer] =
+        flashcpu_paged_kv_nhd(k_pool[layer], v_pool[layer], FLASHCPU_DTYPE_BF16,
+                              NUM_PAGES, PAGE_SIZE, KV_HEADS, HEAD_DIM);
   }
   page_pool pool;
   pool_init(&pool);
@@ -284,7 +288,8 @@ int main(void) {
     }
     cu_seqlens_q[r + 1] = (int32_t)rows;
     seq_lens_kv[r] = (int32_t)keys;
-    memcpy(block_table[r], req->pages, (size_t)req->num_pages * sizeof(int32_t));
+    memcpy(block_table[r], req->pages,
+           (size_t)req->num_pages * sizeof(int32_t));
     tree_num_keys[r] = req->kind == VERIFY ? req->new_rows : 0;
   }
   const int tokens = rows;
@@ -342,10 +347,10 @@ int main(void) {
       for (int i = 0; i < requests[r].new_rows; i++)
         for (int h = 0; h < Q_HEADS; h++) {
           const int t = cu_seqlens_q[r] + i;
-          const double error = check_row(
-              layer, r, &requests[r], h, i,
-              out + ((size_t)t * Q_HEADS + (size_t)h) * HEAD_DIM,
-              lse[h * tokens + t]);
+          const double error =
+              check_row(layer, r, &requests[r], h, i,
+                        out + ((size_t)t * Q_HEADS + (size_t)h) * HEAD_DIM,
+                        lse[h * tokens + t]);
           if (!(error <= worst)) worst = error;
         }
   }

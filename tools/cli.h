@@ -16,17 +16,17 @@ enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
 typedef struct run_options {
   const toolkit_preset *preset;
   bool run_decode, run_prefill, run_verify, run_serve;
-  int64_t rows;  /* 0: decode 1, verify 8, prefill = kv, serve 512 */
-  int64_t kv;    /* 0: decode and verify 8192, prefill 2048, serve 32768 */
-  int64_t batch; /* 0: 1, serve 32 (decode requests) */
+  int64_t rows;      /* 0: decode 1, verify 8, prefill = kv, serve 512 */
+  int64_t kv;        /* 0: decode and verify 8192, prefill 2048, serve 32768 */
+  int64_t batch;     /* 0: 1, serve 32 (decode requests) */
   int64_t page_size; /* -1: contiguous K/V, serve pages of 16 tokens */
   int64_t prefix;    /* serve: keys cached before the chunk */
   flashcpu_dtype q_dtype, kv_dtype, out_dtype;
-  int threads;   /* 0: the library's default */
+  int threads; /* 0: the library's default */
   flashcpu_isa max_isa;
   flashcpu_team_level team_level; /* AUTO: the library's choice */
-  int max_team;  /* 0: no cap */
-  int causal;    /* -1: the preset's; 0 off; 1 on */
+  int max_team;                   /* 0: no cap */
+  int causal;                     /* -1: the preset's; 0 off; 1 on */
   bool window_set;
   int64_t window_left, window_right;
   bool softcap_set;
@@ -37,7 +37,7 @@ typedef struct run_options {
                      the LLC */
   const char *against_tune; /* a second context's tune file, timed in
                                turns with the first; NULL: none */
-  int idle_us; /* the machine idles this long before each timed call */
+  int idle_us;       /* the machine idles this long before each timed call */
   int wake_ahead_us; /* flashcpu_context_wake this long before each call */
 } run_options;
 

@@ -9,70 +9,102 @@
 #include "common/workload.h"
 
 void cli_print_run_help(FILE *stream) {
-  fprintf(stream,
-"usage: flashcpu run [options]\n"
-"\n"
-"Times flashcpu_attention on a model-shaped workload, checks sampled rows\n"
-"against a float64 oracle and reports GB/s, GFLOP/s and the percent of the\n"
-"machine's ceiling that binds (decode: read bandwidth; prefill: fp32 FMA),\n"
-"both measured at start-up. Defaults: llama3-8b, bf16, one decode at kv 8192\n"
-"and one causal prefill at 2048.\n"
-"\n"
-"  --preset NAME        model shape (see below; default llama3-8b)\n"
-"  --phase P            decode | prefill | verify | serve | both (decode\n"
-"                       and prefill) | all (default both); verify is a\n"
-"                       speculative decoding step: L draft rows under a\n"
-"                       binary tree mask over the newest L keys; serve is\n"
-"                       an engine's step on paged K/V: B decode requests\n"
-"                       (kv 1K to S, evenly) and a prefill chunk of L rows\n"
-"                       onto --prefix cached keys, one\n"
-"                       flashcpu_attention_paged call, then the same step\n"
-"                       on contiguous K/V (two flashcpu_attention calls:\n"
-"                       the decode requests as one batch, then the chunk)\n"
-"  --rows L             query rows (decode 1, verify 8, prefill = kv,\n"
-"                       serve 512: the chunk's)\n"
-"  --kv S               keys/values (decode, verify 8192; prefill 2048;\n"
-"                       serve 32768: the longest decode request)\n"
-"  --batch B            sequences (default 1; serve: decode requests, 32)\n"
-"  --prefix P           serve: keys cached before the chunk (default 4096)\n"
-"  --page-size N        K/V in pages of N tokens in a random order, called\n"
-"                       through a plan and flashcpu_attention_paged, then\n"
-"                       the same on contiguous K/V for comparison; 0 =\n"
-"                       contiguous only (default 0; serve 16)\n"
-"  --dtype T            f32 | f16 | bf16 for q, k, v and out (default bf16)\n"
-"  --kv-dtype T         dtype of k and v (default --dtype); also i8, u8\n"
-"                       (per-token scales), f8_e4m3, f8_e5m2 (a per-tensor\n"
-"                       scale) and q8_0\n"
-"  --out-dtype T        dtype of the output (default --dtype)\n"
-"  --threads N          worker threads; 0 = library default (default 0)\n"
-"  --isa I              highest ISA: auto | scalar | avx2 | avx512 | neon\n"
-"  --team-level T       threads sharing this cache form a team (share K/V\n"
-"                       tiles): auto | core | l2 | l3 | numa (default auto)\n"
-"  --max-team N         at most N threads a team; 0 = no cap (default 0)\n"
-"  --causal, --no-causal  override the preset's causal mask\n"
-"  --window L,R         sliding window, -1 = unbounded (default: preset's)\n"
-"  --softcap X          score softcap, 0 = off (default: preset's)\n"
-"  --reps N             timed repetitions; 0 = at least 5, more while the\n"
-"                       total stays under a second (default 0)\n"
-"  --check-rows N       output rows checked against the oracle (default 16)\n"
-"  --layers N           KV caches rotated in decode and verify; 0 = enough\n"
-"                       to exceed the last-level cache 4 times, at least 32,\n"
-"                       within a quarter of RAM (default 0)\n"
-"  --idle-us N          sleep N microseconds before each timed call, as an\n"
-"                       engine's calls arrive after work that leaves the\n"
-"                       cores idle: the time then includes waking the\n"
-"                       cores and the pool's threads (default 0: back to\n"
-"                       back; not with --against-tune)\n"
-"  --wake-ahead-us M    with --idle-us: call flashcpu_context_wake M us\n"
-"                       before each timed call, within the idle time\n"
-"  --against-tune FILE  also time a second context set by the tune file\n"
-"                       FILE, the two in turns (bursts of 5 calls, each\n"
-"                       after a pause that lets the other's threads\n"
-"                       sleep), and report its time over the first's: an\n"
-"                       A/B of two settings on a host whose speed drifts\n"
-"  -h, --help           this help\n"
-"\n"
-"presets:\n");
+  fprintf(
+      stream,
+      "usage: flashcpu run [options]\n"
+      "\n"
+      "Times flashcpu_attention on a model-shaped workload, checks sampled "
+      "rows\n"
+      "against a float64 oracle and reports GB/s, GFLOP/s and the percent of "
+      "the\n"
+      "machine's ceiling that binds (decode: read bandwidth; prefill: fp32 "
+      "FMA),\n"
+      "both measured at start-up. Defaults: llama3-8b, bf16, one decode at kv "
+      "8192\n"
+      "and one causal prefill at 2048.\n"
+      "\n"
+      "  --preset NAME        model shape (see below; default llama3-8b)\n"
+      "  --phase P            decode | prefill | verify | serve | both "
+      "(decode\n"
+      "                       and prefill) | all (default both); verify is a\n"
+      "                       speculative decoding step: L draft rows under a\n"
+      "                       binary tree mask over the newest L keys; serve "
+      "is\n"
+      "                       an engine's step on paged K/V: B decode "
+      "requests\n"
+      "                       (kv 1K to S, evenly) and a prefill chunk of L "
+      "rows\n"
+      "                       onto --prefix cached keys, one\n"
+      "                       flashcpu_attention_paged call, then the same "
+      "step\n"
+      "                       on contiguous K/V (two flashcpu_attention "
+      "calls:\n"
+      "                       the decode requests as one batch, then the "
+      "chunk)\n"
+      "  --rows L             query rows (decode 1, verify 8, prefill = kv,\n"
+      "                       serve 512: the chunk's)\n"
+      "  --kv S               keys/values (decode, verify 8192; prefill 2048;\n"
+      "                       serve 32768: the longest decode request)\n"
+      "  --batch B            sequences (default 1; serve: decode requests, "
+      "32)\n"
+      "  --prefix P           serve: keys cached before the chunk (default "
+      "4096)\n"
+      "  --page-size N        K/V in pages of N tokens in a random order, "
+      "called\n"
+      "                       through a plan and flashcpu_attention_paged, "
+      "then\n"
+      "                       the same on contiguous K/V for comparison; 0 =\n"
+      "                       contiguous only (default 0; serve 16)\n"
+      "  --dtype T            f32 | f16 | bf16 for q, k, v and out (default "
+      "bf16)\n"
+      "  --kv-dtype T         dtype of k and v (default --dtype); also i8, u8\n"
+      "                       (per-token scales), f8_e4m3, f8_e5m2 (a "
+      "per-tensor\n"
+      "                       scale) and q8_0\n"
+      "  --out-dtype T        dtype of the output (default --dtype)\n"
+      "  --threads N          worker threads; 0 = library default (default 0)\n"
+      "  --isa I              highest ISA: auto | scalar | avx2 | avx512 | "
+      "neon\n"
+      "  --team-level T       threads sharing this cache form a team (share "
+      "K/V\n"
+      "                       tiles): auto | core | l2 | l3 | numa (default "
+      "auto)\n"
+      "  --max-team N         at most N threads a team; 0 = no cap (default "
+      "0)\n"
+      "  --causal, --no-causal  override the preset's causal mask\n"
+      "  --window L,R         sliding window, -1 = unbounded (default: "
+      "preset's)\n"
+      "  --softcap X          score softcap, 0 = off (default: preset's)\n"
+      "  --reps N             timed repetitions; 0 = at least 5, more while "
+      "the\n"
+      "                       total stays under a second (default 0)\n"
+      "  --check-rows N       output rows checked against the oracle (default "
+      "16)\n"
+      "  --layers N           KV caches rotated in decode and verify; 0 = "
+      "enough\n"
+      "                       to exceed the last-level cache 4 times, at least "
+      "32,\n"
+      "                       within a quarter of RAM (default 0)\n"
+      "  --idle-us N          sleep N microseconds before each timed call, as "
+      "an\n"
+      "                       engine's calls arrive after work that leaves "
+      "the\n"
+      "                       cores idle: the time then includes waking the\n"
+      "                       cores and the pool's threads (default 0: back "
+      "to\n"
+      "                       back; not with --against-tune)\n"
+      "  --wake-ahead-us M    with --idle-us: call flashcpu_context_wake M us\n"
+      "                       before each timed call, within the idle time\n"
+      "  --against-tune FILE  also time a second context set by the tune file\n"
+      "                       FILE, the two in turns (bursts of 5 calls, each\n"
+      "                       after a pause that lets the other's threads\n"
+      "                       sleep), and report its time over the first's: "
+      "an\n"
+      "                       A/B of two settings on a host whose speed "
+      "drifts\n"
+      "  -h, --help           this help\n"
+      "\n"
+      "presets:\n");
   int count;
   const toolkit_preset *presets = toolkit_presets(&count);
   for (int i = 0; i < count; i++)
@@ -97,11 +129,12 @@ static int usage_error(const char *format, ...) {
 
 static bool is_valued_flag(const char *flag) {
   static const char *const flags[] = {
-      "--preset", "--phase",   "--rows",    "--kv",      "--batch",
-      "--dtype",  "--kv-dtype", "--out-dtype", "--threads", "--isa",
-      "--window", "--softcap", "--reps",    "--check-rows", "--layers",
-      "--team-level", "--max-team", "--page-size", "--prefix",
-      "--against-tune", "--idle-us", "--wake-ahead-us"};
+      "--preset",   "--phase",        "--rows",     "--kv",
+      "--batch",    "--dtype",        "--kv-dtype", "--out-dtype",
+      "--threads",  "--isa",          "--window",   "--softcap",
+      "--reps",     "--check-rows",   "--layers",   "--team-level",
+      "--max-team", "--page-size",    "--prefix",   "--against-tune",
+      "--idle-us",  "--wake-ahead-us"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(flag, flags[i]) == 0) return true;
   return false;
@@ -237,7 +270,8 @@ static int apply_valued(run_options *options, const char *flag,
     if (!options->run_decode && !options->run_prefill && !options->run_verify &&
         !options->run_serve)
       return usage_error("%s must be decode, prefill, verify, serve, both or "
-                         "all, not '%s'", flag, value);
+                         "all, not '%s'",
+                         flag, value);
   } else if (strcmp(flag, "--rows") == 0) {
     return integer_option(flag, value, 1, INT64_C(1) << 24, &options->rows);
   } else if (strcmp(flag, "--kv") == 0) {
@@ -264,15 +298,18 @@ static int apply_valued(run_options *options, const char *flag,
   } else if (strcmp(flag, "--isa") == 0) {
     if (!parse_isa(value, &options->max_isa))
       return usage_error("%s must be auto, scalar, avx2, avx512 or neon, "
-                         "not '%s'", flag, value);
+                         "not '%s'",
+                         flag, value);
   } else if (strcmp(flag, "--max-team") == 0) {
     return int_option(flag, value, 0, 65536, &options->max_team);
   } else if (strcmp(flag, "--team-level") == 0) {
     static const struct {
       const char *name;
       flashcpu_team_level level;
-    } levels[] = {{"auto", FLASHCPU_TEAM_AUTO}, {"core", FLASHCPU_TEAM_CORE},
-                  {"l2", FLASHCPU_TEAM_L2},     {"l3", FLASHCPU_TEAM_L3},
+    } levels[] = {{"auto", FLASHCPU_TEAM_AUTO},
+                  {"core", FLASHCPU_TEAM_CORE},
+                  {"l2", FLASHCPU_TEAM_L2},
+                  {"l3", FLASHCPU_TEAM_L3},
                   {"numa", FLASHCPU_TEAM_NUMA}};
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
       if (strcmp(value, levels[i].name) == 0) {
@@ -339,8 +376,7 @@ int cli_parse_run_options(int argc, char **argv, run_options *options) {
     if (length >= sizeof flag) length = sizeof flag - 1;
     memcpy(flag, arg, length);
     flag[length] = '\0';
-    if (!is_valued_flag(flag))
-      return usage_error("unknown option '%s'", flag);
+    if (!is_valued_flag(flag)) return usage_error("unknown option '%s'", flag);
     if (equals) {
       value = equals + 1;
     } else if (i + 1 < argc) {

@@ -95,8 +95,8 @@ static void print_case(const toolkit_workload *workload) {
     printf(", window %lld,%lld", (long long)spec->window_left,
            (long long)spec->window_right);
   if (spec->softcap > 0.0f) printf(", softcap %g", (double)spec->softcap);
-  if (spec->tree_mask) printf(", tree mask over the newest %lld keys",
-                              (long long)spec->q_rows);
+  if (spec->tree_mask)
+    printf(", tree mask over the newest %lld keys", (long long)spec->q_rows);
   printf("\n  kv caches  %d rotated, %s in all", workload->layer_count,
          layers_size);
   if (spec->page_size > 0)
@@ -110,9 +110,9 @@ static void print_case(const toolkit_workload *workload) {
  * call). */
 static flashcpu_status time_calls(flashcpu_context *ctx,
                                   const toolkit_workload *workload,
-                                  const flashcpu_plan *plan,
-                                  int requested_reps, int idle_us,
-                                  int wake_ahead_us, timing *result) {
+                                  const flashcpu_plan *plan, int requested_reps,
+                                  int idle_us, int wake_ahead_us,
+                                  timing *result) {
   const int capacity = requested_reps > 0 ? requested_reps : AUTO_MAX_REPS;
   double *seconds = malloc((size_t)capacity * sizeof(double));
   if (!seconds) return FLASHCPU_ERROR_OUT_OF_MEMORY;
@@ -161,8 +161,8 @@ static void print_timing(const toolkit_workload *workload, const timing *t,
   format_time(t->median, median, sizeof median);
   format_time(t->min, min, sizeof min);
   format_time(t->max, max, sizeof max);
-  printf("  time       median %s, min %s, max %s (%d reps)\n", median, min,
-         max, t->reps);
+  printf("  time       median %s, min %s, max %s (%d reps)\n", median, min, max,
+         t->reps);
   if (t->reps >= 20) { /* the tail: calls that waited on a late thread */
     char p90[32], p99[32];
     format_time(t->p90, p90, sizeof p90);
@@ -185,8 +185,7 @@ static void print_timing(const toolkit_workload *workload, const timing *t,
          toolkit_phase_name(workload->spec.phase));
 }
 
-static bool print_check(const toolkit_workload *workload, int layer,
-                        int rows) {
+static bool print_check(const toolkit_workload *workload, int layer, int rows) {
   if (rows == 0) {
     printf("  check      skipped (--check-rows 0)\n");
     return true;
@@ -197,8 +196,8 @@ static bool print_check(const toolkit_workload *workload, int layer,
          "(tolerance %.2e)",
          check.passed ? "PASS" : "FAIL", check.rows_checked, check.max_error,
          check.max_tolerance);
-  if (!check.passed) printf(", worst error %.3gx its tolerance",
-                            check.worst_ratio);
+  if (!check.passed)
+    printf(", worst error %.3gx its tolerance", check.worst_ratio);
   printf("\n");
   return check.passed;
 }
@@ -243,13 +242,15 @@ static bool print_second_side(const run_options *options,
          "its min\n",
          options->against_tune, median, min, max, second->reps,
          second->median / first->median, per_turn, second->min / first->min);
-  printf("             kernels %s\n", flashcpu_context_last_kernels(other->ctx));
+  printf("             kernels %s\n",
+         flashcpu_context_last_kernels(other->ctx));
   const flashcpu_status status =
       toolkit_workload_call(other->ctx, workload, other->plan, 0);
   if (status != FLASHCPU_OK) {
-    fprintf(stderr, "flashcpu run: the --against-tune context failed: %s: "
-            "%s\n", flashcpu_status_name(status),
-            flashcpu_last_error(other->ctx));
+    fprintf(stderr,
+            "flashcpu run: the --against-tune context failed: %s: "
+            "%s\n",
+            flashcpu_status_name(status), flashcpu_last_error(other->ctx));
     return false;
   }
   return print_check(workload, 0, options->check_rows);
@@ -300,10 +301,10 @@ static int measure(flashcpu_context *ctx, const run_options *options,
       failed = ctx;
       const cli_turn_side sides[2] = {{ctx, plan}, *other};
       timing results[2];
-      status = cli_time_in_turns(
-          sides, &workload,
-          options->reps > 0 ? options->reps : CLI_TURN_DEFAULT_REPS, results,
-          &per_turn);
+      status = cli_time_in_turns(sides, &workload,
+                                 options->reps > 0 ? options->reps
+                                                   : CLI_TURN_DEFAULT_REPS,
+                                 results, &per_turn);
       measured = results[0];
       second = results[1];
     }
@@ -347,8 +348,7 @@ static int run_case(flashcpu_context *ctx, const run_options *options,
   int exit_code = measure(ctx, options, &spec, ceilings, false, other, &paged);
   if (exit_code != CLI_EXIT_OK || spec.page_size == 0) return exit_code;
   spec.page_size = 0;
-  exit_code =
-      measure(ctx, options, &spec, ceilings, true, other, &contiguous);
+  exit_code = measure(ctx, options, &spec, ceilings, true, other, &contiguous);
   if (exit_code == CLI_EXIT_OK)
     printf("  paged      %.3f x the time on contiguous K/V\n",
            paged / contiguous);
@@ -402,21 +402,17 @@ int cli_run(const run_options *options) {
   printf("ceilings   ");
   toolkit_print_ceilings(stdout, &ceilings);
   int exit_code = CLI_EXIT_OK;
-  if (options->run_decode &&
-      run_case(ctx, options, TOOLKIT_PHASE_DECODE, &ceilings, other_ctx) !=
-          CLI_EXIT_OK)
+  if (options->run_decode && run_case(ctx, options, TOOLKIT_PHASE_DECODE,
+                                      &ceilings, other_ctx) != CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
-  if (options->run_verify &&
-      run_case(ctx, options, TOOLKIT_PHASE_VERIFY, &ceilings, other_ctx) !=
-          CLI_EXIT_OK)
+  if (options->run_verify && run_case(ctx, options, TOOLKIT_PHASE_VERIFY,
+                                      &ceilings, other_ctx) != CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
-  if (options->run_prefill &&
-      run_case(ctx, options, TOOLKIT_PHASE_PREFILL, &ceilings, other_ctx) !=
-          CLI_EXIT_OK)
+  if (options->run_prefill && run_case(ctx, options, TOOLKIT_PHASE_PREFILL,
+                                       &ceilings, other_ctx) != CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
-  if (options->run_serve &&
-      run_case(ctx, options, TOOLKIT_PHASE_SERVE, &ceilings, other_ctx) !=
-          CLI_EXIT_OK)
+  if (options->run_serve && run_case(ctx, options, TOOLKIT_PHASE_SERVE,
+                                     &ceilings, other_ctx) != CLI_EXIT_OK)
     exit_code = CLI_EXIT_FAILURE;
   flashcpu_context_destroy(against.ctx);
   flashcpu_context_destroy(ctx);

@@ -25,7 +25,11 @@
 #include "common/timer.h"
 #include "common/workload.h"
 
-typedef enum kernel { KERNEL_SPLITKV = 0, KERNEL_PREFILL = 1, KERNEL_COUNT } kernel;
+typedef enum kernel {
+  KERNEL_SPLITKV = 0,
+  KERNEL_PREFILL = 1,
+  KERNEL_COUNT
+} kernel;
 
 static const char *const kernel_names[KERNEL_COUNT] = {"split-KV", "prefill"};
 /* The splitkv_max_rows that forces each family for decode shapes. */
@@ -48,9 +52,9 @@ enum { ROTATE_CACHE_MULTIPLE = 3, ROTATE_MIN_LAYERS = 2 };
 #define QUICK_ROTATE_BYTES ((uint64_t)256 << 20)
 
 typedef struct sweep {
-  const char *key;   /* the threshold it sets */
-  const char *what;  /* for the progress line */
-  kernel a, b;       /* a: the challenger, b: the default */
+  const char *key;  /* the threshold it sets */
+  const char *what; /* for the progress line */
+  kernel a, b;      /* a: the challenger, b: the default */
   int64_t values[12];
   int count;
   int64_t batch, rows, kv; /* the fixed ones; the swept one is ignored */
@@ -75,9 +79,8 @@ typedef struct report {
  * forced in its own context, on one causal prefill; the fastest sets
  * prefill_amx and prefill_bf16_dot. By measured rate, not by vendor. */
 enum { UNIT_AMX, UNIT_DOT, UNIT_FMA, UNIT_COUNT };
-static const char *const unit_names[UNIT_COUNT] = {"AMX tiles",
-                                                   "AVX512-BF16 dots",
-                                                   "fp32 FMA"};
+static const char *const unit_names[UNIT_COUNT] = {
+    "AMX tiles", "AVX512-BF16 dots", "fp32 FMA"};
 
 typedef struct unit_race {
   bool ran;
@@ -102,34 +105,43 @@ static void say(report *r, const char *format, ...) {
 }
 
 static void print_help(FILE *stream) {
-  fprintf(stream,
-"usage: flashcpu tune [--quick] [--out PATH]\n"
-"\n"
-"Measures, on this machine, up to how many query rows the split-KV decode\n"
-"kernel beats the prefill kernel, which unit runs bf16 prefill fastest and\n"
-"which team shape runs a prefill and a decode fastest, and writes those\n"
-"settings as a tune file:\n"
-"  splitkv_max_rows   split-KV vs the prefill kernel by query rows\n"
-"  prefill_amx, prefill_bf16_dot\n"
-"                     AMX tiles, AVX512-BF16 dots or fp32 FMA (where the\n"
-"                     CPU has more than one)\n"
-"  team_level, max_team_size\n"
-"                     the threads sharing each tile's K/V: one per core,\n"
-"                     the cores of an L2, or 2, 4, 8 or all cores of an\n"
-"                     L3 (where these differ), in turns with the default\n"
-"on the llama3-8b shape (GQA 32/8, head_dim 128), bf16, with the KV caches\n"
-"rotated past the last-level cache. Progress goes to stderr, the summary\n"
-"(the setting with the timings behind it) to stdout and, as comments,\n"
-"into the file. Use the file with flashcpu_context_options.tune_file or\n"
-"FLASHCPU_TUNE_FILE=PATH. Run it with the thread count your engine uses\n"
-"(OMP_NUM_THREADS; default: all cores) on an otherwise idle machine.\n"
-"\n"
-"  --quick       fewer shapes and repetitions, and at most 256 MiB of KV\n"
-"                rotated (so part may come from a large cache): seconds\n"
-"  --out PATH    the tune file to write (default ./flashcpu.tune)\n"
-"  --preset NAME the model shape (default llama3-8b; see flashcpu run\n"
-"                --help)\n"
-"  -h, --help    this help\n");
+  fprintf(
+      stream,
+      "usage: flashcpu tune [--quick] [--out PATH]\n"
+      "\n"
+      "Measures, on this machine, up to how many query rows the split-KV "
+      "decode\n"
+      "kernel beats the prefill kernel, which unit runs bf16 prefill fastest "
+      "and\n"
+      "which team shape runs a prefill and a decode fastest, and writes those\n"
+      "settings as a tune file:\n"
+      "  splitkv_max_rows   split-KV vs the prefill kernel by query rows\n"
+      "  prefill_amx, prefill_bf16_dot\n"
+      "                     AMX tiles, AVX512-BF16 dots or fp32 FMA (where "
+      "the\n"
+      "                     CPU has more than one)\n"
+      "  team_level, max_team_size\n"
+      "                     the threads sharing each tile's K/V: one per "
+      "core,\n"
+      "                     the cores of an L2, or 2, 4, 8 or all cores of an\n"
+      "                     L3 (where these differ), in turns with the "
+      "default\n"
+      "on the llama3-8b shape (GQA 32/8, head_dim 128), bf16, with the KV "
+      "caches\n"
+      "rotated past the last-level cache. Progress goes to stderr, the "
+      "summary\n"
+      "(the setting with the timings behind it) to stdout and, as comments,\n"
+      "into the file. Use the file with flashcpu_context_options.tune_file or\n"
+      "FLASHCPU_TUNE_FILE=PATH. Run it with the thread count your engine uses\n"
+      "(OMP_NUM_THREADS; default: all cores) on an otherwise idle machine.\n"
+      "\n"
+      "  --quick       fewer shapes and repetitions, and at most 256 MiB of "
+      "KV\n"
+      "                rotated (so part may come from a large cache): seconds\n"
+      "  --out PATH    the tune file to write (default ./flashcpu.tune)\n"
+      "  --preset NAME the model shape (default llama3-8b; see flashcpu run\n"
+      "                --help)\n"
+      "  -h, --help    this help\n");
 }
 
 static int parse(int argc, char **argv, tune_options *options) {
@@ -173,8 +185,10 @@ static int parse(int argc, char **argv, tune_options *options) {
     if (which == 0) {
       options->out = value;
     } else if (!(options->preset = toolkit_preset_find(value))) {
-      fprintf(stderr, "flashcpu tune: no preset '%s' (see flashcpu run "
-                      "--help)\n", value);
+      fprintf(stderr,
+              "flashcpu tune: no preset '%s' (see flashcpu run "
+              "--help)\n",
+              value);
       return CLI_EXIT_USAGE;
     }
   }
@@ -222,13 +236,13 @@ static flashcpu_status time_pair(flashcpu_context *contexts[KERNEL_COUNT],
           flashcpu_attention(ctx, &q, &kt, &v, &out, NULL, &workload->params);
       if (status != FLASHCPU_OK) return status;
       double total = 0.0;
-      for (int rep = 0; counts[k] < MAX_SAMPLES &&
-                        (rep < min_reps || total < round_seconds);
+      for (int rep = 0;
+           counts[k] < MAX_SAMPLES && (rep < min_reps || total < round_seconds);
            rep++) {
         toolkit_workload_tensors(workload, layer++, &q, &kt, &v, &out);
         double begin = toolkit_now_seconds();
-        status = flashcpu_attention(ctx, &q, &kt, &v, &out, NULL,
-                                    &workload->params);
+        status =
+            flashcpu_attention(ctx, &q, &kt, &v, &out, NULL, &workload->params);
         double seconds = toolkit_now_seconds() - begin;
         if (status != FLASHCPU_OK) return status;
         samples[k][counts[k]++] = seconds;
@@ -267,9 +281,9 @@ static int rotated_layers(const tune_options *options, int64_t batch,
   const uint64_t layer_bytes = 2u * (uint64_t)batch * (uint64_t)kv *
                                (uint64_t)options->preset->kv_heads *
                                (uint64_t)options->preset->head_dim * 2u;
-  uint64_t target = ROTATE_CACHE_MULTIPLE *
-                    (options->llc_bytes ? options->llc_bytes
-                                        : (uint64_t)32 << 20);
+  uint64_t target =
+      ROTATE_CACHE_MULTIPLE *
+      (options->llc_bytes ? options->llc_bytes : (uint64_t)32 << 20);
   if (options->quick && target > QUICK_ROTATE_BYTES)
     target = QUICK_ROTATE_BYTES;
   const uint64_t layers = (target + layer_bytes - 1) / layer_bytes;
@@ -284,9 +298,8 @@ static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
     int64_t batch = s->batch, rows = s->rows, kv = s->kv;
     rows = s->values[i];
     char what[160];
-    snprintf(what, sizeof what,
-             "%s: %s vs %s, batch %lld, %lld row%s, kv %lld", s->key,
-             kernel_names[s->a], kernel_names[s->b], (long long)batch,
+    snprintf(what, sizeof what, "%s: %s vs %s, batch %lld, %lld row%s, kv %lld",
+             s->key, kernel_names[s->a], kernel_names[s->b], (long long)batch,
              (long long)rows, rows == 1 ? "" : "s", (long long)kv);
     show_progress(p, what);
     toolkit_workload_spec spec = toolkit_workload_spec_make(
@@ -296,16 +309,17 @@ static int run_sweep(sweep *s, flashcpu_context *contexts[KERNEL_COUNT],
     toolkit_workload workload;
     char error[256];
     if (toolkit_workload_build(&spec, &workload, error, sizeof error) != 0) {
-      fprintf(stderr, "%sflashcpu tune: %s: workload: %s\n",
-              p->tty ? "\n" : "", what, error);
+      fprintf(stderr, "%sflashcpu tune: %s: workload: %s\n", p->tty ? "\n" : "",
+              what, error);
       return CLI_EXIT_FAILURE;
     }
     flashcpu_status status = time_pair(contexts, s->a, s->b, &workload,
                                        options->quick, s->seconds[i]);
     toolkit_workload_free(&workload);
     if (status != FLASHCPU_OK) {
-      fprintf(stderr, "%sflashcpu tune: %s: flashcpu_attention failed: %s: "
-                      "%s\n",
+      fprintf(stderr,
+              "%sflashcpu tune: %s: flashcpu_attention failed: %s: "
+              "%s\n",
               p->tty ? "\n" : "", what, flashcpu_status_name(status),
               flashcpu_last_error(NULL));
       return CLI_EXIT_FAILURE;
@@ -336,9 +350,9 @@ static void report_sweep(report *r, const sweep *s,
 }
 
 /* The report as the file's comments ("# " before each line). */
-static bool write_file(const char *path, const report *r,
-                       const sweep *sweeps, int count,
-                       const unit_race *race, const cli_team_race *teams) {
+static bool write_file(const char *path, const report *r, const sweep *sweeps,
+                       int count, const unit_race *race,
+                       const cli_team_race *teams) {
   char temporary[4096];
   snprintf(temporary, sizeof temporary, "%s.tmp", path);
   FILE *file = fopen(temporary, "w");
@@ -378,9 +392,9 @@ static void find_units(flashcpu_isa isa, unit_race *race) {
     if (!info.runnable || info.isa != isa ||
         strcmp(info.family, "prefill") != 0)
       continue;
-    const int unit = strstr(info.name, "__amxbf16")  ? UNIT_AMX
+    const int unit = strstr(info.name, "__amxbf16") ? UNIT_AMX
                      : strstr(info.name, "bf16dot") ? UNIT_DOT
-                                                     : UNIT_FMA;
+                                                    : UNIT_FMA;
     if (!race->kernels[unit]) race->kernels[unit] = info.name;
   }
 }
@@ -393,10 +407,9 @@ static int run_unit_race(unit_race *race, flashcpu_isa isa,
   for (int u = 0; u < UNIT_COUNT; u++) candidates += race->kernels[u] != NULL;
   if (candidates < 2) return CLI_EXIT_OK; /* nothing to choose */
   race->length = options->quick ? 1024 : 2048;
-  toolkit_workload_spec spec =
-      toolkit_workload_spec_make(options->preset, TOOLKIT_PHASE_PREFILL,
-                                 race->length, race->length,
-                                 FLASHCPU_DTYPE_BF16);
+  toolkit_workload_spec spec = toolkit_workload_spec_make(
+      options->preset, TOOLKIT_PHASE_PREFILL, race->length, race->length,
+      FLASHCPU_DTYPE_BF16);
   spec.layers = 1;
   toolkit_workload workload;
   char error[256];
@@ -477,9 +490,10 @@ static void report_teams(report *r, const cli_team_race *teams) {
   const cli_team_shape *won = &teams->shapes[teams->winner];
   say(r, "\nteam_level = %s\nmax_team_size = %d\n",
       cli_team_level_word(won->level), won->max_team_size);
-  say(r, "  %d threads; time over the default shape's, medians of per-turn "
-         "ratios,\n  bf16 prefill L = S = %lld causal / decode kv %lld "
-         "(a shape wins below %.2f):\n",
+  say(r,
+      "  %d threads; time over the default shape's, medians of per-turn "
+      "ratios,\n  bf16 prefill L = S = %lld causal / decode kv %lld "
+      "(a shape wins below %.2f):\n",
       teams->threads, (long long)teams->prefill_length,
       (long long)teams->decode_kv, CLI_TEAM_WIN_BELOW);
   for (int s = 0; s < teams->count; s++) {
@@ -496,8 +510,8 @@ static void report_teams(report *r, const cli_team_race *teams) {
   }
 }
 
-static void set_sweep(sweep *s, const char *key, kernel a, kernel b,
-                      char axis, int64_t batch, int64_t rows, int64_t kv,
+static void set_sweep(sweep *s, const char *key, kernel a, kernel b, char axis,
+                      int64_t batch, int64_t rows, int64_t kv,
                       const int64_t *values, int count) {
   memset(s, 0, sizeof *s);
   s->key = key;
@@ -566,10 +580,11 @@ int cli_tune(int argc, char **argv) {
     if (localtime_r(&now, &local))
       strftime(date, sizeof date, "%Y-%m-%d %H:%M", &local);
     say(&r, "Written by flashcpu tune%s (flashcpu %s) on %s, %s\n",
-        options.quick ? " --quick" : "", flashcpu_version_string(),
-        info.model, date);
-    say(&r, "%d thread%s in %d team%s, %s kernels; %s shape (Hq %lld, Hkv "
-            "%lld, D %lld), bf16, medians\n",
+        options.quick ? " --quick" : "", flashcpu_version_string(), info.model,
+        date);
+    say(&r,
+        "%d thread%s in %d team%s, %s kernels; %s shape (Hq %lld, Hkv "
+        "%lld, D %lld), bf16, medians\n",
         threads, threads == 1 ? "" : "s",
         flashcpu_context_num_teams(contexts[0]),
         flashcpu_context_num_teams(contexts[0]) == 1 ? "" : "s",
@@ -577,17 +592,19 @@ int cli_tune(int argc, char **argv) {
         (long long)preset->q_heads, (long long)preset->kv_heads,
         (long long)preset->head_dim);
     if (!has_splitkv(contexts[0])) {
-      say(&r, "\nThe %s kernel table has no split-KV decode kernel to "
-              "choose: the defaults are written.\n",
+      say(&r,
+          "\nThe %s kernel table has no split-KV decode kernel to "
+          "choose: the defaults are written.\n",
           flashcpu_isa_name(flashcpu_context_isa(contexts[0])));
     } else {
-      static const int64_t rows_full[] = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+      static const int64_t rows_full[] = {2,  3,  4,  6,  8, 12,
+                                          16, 24, 32, 48, 64};
       static const int64_t rows_quick[] = {2, 4, 8, 16};
       const bool q = options.quick;
       const int64_t fixed_kv = q ? 2048 : 4096;
       set_sweep(&sweeps[sweep_count++], "splitkv_max_rows", KERNEL_SPLITKV,
-                KERNEL_PREFILL, 'r', 1, 0, fixed_kv,
-                q ? rows_quick : rows_full, q ? 4 : 11);
+                KERNEL_PREFILL, 'r', 1, 0, fixed_kv, q ? rows_quick : rows_full,
+                q ? 4 : 11);
       progress p = {0, 0, toolkit_now_seconds(), isatty(fileno(stderr)) == 1};
       for (int i = 0; i < sweep_count; i++) p.total += sweeps[i].count;
       for (int i = 0; i < sweep_count && exit_code == CLI_EXIT_OK; i++)
@@ -606,13 +623,13 @@ int cli_tune(int argc, char **argv) {
     report_race(&r, &race);
     if (exit_code == CLI_EXIT_OK) {
       const int64_t decode_kv = options.quick ? 2048 : 4096;
-      cli_team_race_spec spec = {
-          .preset = preset,
-          .quick = options.quick,
-          .prefill_length = options.quick ? 1024 : 2048,
-          .decode_kv = decode_kv,
-          .decode_layers = rotated_layers(&options, 1, decode_kv),
-          .settings = NULL};
+      cli_team_race_spec spec = {.preset = preset,
+                                 .quick = options.quick,
+                                 .prefill_length = options.quick ? 1024 : 2048,
+                                 .decode_kv = decode_kv,
+                                 .decode_layers =
+                                     rotated_layers(&options, 1, decode_kv),
+                                 .settings = NULL};
       char unit_settings[80];
       if (race.ran) {
         snprintf(unit_settings, sizeof unit_settings,

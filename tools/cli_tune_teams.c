@@ -14,11 +14,16 @@
 
 const char *cli_team_level_word(flashcpu_team_level level) {
   switch (level) {
-  case FLASHCPU_TEAM_CORE: return "core";
-  case FLASHCPU_TEAM_L2: return "l2";
-  case FLASHCPU_TEAM_L3: return "l3";
-  case FLASHCPU_TEAM_NUMA: return "numa";
-  default: return "auto";
+  case FLASHCPU_TEAM_CORE:
+    return "core";
+  case FLASHCPU_TEAM_L2:
+    return "l2";
+  case FLASHCPU_TEAM_L3:
+    return "l3";
+  case FLASHCPU_TEAM_NUMA:
+    return "numa";
+  default:
+    return "auto";
   }
 }
 
@@ -49,8 +54,9 @@ static int time_shape(flashcpu_context *base, flashcpu_context *ctx,
     const flashcpu_status status =
         cli_time_in_turns(sides, workloads[w], reps, timings, &ratios[w]);
     if (status != FLASHCPU_OK) { /* either side's call: name both */
-      fprintf(stderr, "flashcpu tune: team race: %s (default shape: %s; "
-                      "this shape: %s)\n",
+      fprintf(stderr,
+              "flashcpu tune: team race: %s (default shape: %s; "
+              "this shape: %s)\n",
               flashcpu_status_name(status), flashcpu_last_error(base),
               flashcpu_last_error(ctx));
       return -1;
@@ -73,9 +79,8 @@ int cli_tune_team_race(const cli_team_race_spec *spec, cli_team_race *race) {
   contexts[0] = create(spec, FLASHCPU_TEAM_AUTO, 0);
   if (!contexts[0]) return -1;
   race->threads = flashcpu_context_num_threads(contexts[0]);
-  race->shapes[0] = (cli_team_shape){FLASHCPU_TEAM_AUTO, 0,
-                                     flashcpu_context_num_teams(contexts[0]),
-                                     1.0, 1.0};
+  race->shapes[0] = (cli_team_shape){
+      FLASHCPU_TEAM_AUTO, 0, flashcpu_context_num_teams(contexts[0]), 1.0, 1.0};
   race->count = 1;
   int failed = 0;
   for (size_t c = 0; c < sizeof candidates / sizeof candidates[0]; c++) {
@@ -87,7 +92,8 @@ int cli_tune_team_race(const cli_team_race_spec *spec, cli_team_race *race) {
     }
     const int teams = flashcpu_context_num_teams(ctx);
     bool seen = false;
-    for (int s = 0; s < race->count; s++) seen |= race->shapes[s].teams == teams;
+    for (int s = 0; s < race->count; s++)
+      seen |= race->shapes[s].teams == teams;
     if (seen || race->count == CLI_TEAM_SHAPES_MAX) {
       flashcpu_context_destroy(ctx);
       continue;
@@ -103,9 +109,9 @@ int cli_tune_team_race(const cli_team_race_spec *spec, cli_team_race *race) {
         spec->preset, TOOLKIT_PHASE_PREFILL, spec->prefill_length,
         spec->prefill_length, FLASHCPU_DTYPE_BF16);
     p.layers = 1;
-    toolkit_workload_spec d = toolkit_workload_spec_make(
-        spec->preset, TOOLKIT_PHASE_DECODE, 1, spec->decode_kv,
-        FLASHCPU_DTYPE_BF16);
+    toolkit_workload_spec d =
+        toolkit_workload_spec_make(spec->preset, TOOLKIT_PHASE_DECODE, 1,
+                                   spec->decode_kv, FLASHCPU_DTYPE_BF16);
     d.layers = spec->decode_layers;
     char error[256];
     if (toolkit_workload_build(&p, &prefill, error, sizeof error) != 0) {

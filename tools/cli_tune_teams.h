@@ -23,11 +23,11 @@ typedef struct cli_team_shape {
 } cli_team_shape;
 
 typedef struct cli_team_race {
-  bool ran;       /* false: a single shape, nothing to choose */
-  int threads;    /* the default thread count */
-  int count;      /* shapes[0] is the default (auto) */
+  bool ran;    /* false: a single shape, nothing to choose */
+  int threads; /* the default thread count */
+  int count;   /* shapes[0] is the default (auto) */
   cli_team_shape shapes[CLI_TEAM_SHAPES_MAX];
-  int winner;     /* index into shapes */
+  int winner; /* index into shapes */
   int64_t prefill_length, decode_kv;
 } cli_team_race;
 

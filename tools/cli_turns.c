@@ -41,8 +41,8 @@ flashcpu_status cli_time_in_turns(const cli_turn_side sides[2],
                                   cli_timing results[2], double *per_turn) {
   const int turns = (reps + BURST_CALLS - 1) / BURST_CALLS;
   /* each side's calls, then each side's burst medians, then the ratios */
-  double *seconds = malloc((2 * (size_t)reps + 3 * (size_t)turns) *
-                           sizeof(double));
+  double *seconds =
+      malloc((2 * (size_t)reps + 3 * (size_t)turns) * sizeof(double));
   if (!seconds) return FLASHCPU_ERROR_OUT_OF_MEMORY;
   double *bursts = seconds + 2 * (size_t)reps, *ratios = bursts + 2 * turns;
   double burst[BURST_CALLS];

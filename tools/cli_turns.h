@@ -12,7 +12,7 @@ enum { CLI_TURN_DEFAULT_REPS = 30 }; /* each side's, where --reps is 0 */
 typedef struct cli_timing {
   int reps;
   double median, min, max; /* seconds */
-  double p90, p99;          /* nearest-rank percentiles, seconds */
+  double p90, p99;         /* nearest-rank percentiles, seconds */
   int last_layer;          /* the layer whose result out holds */
 } cli_timing;
 

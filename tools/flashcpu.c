@@ -72,8 +72,7 @@ static int print_context(bool with_plan) {
     char *plan = malloc(length + 1);
     if (plan) {
       flashcpu_context_describe(ctx, plan, length + 1);
-      printf("\n%s%s", plan,
-             length && plan[length - 1] == '\n' ? "" : "\n");
+      printf("\n%s%s", plan, length && plan[length - 1] == '\n' ? "" : "\n");
       free(plan);
     }
   }

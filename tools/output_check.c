@@ -87,7 +87,8 @@ output_check_result output_check_rows(const toolkit_workload *workload,
   int64_t viewed = -1;
   for (int sample = 0; sample < rows; sample++) {
     const int64_t r = sample_request(workload, sample, &state);
-    const int64_t h = (int64_t)(next_random(&state) % (uint64_t)preset->q_heads);
+    const int64_t h =
+        (int64_t)(next_random(&state) % (uint64_t)preset->q_heads);
     const toolkit_workload_spec request =
         toolkit_workload_request_spec(workload, r);
     const int64_t i = (int64_t)(next_random(&state) % (uint64_t)request.q_rows);
@@ -115,13 +116,14 @@ output_check_result output_check_rows(const toolkit_workload *workload,
     for (int64_t d = 0; d < D; d++) {
       double got = flashcpu_oracle_load(&view.out, 0, i, h, d);
       double error = fabs(got - expected[d]);
-      if (isnan(got) != isnan(expected[d])) error = INFINITY;
-      else if (isnan(got)) error = 0.0; /* both NaN: agreed */
-      double ratio = tolerance > 0.0 ? error / tolerance
-                                     : (error > 0.0 ? INFINITY : 0.0);
+      if (isnan(got) != isnan(expected[d]))
+        error = INFINITY;
+      else if (isnan(got))
+        error = 0.0; /* both NaN: agreed */
+      double ratio =
+          tolerance > 0.0 ? error / tolerance : (error > 0.0 ? INFINITY : 0.0);
       if (ratio > result.worst_ratio) result.worst_ratio = ratio;
-      if (error > result.max_error ||
-          (result.rows_checked == 0 && d == 0)) {
+      if (error > result.max_error || (result.rows_checked == 0 && d == 0)) {
         result.max_error = error;
         result.max_tolerance = tolerance;
       }

@@ -7,12 +7,12 @@
  * serving step, sinks, ALiBi and a merge: output_digest_engine.c and
  * output_digest_paged.c) at every ISA the CPU supports, with fixed
  * pseudo-random inputs, and prints one line per problem and ISA with a
- * 64-bit FNV-1a hash of out and lse and the kernels that ran. It uses only the public API, so the same source builds
- * against an older flashcpu: run both and diff the outputs. Which kernel a
- * problem takes follows the context's settings (a tune file through
- * FLASHCPU_TUNE_FILE); the bytes of a kernel never depend on the thread
- * count, which the second argument sets.
- *   flashcpu_output_digest [threads]
+ * 64-bit FNV-1a hash of out and lse and the kernels that ran. It uses only the
+ * public API, so the same source builds against an older flashcpu: run both and
+ * diff the outputs. Which kernel a problem takes follows the context's settings
+ * (a tune file through FLASHCPU_TUNE_FILE); the bytes of a kernel never depend
+ * on the thread count, which the second argument sets. flashcpu_output_digest
+ * [threads]
  */
 #include <math.h>
 #include <stdint.h>
@@ -36,12 +36,10 @@ static const digest_case cases[] = {
     {"decode-f32", 1, 1, 1000, 8, 2, 128, 0, 0, 0, 1, -1, -1, 0, 0, 0, 0},
     {"decode-bf16", 2, 1, 777, 32, 8, 128, 2, 2, 2, 1, -1, -1, 0, 0, 0, 1},
     {"decode-f16", 1, 1, 300, 4, 1, 64, 1, 1, 0, 1, -1, -1, 0, 0, 0, 0},
-    {"decode-bf16-q-f32", 1, 1, 515, 14, 2, 64, 0, 2, 2, 1, -1, -1, 0, 0, 0,
-     0},
-    {"decode-d80-window", 1, 1, 400, 6, 2, 80, 2, 2, 0, 1, 100, 0, 0, 0, 0,
-     0},
-    {"decode-d100-softcap", 1, 1, 333, 4, 4, 100, 0, 1, 1, 1, -1, -1, 30.0f,
-     0, 0, 0},
+    {"decode-bf16-q-f32", 1, 1, 515, 14, 2, 64, 0, 2, 2, 1, -1, -1, 0, 0, 0, 0},
+    {"decode-d80-window", 1, 1, 400, 6, 2, 80, 2, 2, 0, 1, 100, 0, 0, 0, 0, 0},
+    {"decode-d100-softcap", 1, 1, 333, 4, 4, 100, 0, 1, 1, 1, -1, -1, 30.0f, 0,
+     0, 0},
     {"decode-additive", 2, 1, 200, 8, 2, 64, 2, 2, 2, 0, -1, -1, 0, 0, 1, 1},
     {"decode-d1", 1, 1, 50, 2, 1, 1, 0, 0, 0, 1, -1, -1, 0, 0, 0, 0},
     {"verify-tree-4", 1, 4, 600, 8, 2, 128, 2, 2, 2, 1, -1, -1, 0, 1, 0, 0},
@@ -52,14 +50,13 @@ static const digest_case cases[] = {
     {"prefill-bf16", 2, 100, 260, 8, 2, 128, 2, 2, 2, 1, -1, -1, 0, 0, 0, 1},
     {"prefill-f16-d72", 1, 97, 97, 6, 3, 72, 1, 1, 1, 1, -1, -1, 0, 0, 0, 0},
     {"prefill-window", 1, 200, 200, 4, 1, 64, 2, 2, 0, 1, 31, 0, 0, 0, 0, 0},
-    {"prefill-softcap-add", 1, 64, 128, 4, 2, 256, 0, 0, 0, 0, -1, -1, 50.0f,
-     0, 1, 0},
+    {"prefill-softcap-add", 1, 64, 128, 4, 2, 256, 0, 0, 0, 0, -1, -1, 50.0f, 0,
+     1, 0},
     {"prefill-noncausal", 2, 33, 65, 12, 12, 64, 2, 0, 2, 0, -1, -1, 0, 0, 0,
      0},
     {"prefill-d100", 1, 70, 90, 4, 2, 100, 2, 2, 2, 1, -1, -1, 0, 0, 0, 0},
     /* Shapes the AMX-BF16 decode and prefill kernels take. */
-    {"verify-amx-d128", 1, 8, 1000, 32, 8, 128, 2, 2, 2, 1, -1, -1, 0, 0, 0,
-     0},
+    {"verify-amx-d128", 1, 8, 1000, 32, 8, 128, 2, 2, 2, 1, -1, -1, 0, 0, 0, 0},
     {"verify-amx-d64", 2, 4, 600, 16, 2, 64, 2, 2, 0, 1, -1, -1, 0, 0, 0, 1},
     {"prefill-amx-d128", 1, 256, 256, 8, 2, 128, 2, 2, 2, 1, -1, -1, 0, 0, 0,
      0},
@@ -161,11 +158,11 @@ static int run_case(const digest_case *c, flashcpu_context *ctx) {
     status = FLASHCPU_OK;
   } else
     printf("%-22s %-7s %s %016llx %s\n", c->name,
-         flashcpu_isa_name(flashcpu_context_isa(ctx)),
-         status == FLASHCPU_OK ? "ok   " : flashcpu_status_name(status),
-         (unsigned long long)hash,
-         status == FLASHCPU_OK ? flashcpu_context_last_kernels(ctx)
-                               : flashcpu_last_error(ctx));
+           flashcpu_isa_name(flashcpu_context_isa(ctx)),
+           status == FLASHCPU_OK ? "ok   " : flashcpu_status_name(status),
+           (unsigned long long)hash,
+           status == FLASHCPU_OK ? flashcpu_context_last_kernels(ctx)
+                                 : flashcpu_last_error(ctx));
   free(q);
   free(k);
   free(v);

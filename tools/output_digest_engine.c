@@ -11,7 +11,6 @@
 
 #include "output_digest.h"
 
-
 int digest_report(const char *name, flashcpu_context *ctx,
                   flashcpu_status status, const void *out, size_t out_bytes,
                   const float *lse, size_t lse_count) {
@@ -110,14 +109,14 @@ static int quantized_decode(flashcpu_context *ctx) {
       params.k_scales = k.has_scales ? &k.scale_view : NULL;
       params.v_scales = v.has_scales ? &v.scale_view : NULL;
       if (status == FLASHCPU_OK)
-        status = flashcpu_attention(ctx, &tq, &k.view, &v.view, &to, lse,
-                                    &params);
+        status =
+            flashcpu_attention(ctx, &tq, &k.view, &v.view, &to, lse, &params);
       char name[64];
       snprintf(name, sizeof name, "quant-%s-rows-%lld",
                flashcpu_dtype_name(quantized[f]), (long long)L);
       failures += digest_report(name, ctx, status, out,
-                         (size_t)(L * Hq * D) * sizeof(float), lse,
-                         (size_t)(Hq * L));
+                                (size_t)(L * Hq * D) * sizeof(float), lse,
+                                (size_t)(Hq * L));
       quantized_cache_free(&k);
       quantized_cache_free(&v);
       free(q);
@@ -135,10 +134,10 @@ static int sinks_alibi(flashcpu_context *ctx) {
     const char *name;
     int64_t L, S;
     flashcpu_dtype dtype, sinks_dtype;
-  } shapes[] = {{"sinks-alibi-decode", 1, 900, FLASHCPU_DTYPE_BF16,
-                 FLASHCPU_DTYPE_F32},
-                {"sinks-alibi-prefill", 120, 200, FLASHCPU_DTYPE_F32,
-                 FLASHCPU_DTYPE_BF16}};
+  } shapes[] = {
+      {"sinks-alibi-decode", 1, 900, FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_F32},
+      {"sinks-alibi-prefill", 120, 200, FLASHCPU_DTYPE_F32,
+       FLASHCPU_DTYPE_BF16}};
   const int64_t Hq = 8, Hkv = 2, D = 64;
   int failures = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -153,10 +152,8 @@ static int sinks_alibi(flashcpu_context *ctx) {
     float *out = calloc((size_t)(L * Hq * D), sizeof(float));
     float *lse = calloc((size_t)(Hq * L), sizeof(float));
     flashcpu_tensor tq = flashcpu_tensor_bshd(q, shapes[s].dtype, 1, L, Hq, D);
-    flashcpu_tensor tk =
-        flashcpu_tensor_bshd(k, shapes[s].dtype, 1, S, Hkv, D);
-    flashcpu_tensor tv =
-        flashcpu_tensor_bshd(v, shapes[s].dtype, 1, S, Hkv, D);
+    flashcpu_tensor tk = flashcpu_tensor_bshd(k, shapes[s].dtype, 1, S, Hkv, D);
+    flashcpu_tensor tv = flashcpu_tensor_bshd(v, shapes[s].dtype, 1, S, Hkv, D);
     flashcpu_tensor to =
         flashcpu_tensor_bshd(out, FLASHCPU_DTYPE_F32, 1, L, Hq, D);
     flashcpu_attention_params params;
@@ -194,7 +191,8 @@ static int merge(flashcpu_context *ctx) {
   }
   state_lse[2][3] = -INFINITY; /* a state that saw no key */
   float out[L * H * D], lse[H * L];
-  flashcpu_tensor to = flashcpu_tensor_bshd(out, FLASHCPU_DTYPE_F32, 1, L, H, D);
+  flashcpu_tensor to =
+      flashcpu_tensor_bshd(out, FLASHCPU_DTYPE_F32, 1, L, H, D);
   const flashcpu_status status = flashcpu_merge_states(
       ctx, COUNT, states, (const float *const *)state_lse, &to, lse);
   printf("%-22s %-7s %s %016llx\n", "merge-3",

@@ -21,12 +21,10 @@ static int64_t pages_of(int64_t keys, int64_t page_size) {
 
 /* The step's plan (q_dtype and out_dtype: what a plan that takes them
  * would be given). */
-static flashcpu_status digest_plan(flashcpu_context *ctx,
-                                   const flashcpu_batch *batch,
-                                   flashcpu_dtype q_dtype,
-                                   flashcpu_dtype out_dtype,
-                                   const flashcpu_paged_kv *kv,
-                                   flashcpu_plan **plan) {
+static flashcpu_status
+digest_plan(flashcpu_context *ctx, const flashcpu_batch *batch,
+            flashcpu_dtype q_dtype, flashcpu_dtype out_dtype,
+            const flashcpu_paged_kv *kv, flashcpu_plan **plan) {
   (void)q_dtype;
   (void)out_dtype;
   return flashcpu_plan_create(ctx, batch, Q_HEADS, kv, plan);
@@ -62,8 +60,7 @@ static int paged_step(flashcpu_context *ctx, int64_t page_size,
     k_scales = calloc((size_t)(slots * KV_HEADS), sizeof(float));
     v_scales = calloc((size_t)(slots * KV_HEADS), sizeof(float));
     const flashcpu_kv_scales per_token = {
-        NULL, FLASHCPU_DTYPE_F32, {page_size * KV_HEADS, KV_HEADS, 1, 0},
-        NULL};
+        NULL, FLASHCPU_DTYPE_F32, {page_size * KV_HEADS, KV_HEADS, 1, 0}, NULL};
     k_scale_view = v_scale_view = per_token;
     k_scale_view.data = k_scales;
     v_scale_view.data = v_scales;
@@ -77,15 +74,15 @@ static int paged_step(flashcpu_context *ctx, int64_t page_size,
   int64_t *slot_mapping = malloc((size_t)tokens * sizeof(int64_t));
   for (int r = 0, t = 0; r < REQUESTS; r++)
     for (int64_t j = 0; j < seq_lens_kv[r]; j++)
-      slot_mapping[t++] = block_table[r * max_pages + j / page_size] *
-                              page_size +
-                          j % page_size;
+      slot_mapping[t++] =
+          block_table[r * max_pages + j / page_size] * page_size +
+          j % page_size;
   void *k_new = digest_fill(tokens * KV_HEADS * DIM, FLASHCPU_DTYPE_F32);
   void *v_new = digest_fill(tokens * KV_HEADS * DIM, FLASHCPU_DTYPE_F32);
-  flashcpu_tensor tk = flashcpu_tensor_bshd(k_new, FLASHCPU_DTYPE_F32, 1,
-                                            tokens, KV_HEADS, DIM);
-  flashcpu_tensor tv = flashcpu_tensor_bshd(v_new, FLASHCPU_DTYPE_F32, 1,
-                                            tokens, KV_HEADS, DIM);
+  flashcpu_tensor tk =
+      flashcpu_tensor_bshd(k_new, FLASHCPU_DTYPE_F32, 1, tokens, KV_HEADS, DIM);
+  flashcpu_tensor tv =
+      flashcpu_tensor_bshd(v_new, FLASHCPU_DTYPE_F32, 1, tokens, KV_HEADS, DIM);
   flashcpu_status status = flashcpu_kv_append(ctx, &tk, &tv, slot_mapping, &kv);
 
   /* The verify request's rows see the newest keys as a chain with its

@@ -23,7 +23,6 @@ then run it with /usr/bin/python3).
 
 import argparse
 import json
-import math
 import re
 import sys
 

@@ -155,8 +155,10 @@ def main():
     for name, ctx in contexts.items():
         out = torch.empty(1, 1, 32, 128, dtype=torch.bfloat16)
         out_view = view(out)
-        call = lambda: lib.flashcpu_attention(ctx, *[ctypes.byref(t) for t in tensors],
-                                              ctypes.byref(out_view), None, None)
+
+        def call():
+            lib.flashcpu_attention(ctx, *[ctypes.byref(t) for t in tensors],
+                                   ctypes.byref(out_view), None, None)
         for _ in range(20):
             call()
         alone, after, swept = [], [], []

@@ -11,9 +11,9 @@
  *            exceed 1.2 GB (past the last-level cache), as flashcpu_bench
  *   prefill: L = S, causal (an f16 mask of -inf above the diagonal)
  * One line per case:
- *   case=<name> threads=<n> median_ms=<x> min_ms=<x> max_ms=<x> reps=<n> GBps=<x> GFLOPs=<x>
- * GB/s counts the K and V bytes a call reads; GFLOP/s counts 4 * Hq * D per
- * visible (query, key) pair, as flashcpu_bench does.
+ *   case=<name> threads=<n> median_ms=<x> min_ms=<x> max_ms=<x> reps=<n>
+ * GBps=<x> GFLOPs=<x> GB/s counts the K and V bytes a call reads; GFLOP/s
+ * counts 4 * Hq * D per visible (query, key) pair, as flashcpu_bench does.
  *
  *   ggml_attention_bench [--threads N] [--reps N] [--case SUBSTRING]
  */
@@ -66,18 +66,21 @@ static void fill(struct ggml_tensor *t, unsigned *seed) {
   } else if (t->type == GGML_TYPE_F16) {
     ggml_fp32_to_fp16_row(values, t->data, n);
   } else { /* quantized, a row (of ne[0] values) at a time */
-    ggml_quantize_chunk(t->type, values, t->data, 0, n / t->ne[0], t->ne[0], NULL);
+    ggml_quantize_chunk(t->type, values, t->data, 0, n / t->ne[0], t->ne[0],
+                        NULL);
   }
   free(values);
 }
 
 static void run_case(const bench_case *c, int threads, int reps) {
   const int decode = c->rows == 1;
-  const size_t kv_bytes = 2 * ggml_row_size(c->kv_type, D) * (size_t)c->kv * HKV;
+  const size_t kv_bytes =
+      2 * ggml_row_size(c->kv_type, D) * (size_t)c->kv * HKV;
   int layers = decode ? (int)((1200u << 20) / kv_bytes) + 1 : 1;
   if (layers > 256) layers = 256;
   const size_t memory = (size_t)layers * (kv_bytes + 4 * 1024 * 1024) +
-                        (size_t)c->rows * HQ * D * 8 + (size_t)c->kv * c->rows * 2 +
+                        (size_t)c->rows * HQ * D * 8 +
+                        (size_t)c->kv * c->rows * 2 +
                         (size_t)(256 + 64 * threads) * 1024 * 1024; /* + work */
   struct ggml_init_params params = {memory, NULL, false};
   struct ggml_context *ctx = ggml_init(params);
@@ -86,7 +89,8 @@ static void run_case(const bench_case *c, int threads, int reps) {
     return;
   }
   unsigned seed = 12345;
-  struct ggml_tensor *q = ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, c->rows, HQ, 1);
+  struct ggml_tensor *q =
+      ggml_new_tensor_4d(ctx, GGML_TYPE_F32, D, c->rows, HQ, 1);
   fill(q, &seed);
   struct ggml_tensor *mask = NULL;
   int64_t pairs = (int64_t)c->rows * c->kv;
@@ -106,11 +110,14 @@ static void run_case(const bench_case *c, int threads, int reps) {
   struct ggml_cgraph **graphs = malloc((size_t)layers * sizeof *graphs);
   struct ggml_tensor **outs = malloc((size_t)layers * sizeof *outs);
   for (int layer = 0; layer < layers; layer++) {
-    struct ggml_tensor *k = ggml_new_tensor_4d(ctx, c->kv_type, D, c->kv, HKV, 1);
-    struct ggml_tensor *v = ggml_new_tensor_4d(ctx, c->kv_type, D, c->kv, HKV, 1);
+    struct ggml_tensor *k =
+        ggml_new_tensor_4d(ctx, c->kv_type, D, c->kv, HKV, 1);
+    struct ggml_tensor *v =
+        ggml_new_tensor_4d(ctx, c->kv_type, D, c->kv, HKV, 1);
     fill(k, &seed);
     fill(v, &seed);
-    outs[layer] = ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f / sqrtf((float)D), 0.0f, 0.0f);
+    outs[layer] = ggml_flash_attn_ext(ctx, q, k, v, mask,
+                                      1.0f / sqrtf((float)D), 0.0f, 0.0f);
     graphs[layer] = ggml_new_graph(ctx);
     ggml_build_forward_expand(graphs[layer], outs[layer]);
   }
@@ -124,11 +131,13 @@ static void run_case(const bench_case *c, int threads, int reps) {
   qsort(times, (size_t)reps, sizeof *times, by_value);
   const double median = times[reps / 2];
   const float *out = outs[0]->data;
-  printf("case=%s threads=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f reps=%d GBps=%.2f "
+  printf("case=%s threads=%d median_ms=%.4f min_ms=%.4f max_ms=%.4f reps=%d "
+         "GBps=%.2f "
          "GFLOPs=%.2f layers=%d checksum=%.6f\n",
-         c->name, threads, 1e3 * median, 1e3 * times[0], 1e3 * times[reps - 1], reps,
-         (double)kv_bytes / median * 1e-9, 4.0 * HQ * D * (double)pairs / median * 1e-9,
-         layers, (double)out[0] + out[1]);
+         c->name, threads, 1e3 * median, 1e3 * times[0], 1e3 * times[reps - 1],
+         reps, (double)kv_bytes / median * 1e-9,
+         4.0 * HQ * D * (double)pairs / median * 1e-9, layers,
+         (double)out[0] + out[1]);
   fflush(stdout);
   free(times);
   free(outs);
@@ -140,9 +149,12 @@ int main(int argc, char **argv) {
   int threads = 0, reps = 0;
   const char *only = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--case")) only = argv[i + 1];
+    if (!strcmp(argv[i], "--threads"))
+      threads = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--reps"))
+      reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--case"))
+      only = argv[i + 1];
   }
   if (threads <= 0) threads = 1;
   ggml_cpu_init();

@@ -42,19 +42,18 @@
 enum { TILE = 16 * 32, BLOCKS = 6, REPS_MAX = 99 };
 
 typedef struct buffers {
-  uint16_t *k;     /* BLOCKS slabs of 32 keys x 128 d as tiles (48 KiB) */
-  uint16_t *q;     /* BLOCKS Q pair blocks [64][32 slots][2] (8 KiB each) */
-  float *s;        /* BLOCKS S^T blocks [32][32] (4 KiB each) */
-  uint16_t *vt;    /* V^T: 8 column groups x 6 key chunks as tiles */
-  uint16_t *p;     /* BLOCKS P pair blocks [96][32][2] (12 KiB each) */
-  float *o;        /* BLOCKS O^T blocks [128][32] (16 KiB each) */
+  uint16_t *k;  /* BLOCKS slabs of 32 keys x 128 d as tiles (48 KiB) */
+  uint16_t *q;  /* BLOCKS Q pair blocks [64][32 slots][2] (8 KiB each) */
+  float *s;     /* BLOCKS S^T blocks [32][32] (4 KiB each) */
+  uint16_t *vt; /* V^T: 8 column groups x 6 key chunks as tiles */
+  uint16_t *p;  /* BLOCKS P pair blocks [96][32][2] (12 KiB each) */
+  float *o;     /* BLOCKS O^T blocks [128][32] (16 KiB each) */
 } buffers;
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-ALWAYS_INLINE void qk(const uint16_t *k, const uint16_t *q, float *s,
-                      int zero, int store, int interleaved,
-                      const uint16_t *fetch) {
+ALWAYS_INLINE void qk(const uint16_t *k, const uint16_t *q, float *s, int zero,
+                      int store, int interleaved, const uint16_t *fetch) {
   if (zero) {
     _tile_zero(0);
     _tile_zero(1);
@@ -98,8 +97,7 @@ ALWAYS_INLINE void qk(const uint16_t *k, const uint16_t *q, float *s,
 /* qk as two halves of 16 slots, each on its own two accumulators
  * (tmm0-1, then tmm2-3) and Q tile (tmm6, then tmm7), so that one half's
  * stores drain while the other's products run; K tiles load twice. */
-ALWAYS_INLINE void qk_halves(const uint16_t *k, const uint16_t *q,
-                             float *s) {
+ALWAYS_INLINE void qk_halves(const uint16_t *k, const uint16_t *q, float *s) {
   _tile_zero(0);
   _tile_zero(1);
   for (int d = 0; d < 4; d++) {
@@ -150,17 +148,33 @@ ALWAYS_INLINE void pv(const uint16_t *vt, const uint16_t *p, float *o,
 }
 
 typedef enum pattern {
-  REGISTERS, QK, QK_ORDERED, QK_KEEP, QK_HALVES, QK_L2, QK_L2_FETCH,
-  QK_L2_PAIRS, QK_L2_HALVES, PV,
-  PV_L2, PV_L2_FETCH, PV_L2_PAIRS,
-  REG_FMA32, REG_FMA64, REG_FMA96, REG_FMA128, PATTERNS
+  REGISTERS,
+  QK,
+  QK_ORDERED,
+  QK_KEEP,
+  QK_HALVES,
+  QK_L2,
+  QK_L2_FETCH,
+  QK_L2_PAIRS,
+  QK_L2_HALVES,
+  PV,
+  PV_L2,
+  PV_L2_FETCH,
+  PV_L2_PAIRS,
+  REG_FMA32,
+  REG_FMA64,
+  REG_FMA96,
+  REG_FMA128,
+  PATTERNS
 } pattern;
 static const char *const names[PATTERNS] = {
-    "registers", "qk", "qk-ordered", "qk-keep", "qk-halves", "qk-l2",
-    "qk-l2-fetch", "qk-l2-pairs", "qk-l2-halves", "pv", "pv-l2", "pv-l2-fetch", "pv-l2-pairs",
-    "reg+32fma", "reg+64fma", "reg+96fma", "reg+128fma"};
+    "registers", "qk",          "qk-ordered",  "qk-keep",      "qk-halves",
+    "qk-l2",     "qk-l2-fetch", "qk-l2-pairs", "qk-l2-halves", "pv",
+    "pv-l2",     "pv-l2-fetch", "pv-l2-pairs", "reg+32fma",    "reg+64fma",
+    "reg+96fma", "reg+128fma"};
 
-static volatile float fma_sink; /* keeps the FMAs of registers_with_fmas alive */
+static volatile float
+    fma_sink; /* keeps the FMAs of registers_with_fmas alive */
 
 /* TDPBF16PS with its operands in registers, with `fmas` FMAs (a multiple
  * of 8, in 8 independent chains; 0 for the registers pattern) after every
@@ -221,9 +235,8 @@ static int64_t run(pattern which, const buffers *b, int64_t calls) {
         for (int slab = 0; slab < BLOCKS; slab++)
           qk(b->k + slab * 8 * TILE, b->q + r * 64 * 64,
              b->s + (r * BLOCKS + slab) % BLOCKS * 1024, 1, 1, 0,
-             which == QK_L2_FETCH
-                 ? b->k + (slab + 1) % BLOCKS * 8 * TILE
-                 : NULL);
+             which == QK_L2_FETCH ? b->k + (slab + 1) % BLOCKS * 8 * TILE
+                                  : NULL);
     products = (calls / (BLOCKS * BLOCKS)) * BLOCKS * BLOCKS * 16;
     break;
   case QK_HALVES:
@@ -279,7 +292,8 @@ static int64_t run(pattern which, const buffers *b, int64_t calls) {
     registers_with_fmas(b, calls, 32 * (1 + (int)(which - REG_FMA32)));
     products = calls * 16;
     break;
-  default: break;
+  default:
+    break;
   }
   _tile_release();
   return products;
@@ -300,17 +314,21 @@ int main(int argc, char **argv) {
   int reps = 11;
   int64_t calls = 36 * 2000;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--calls") && i + 1 < argc)
       calls = atoll(argv[++i]);
     else {
-      fprintf(stderr, "usage: flashcpu_amx_tile_rates [--reps N] [--calls N]\n");
+      fprintf(stderr,
+              "usage: flashcpu_amx_tile_rates [--reps N] [--calls N]\n");
       return 2;
     }
   }
   if (reps < 1 || reps > REPS_MAX) reps = 11;
   unsigned eax, ebx, ecx, edx;
-  __asm__("cpuid" : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx) : "a"(7), "c"(0));
+  __asm__("cpuid"
+          : "=a"(eax), "=b"(ebx), "=c"(ecx), "=d"(edx)
+          : "a"(7), "c"(0));
   if (!(edx & (1u << 22)) || !(edx & (1u << 24))) {
     fprintf(stderr, "flashcpu_amx_tile_rates: this CPU has no AMX-BF16\n");
     return 1;
@@ -340,8 +358,9 @@ int main(int argc, char **argv) {
     }
     qsort(t, (size_t)reps, sizeof t[0], compare);
     ns[w] = t[reps / 2];
-    printf("%-11s %7.3f ns per TDPBF16PS  %6.1f GFLOP/s  %5.1f%% of registers\n",
-           names[w], ns[w], 16384.0 / ns[w], 100.0 * ns[0] / ns[w]);
+    printf(
+        "%-11s %7.3f ns per TDPBF16PS  %6.1f GFLOP/s  %5.1f%% of registers\n",
+        names[w], ns[w], 16384.0 / ns[w], 100.0 * ns[0] / ns[w]);
   }
   return 0;
 }

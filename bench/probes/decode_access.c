@@ -43,19 +43,24 @@
 enum { MAX_REPS = 101 };
 
 typedef enum order {
-  STREAM, BLOCKS, SWEEP_T2, SWEEP_T0, SWEEP_PTR, SWEEP_NEAR, ORDERS
+  STREAM,
+  BLOCKS,
+  SWEEP_T2,
+  SWEEP_T0,
+  SWEEP_PTR,
+  SWEEP_NEAR,
+  ORDERS
 } order;
-static const char *const order_names[ORDERS] = {"stream", "blocks",
-                                                "sweep-t2", "sweep-t0",
-                                                "sweep-ptr", "sweep-near"};
+static const char *const order_names[ORDERS] = {
+    "stream", "blocks", "sweep-t2", "sweep-t0", "sweep-ptr", "sweep-near"};
 
 typedef struct shape {
   int64_t kv, heads, dim; /* keys, kv heads, head_dim (bf16 elements) */
   int64_t layers;
   int64_t block; /* keys per block: the prefetch sweep's unit */
   int64_t group; /* keys read per head in turn (block: K, V head by head) */
-  int work; /* vector FMAs per line read */
-  int serial; /* 1: a reduction every K row set waits for; 2: V's too */
+  int work;      /* vector FMAs per line read */
+  int serial;    /* 1: a reduction every K row set waits for; 2: V's too */
 } shape;
 
 /* Even lines' FMAs go to acc[0..7], odd lines' to acc[8..15] in turn: 16
@@ -91,8 +96,8 @@ static ALWAYS_INLINE void prefetch_next(fc_prefetch_sweep *next, int hint) {
     __builtin_prefetch(line, 0, 1);
 }
 
-static ALWAYS_INLINE void read_range(sink *s, const char *first,
-                                     int64_t bytes, int work) {
+static ALWAYS_INLINE void read_range(sink *s, const char *first, int64_t bytes,
+                                     int work) {
   __m512 acc[16];
   memcpy(acc, s->acc, sizeof acc);
   for (int64_t b = 0; b < bytes; b += 2 * FC_SWEEP_LINE)
@@ -111,11 +116,10 @@ static ALWAYS_INLINE const char *row_of(const char *base, const shape *sh,
  * per line read (hint: __builtin_prefetch's locality; next NULL: none;
  * shared: advance *next itself rather than a local copy, as the kernel
  * once did). */
-static ALWAYS_INLINE void read_rows(sink *s, const char *base,
-                                    const shape *sh, int64_t key, int64_t n,
-                                    int64_t h, fc_prefetch_sweep *next,
-                                    int hint, bool shared, int work,
-                                    const char *near) {
+static ALWAYS_INLINE void read_rows(sink *s, const char *base, const shape *sh,
+                                    int64_t key, int64_t n, int64_t h,
+                                    fc_prefetch_sweep *next, int hint,
+                                    bool shared, int work, const char *near) {
   const int64_t row = sh->dim * 2, key_step = sh->heads * row;
   fc_prefetch_sweep sweep;
   if (next) sweep = *next;
@@ -156,10 +160,9 @@ static ALWAYS_INLINE void wait_for_sums(sink *s) {
 }
 
 /* One thread's keys [begin, end) of one layer. */
-static ALWAYS_INLINE void read_layer_with(sink *s, const char *k,
-                                          const char *v, const shape *sh,
-                                          int64_t begin, int64_t end, order o,
-                                          int work) {
+static ALWAYS_INLINE void read_layer_with(sink *s, const char *k, const char *v,
+                                          const shape *sh, int64_t begin,
+                                          int64_t end, order o, int work) {
   const int64_t key_bytes = sh->heads * sh->dim * 2;
   if (o == STREAM) {
     read_range(s, k + begin * key_bytes, (end - begin) * key_bytes, work);
@@ -219,9 +222,12 @@ static void read_layer(sink *s, const char *k, const char *v, const shape *sh,
                        int64_t begin, int64_t end, order o) {
   switch (sh->work) {
 #define WORK(w)                                                                \
-  case w: read_layer_with(s, k, v, sh, begin, end, o, w); return;
-    WORK(0) WORK(1) WORK(2) WORK(3) WORK(4) WORK(5) WORK(6) WORK(7) WORK(8)
-    WORK(12) WORK(16)
+  case w:                                                                      \
+    read_layer_with(s, k, v, sh, begin, end, o, w);                            \
+    return;
+    WORK(0)
+    WORK(1)
+    WORK(2) WORK(3) WORK(4) WORK(5) WORK(6) WORK(7) WORK(8) WORK(12) WORK(16)
 #undef WORK
   }
 }
@@ -238,8 +244,10 @@ static int64_t parse_int(const char *text, const char *flag) {
   char *end = NULL;
   const long long value = strtoll(text, &end, 10);
   if (!end || *end || value < 0) {
-    fprintf(stderr, "flashcpu_decode_access: %s wants a number >= 0, got "
-                    "'%s'\n", flag, text);
+    fprintf(stderr,
+            "flashcpu_decode_access: %s wants a number >= 0, got "
+            "'%s'\n",
+            flag, text);
     exit(2);
   }
   return value;
@@ -264,10 +272,12 @@ int main(int argc, char **argv) {
     const char *flag = argv[i];
     if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
       printf("usage: flashcpu_decode_access [--kv S] [--heads H] [--dim D] "
-             "[--threads T] [--block B] [--group G] [--work N] [--serial 0|1|2] [--reps R] [--footprint-mb M]\n"
+             "[--threads T] [--block B] [--group G] [--work N] [--serial "
+             "0|1|2] [--reps R] [--footprint-mb M]\n"
              "Reads bf16 K/V caches in split-KV decode's order (see the "
              "source's head comment). Defaults: kv 16384, 8 heads, dim 128,\n"
-             "1 thread, blocks of 16 keys read head by head, work 0, 7 reps, footprint 4x the last-level cache "
+             "1 thread, blocks of 16 keys read head by head, work 0, 7 reps, "
+             "footprint 4x the last-level cache "
              "(at least 1 GiB).\n");
       return 0;
     }
@@ -276,27 +286,38 @@ int main(int argc, char **argv) {
       return 2;
     }
     const int64_t value = parse_int(argv[++i], flag);
-    if (!strcmp(flag, "--kv")) sh.kv = value;
-    else if (!strcmp(flag, "--heads")) sh.heads = value;
-    else if (!strcmp(flag, "--dim")) sh.dim = value;
-    else if (!strcmp(flag, "--threads")) threads = value;
-    else if (!strcmp(flag, "--work")) sh.work = (int)value;
-    else if (!strcmp(flag, "--block")) sh.block = value;
-    else if (!strcmp(flag, "--group")) sh.group = value;
-    else if (!strcmp(flag, "--serial")) sh.serial = (int)value;
-    else if (!strcmp(flag, "--reps")) reps = value;
-    else if (!strcmp(flag, "--footprint-mb")) footprint_mb = value;
+    if (!strcmp(flag, "--kv"))
+      sh.kv = value;
+    else if (!strcmp(flag, "--heads"))
+      sh.heads = value;
+    else if (!strcmp(flag, "--dim"))
+      sh.dim = value;
+    else if (!strcmp(flag, "--threads"))
+      threads = value;
+    else if (!strcmp(flag, "--work"))
+      sh.work = (int)value;
+    else if (!strcmp(flag, "--block"))
+      sh.block = value;
+    else if (!strcmp(flag, "--group"))
+      sh.group = value;
+    else if (!strcmp(flag, "--serial"))
+      sh.serial = (int)value;
+    else if (!strcmp(flag, "--reps"))
+      reps = value;
+    else if (!strcmp(flag, "--footprint-mb"))
+      footprint_mb = value;
     else {
       fprintf(stderr, "flashcpu_decode_access: unknown option %s\n", flag);
       return 2;
     }
   }
-  if (sh.kv < 1 || sh.heads < 1 || sh.dim < 64 || sh.dim % 64 || threads < 1 || sh.block < 1 || sh.group < 1 ||
-      reps < 1 || reps > MAX_REPS || sh.serial > 2 ||
-      (sh.work > 8 && sh.work != 12 && sh.work != 16)) {
-    fprintf(stderr, "flashcpu_decode_access: want kv, heads, threads >= 1, "
-                    "dim a multiple of 64, reps 1..%d, work 0..8, 12 or 16, "
-                    "serial 0..2\n",
+  if (sh.kv < 1 || sh.heads < 1 || sh.dim < 64 || sh.dim % 64 || threads < 1 ||
+      sh.block < 1 || sh.group < 1 || reps < 1 || reps > MAX_REPS ||
+      sh.serial > 2 || (sh.work > 8 && sh.work != 12 && sh.work != 16)) {
+    fprintf(stderr,
+            "flashcpu_decode_access: want kv, heads, threads >= 1, "
+            "dim a multiple of 64, reps 1..%d, work 0..8, 12 or 16, "
+            "serial 0..2\n",
             MAX_REPS);
     return 2;
   }
@@ -312,11 +333,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int64_t layer_bytes = sh.kv * sh.heads * sh.dim * 2;
-  const double footprint =
-      footprint_mb ? (double)footprint_mb * 1048576.0
-                   : (ceil.read_buffer_bytes > 1073741824.0
-                          ? ceil.read_buffer_bytes
-                          : 1073741824.0);
+  const double footprint = footprint_mb ? (double)footprint_mb * 1048576.0
+                                        : (ceil.read_buffer_bytes > 1073741824.0
+                                               ? ceil.read_buffer_bytes
+                                               : 1073741824.0);
   sh.layers = (int64_t)(footprint / (2.0 * (double)layer_bytes));
   if (sh.layers < 1) sh.layers = 1;
   char **k = calloc((size_t)sh.layers, sizeof *k);
@@ -338,8 +358,8 @@ int main(int argc, char **argv) {
          (long long)sh.kv, (long long)sh.heads, (long long)sh.dim,
          (long long)sh.layers,
          2.0 * (double)(layer_bytes * sh.layers) / 1048576.0,
-         (long long)threads, (long long)sh.block, (long long)sh.group,
-         sh.work, sh.serial);
+         (long long)threads, (long long)sh.block, (long long)sh.group, sh.work,
+         sh.serial);
   toolkit_print_ceilings(stdout, &ceil);
   /* Each thread a contiguous range of 16-key blocks of every layer. */
   const int64_t blocks = (sh.kv + sh.block - 1) / sh.block;

@@ -60,13 +60,15 @@ int main(void) {
   flashcpu_cpu_features(features, sizeof features);
   if (!strstr(features, "avx512_bf16")) {
     printf("flashcpu_instruction_rates: this CPU lacks AVX512-BF16 (has: "
-           "%s)\n", features);
+           "%s)\n",
+           features);
     return 0;
   }
   volatile float sink = 0.0f;
   const double fma = ns_per_instruction(fma_chains, &sink);
   const double dot = ns_per_instruction(dot_chains, &sink);
   printf("vfmadd231ps zmm %.3f ns, vdpbf16ps zmm %.3f ns (%.2f FMAs' time; "
-         "it pays below 2)\n", fma, dot, dot / fma);
+         "it pays below 2)\n",
+         fma, dot, dot / fma);
   return 0;
 }

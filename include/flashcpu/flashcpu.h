@@ -138,16 +138,16 @@ FLASHCPU_API const char *flashcpu_version_string(void);
 
 typedef enum flashcpu_status {
   FLASHCPU_OK = 0,
-  FLASHCPU_ERROR_NULL_POINTER = 1,     /* a required pointer is NULL */
-  FLASHCPU_ERROR_INVALID_ARGUMENT = 2, /* a value out of its allowed range */
-  FLASHCPU_ERROR_SHAPE_MISMATCH = 3,   /* dims of tensors disagree */
-  FLASHCPU_ERROR_BAD_LAYOUT = 4,       /* strides: head_dim not contiguous,
-                                          negative, or out aliasing */
-  FLASHCPU_ERROR_OVERLAP = 5,          /* out or lse overlaps an input */
-  FLASHCPU_ERROR_UNSUPPORTED_DTYPE = 6,/* dtype value not in flashcpu_dtype */
-  FLASHCPU_ERROR_SIZE_OVERFLOW = 7,    /* an extent does not fit int64 */
-  FLASHCPU_ERROR_OUT_OF_MEMORY = 8,    /* an allocation failed */
-  FLASHCPU_ERROR_INTERNAL = 9          /* a bug in flashcpu: please report */
+  FLASHCPU_ERROR_NULL_POINTER = 1,      /* a required pointer is NULL */
+  FLASHCPU_ERROR_INVALID_ARGUMENT = 2,  /* a value out of its allowed range */
+  FLASHCPU_ERROR_SHAPE_MISMATCH = 3,    /* dims of tensors disagree */
+  FLASHCPU_ERROR_BAD_LAYOUT = 4,        /* strides: head_dim not contiguous,
+                                           negative, or out aliasing */
+  FLASHCPU_ERROR_OVERLAP = 5,           /* out or lse overlaps an input */
+  FLASHCPU_ERROR_UNSUPPORTED_DTYPE = 6, /* dtype value not in flashcpu_dtype */
+  FLASHCPU_ERROR_SIZE_OVERFLOW = 7,     /* an extent does not fit int64 */
+  FLASHCPU_ERROR_OUT_OF_MEMORY = 8,     /* an allocation failed */
+  FLASHCPU_ERROR_INTERNAL = 9           /* a bug in flashcpu: please report */
 } flashcpu_status;
 
 /* The enumerator's name without the prefix, e.g. "OK", "NULL_POINTER";
@@ -158,7 +158,7 @@ FLASHCPU_API const char *flashcpu_status_name(flashcpu_status status);
 
 typedef enum flashcpu_dtype {
   FLASHCPU_DTYPE_F32 = 0,
-  FLASHCPU_DTYPE_F16 = 1, /* IEEE binary16 */
+  FLASHCPU_DTYPE_F16 = 1,  /* IEEE binary16 */
   FLASHCPU_DTYPE_BF16 = 2, /* bfloat16 */
   /* Quantized storage, for K and V only (see "quantized K/V" below). */
   FLASHCPU_DTYPE_I8 = 3,      /* int8 code c: value = scale * c */
@@ -293,9 +293,8 @@ flashcpu_context_options_init(flashcpu_context_options *options);
 
 /* Creates a context. options may be NULL for the defaults. On error *ctx is
  * set to NULL and flashcpu_last_error(NULL) describes the failure. */
-FLASHCPU_API flashcpu_status
-flashcpu_context_create(const flashcpu_context_options *options,
-                        flashcpu_context **ctx);
+FLASHCPU_API flashcpu_status flashcpu_context_create(
+    const flashcpu_context_options *options, flashcpu_context **ctx);
 
 /* Frees the context. NULL is accepted and ignored. */
 FLASHCPU_API void flashcpu_context_destroy(flashcpu_context *ctx);
@@ -353,7 +352,7 @@ flashcpu_context_last_kernels(const flashcpu_context *ctx);
  * buffer, truncated to size bytes including the NUL. Returns the length the
  * full text needs (like snprintf). */
 FLASHCPU_API size_t flashcpu_context_describe(const flashcpu_context *ctx,
-                                             char *buffer, size_t size);
+                                              char *buffer, size_t size);
 
 /* The message of the last failed call on ctx ("" after a successful call).
  * With ctx NULL: the last failure on this thread of a call that had no
@@ -373,8 +372,12 @@ FLASHCPU_API size_t flashcpu_dtype_size(flashcpu_dtype dtype);
 /* Elements per block: 32 for Q8_0, 1 for the others (0: unknown). */
 FLASHCPU_API int64_t flashcpu_dtype_block(flashcpu_dtype dtype);
 
-enum { FLASHCPU_DIM_BATCH = 0, FLASHCPU_DIM_SEQ = 1, FLASHCPU_DIM_HEADS = 2,
-       FLASHCPU_DIM_HEAD_DIM = 3 };
+enum {
+  FLASHCPU_DIM_BATCH = 0,
+  FLASHCPU_DIM_SEQ = 1,
+  FLASHCPU_DIM_HEADS = 2,
+  FLASHCPU_DIM_HEAD_DIM = 3
+};
 
 /* A view. Inputs are only read and outputs (passed as const
  * flashcpu_tensor *: the view is not changed, its data is) are written, so
@@ -382,8 +385,8 @@ enum { FLASHCPU_DIM_BATCH = 0, FLASHCPU_DIM_SEQ = 1, FLASHCPU_DIM_HEADS = 2,
 typedef struct flashcpu_tensor {
   void *data;
   flashcpu_dtype dtype;
-  int64_t dims[4];       /* [batch, seq, heads, head_dim] */
-  int64_t strides[4];    /* in elements; strides[3] must be 1 */
+  int64_t dims[4];    /* [batch, seq, heads, head_dim] */
+  int64_t strides[4]; /* in elements; strides[3] must be 1 */
 } flashcpu_tensor;
 
 /* ------------------------------------------------------ quantized K/V */
@@ -504,12 +507,12 @@ typedef struct flashcpu_attention_params {
   /* sizeof(flashcpu_attention_params) as the caller compiled it; set by
    * flashcpu_attention_params_init. */
   size_t struct_size;
-  float scale;             /* 0: 1/sqrt(D); must be finite */
-  uint32_t flags;          /* FLASHCPU_FLAG_* */
-  int64_t window_left;     /* -1: unbounded (default) */
-  int64_t window_right;    /* -1: unbounded (default) */
-  float softcap;           /* 0: off (default); else > 0 */
-  const flashcpu_tree_mask *tree_mask;         /* NULL: none */
+  float scale;                         /* 0: 1/sqrt(D); must be finite */
+  uint32_t flags;                      /* FLASHCPU_FLAG_* */
+  int64_t window_left;                 /* -1: unbounded (default) */
+  int64_t window_right;                /* -1: unbounded (default) */
+  float softcap;                       /* 0: off (default); else > 0 */
+  const flashcpu_tree_mask *tree_mask; /* NULL: none */
   const flashcpu_additive_mask *additive_mask; /* NULL: none */
   const int64_t *kv_lengths; /* NULL, or B lengths, each in [0, S] */
   /* ---- 0.1.0's struct ends here. */
@@ -545,11 +548,10 @@ flashcpu_attention_params_init(flashcpu_attention_params *params);
  * params may be NULL for the defaults (plain, non-causal attention).
  * out and lse must not overlap any input, each other, or themselves.
  * Returns FLASHCPU_OK, or an error status with nothing written. */
-FLASHCPU_API flashcpu_status
-flashcpu_attention(flashcpu_context *ctx, const flashcpu_tensor *q,
-                   const flashcpu_tensor *k, const flashcpu_tensor *v,
-                   const flashcpu_tensor *out, float *lse,
-                   const flashcpu_attention_params *params);
+FLASHCPU_API flashcpu_status flashcpu_attention(
+    flashcpu_context *ctx, const flashcpu_tensor *q, const flashcpu_tensor *k,
+    const flashcpu_tensor *v, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params);
 
 /* ------------------------------------------ paged KV caches, ragged batches */
 
@@ -595,13 +597,13 @@ typedef struct flashcpu_paged_kv {
 
 /* K and V pages [num_pages, page_size, kv_heads, head_dim] (NHD), two
  * buffers of one dtype. */
-FLASHCPU_API flashcpu_paged_kv flashcpu_paged_kv_nhd(
-    void *k, void *v, flashcpu_dtype dtype, int64_t num_pages,
-    int64_t page_size, int64_t kv_heads, int64_t head_dim);
+FLASHCPU_API flashcpu_paged_kv
+flashcpu_paged_kv_nhd(void *k, void *v, flashcpu_dtype dtype, int64_t num_pages,
+                      int64_t page_size, int64_t kv_heads, int64_t head_dim);
 /* K and V pages [num_pages, kv_heads, page_size, head_dim] (HND). */
-FLASHCPU_API flashcpu_paged_kv flashcpu_paged_kv_hnd(
-    void *k, void *v, flashcpu_dtype dtype, int64_t num_pages,
-    int64_t page_size, int64_t kv_heads, int64_t head_dim);
+FLASHCPU_API flashcpu_paged_kv
+flashcpu_paged_kv_hnd(void *k, void *v, flashcpu_dtype dtype, int64_t num_pages,
+                      int64_t page_size, int64_t kv_heads, int64_t head_dim);
 
 /* The lengths of one step, the same for every layer. */
 typedef struct flashcpu_batch {
@@ -656,10 +658,11 @@ typedef struct flashcpu_plan flashcpu_plan;
  * and its tiles, and reserves the context's memory for them, so that
  * flashcpu_attention_paged allocates nothing. On error *plan is NULL and
  * nothing was allocated; the message names the argument and the index. */
-FLASHCPU_API flashcpu_status
-flashcpu_plan_create(flashcpu_context *ctx, const flashcpu_batch *batch,
-                     int64_t q_heads, const flashcpu_paged_kv *kv,
-                     flashcpu_plan **plan);
+FLASHCPU_API flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
+                                                  const flashcpu_batch *batch,
+                                                  int64_t q_heads,
+                                                  const flashcpu_paged_kv *kv,
+                                                  flashcpu_plan **plan);
 
 /* Frees a plan (before or after its context). NULL is ignored. */
 FLASHCPU_API void flashcpu_plan_destroy(flashcpu_plan *plan);
@@ -715,17 +718,15 @@ FLASHCPU_API flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
  * scales that vary by token and reading the others, as "quantized K/V"
  * says. dst and its scales must not overlap src. Nothing is written on
  * error. */
-FLASHCPU_API flashcpu_status
-flashcpu_quantize(flashcpu_context *ctx, const flashcpu_tensor *src,
-                  const flashcpu_tensor *dst,
-                  const flashcpu_kv_scales *dst_scales);
+FLASHCPU_API flashcpu_status flashcpu_quantize(
+    flashcpu_context *ctx, const flashcpu_tensor *src,
+    const flashcpu_tensor *dst, const flashcpu_kv_scales *dst_scales);
 
 /* The values attention reads from a quantized src (with src_scales, NULL:
  * scale 1) into dst (same dims; f32, f16 or bf16). */
-FLASHCPU_API flashcpu_status
-flashcpu_dequantize(flashcpu_context *ctx, const flashcpu_tensor *src,
-                    const flashcpu_kv_scales *src_scales,
-                    const flashcpu_tensor *dst);
+FLASHCPU_API flashcpu_status flashcpu_dequantize(
+    flashcpu_context *ctx, const flashcpu_tensor *src,
+    const flashcpu_kv_scales *src_scales, const flashcpu_tensor *dst);
 
 /* ------------------------------------------------------------------ merge */
 
@@ -747,11 +748,9 @@ flashcpu_dequantize(flashcpu_context *ctx, const flashcpu_tensor *src,
  * at level k), in f32, so the bytes do not depend on the thread count.
  * out and lse must not overlap any state, state lse, or each other.
  * Returns FLASHCPU_OK, or an error status with nothing written. */
-FLASHCPU_API flashcpu_status
-flashcpu_merge_states(flashcpu_context *ctx, int64_t count,
-                      const flashcpu_tensor *states,
-                      const float *const *state_lse,
-                      const flashcpu_tensor *out, float *lse);
+FLASHCPU_API flashcpu_status flashcpu_merge_states(
+    flashcpu_context *ctx, int64_t count, const flashcpu_tensor *states,
+    const float *const *state_lse, const flashcpu_tensor *out, float *lse);
 
 #ifdef __cplusplus
 }

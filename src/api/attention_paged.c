@@ -21,9 +21,9 @@ static flashcpu_status check_rows(flashcpu_context *ctx,
   flashcpu_status status = fc_check_tensor(ctx, CALL, t, name, 0, span);
   if (status != FLASHCPU_OK) return status;
   const int64_t expected[4] = {1, plan->tokens, plan->q_heads, dim};
-  static const char *const what[4] = {
-      "batch (packed rows are [1, T, Hq, D])", "seq (the plan's T)",
-      "heads (the plan's q_heads)", "head_dim"};
+  static const char *const what[4] = {"batch (packed rows are [1, T, Hq, D])",
+                                      "seq (the plan's T)",
+                                      "heads (the plan's q_heads)", "head_dim"};
   for (int d = 0; d < 4; d++)
     if (t->dims[d] != expected[d])
       return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
@@ -64,22 +64,24 @@ static flashcpu_status check_options(flashcpu_context *ctx,
   if (params->kv_lengths)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": params->kv_lengths must be NULL: the plan holds "
-                   "the lengths (batch->seq_lens_kv)");
+                        "the lengths (batch->seq_lens_kv)");
   if (params->tree_mask)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": params->tree_mask must be NULL: the plan holds "
-                   "the tree masks (batch->tree_bits)");
+                        "the tree masks (batch->tree_bits)");
   if (params->k_scales || params->v_scales)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": params->k_scales and v_scales must be NULL: a "
+                   CALL
+                   ": params->k_scales and v_scales must be NULL: a "
                    "paged cache's scales are kv->k_scales and kv->v_scales");
   return fc_check_common_params(ctx, CALL, params);
 }
 
-flashcpu_status flashcpu_attention_paged(
-    flashcpu_context *ctx, const flashcpu_plan *plan, const flashcpu_tensor *q,
-    const flashcpu_paged_kv *kv, const flashcpu_tensor *out, float *lse,
-    const flashcpu_attention_params *params) {
+flashcpu_status
+flashcpu_attention_paged(flashcpu_context *ctx, const flashcpu_plan *plan,
+                         const flashcpu_tensor *q, const flashcpu_paged_kv *kv,
+                         const flashcpu_tensor *out, float *lse,
+                         const flashcpu_attention_params *params) {
   flashcpu_status status;
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
@@ -88,8 +90,8 @@ flashcpu_status flashcpu_attention_paged(
   if (plan->ctx_id != ctx->id)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": the plan was made on another context, or on one "
-                   "since destroyed (plans size and use their context's "
-                   "memory)");
+                        "since destroyed (plans size and use their context's "
+                        "memory)");
   flashcpu_attention_params copy;
   if ((status = fc_copy_params(ctx, CALL, params, &copy)) != FLASHCPU_OK)
     return status;
@@ -99,8 +101,7 @@ flashcpu_status flashcpu_attention_paged(
   fc_byte_span q_span, out_span, k_span, v_span, scale_spans[4];
   if ((status = check_rows(ctx, plan, q, "q", plan->head_dim, &q_span)) ||
       (status = check_cache(ctx, plan, kv, &k_span, &v_span, scale_spans)) ||
-      (status = check_rows(ctx, plan, out, "out", plan->v_head_dim,
-                           &out_span)))
+      (status = check_rows(ctx, plan, out, "out", plan->v_head_dim, &out_span)))
     return status;
   if (!fc_output_rows_distinct(out))
     return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
@@ -179,8 +180,7 @@ flashcpu_status flashcpu_attention_paged(
               (long long)part->max_rows, (long long)part->max_keys,
               kernels[i] ? kernels[i]->name : "no kernel", reason);
     if (!kernels[i])
-      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s",
-                     reason);
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s", reason);
   }
   char ran[sizeof ctx->last_kernels] = "";
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
@@ -197,13 +197,13 @@ flashcpu_status flashcpu_attention_paged(
      * beside the prefill tiles, bound by arithmetic, so that they overlap
      * instead of following each other. The schedule never changes the
      * bytes. */
-    fc_fuse fuse = {kernels[1]->run, &problems[1], second_reason,
-                    sizeof second_reason, FLASHCPU_OK, NULL, false};
+    fc_fuse fuse = {
+        kernels[1]->run, &problems[1], second_reason, sizeof second_reason,
+        FLASHCPU_OK,     NULL,         false};
     env.fuse = &fuse;
     status = kernels[0]->run(&env, &problems[0]);
     if (fuse.second_status != FLASHCPU_OK)
-      return fc_fail(ctx, fuse.second_status, CALL ": %s: %s",
-                     kernels[1]->name,
+      return fc_fail(ctx, fuse.second_status, CALL ": %s: %s", kernels[1]->name,
                      second_reason[0] ? second_reason : "failed");
     if (status != FLASHCPU_OK)
       return fc_fail(ctx, status, CALL ": %s: %s", kernels[0]->name,

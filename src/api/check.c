@@ -44,7 +44,7 @@ static flashcpu_status check_shapes(flashcpu_context *ctx,
   if (q->dims[2] % k->dims[2] != 0)
     return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
                    CALL ": q heads (%lld) must be a multiple of k/v heads "
-                   "(%lld) for GQA",
+                        "(%lld) for GQA",
                    (long long)q->dims[2], (long long)k->dims[2]);
   return FLASHCPU_OK;
 }
@@ -61,15 +61,16 @@ flashcpu_status fc_copy_params(flashcpu_context *ctx, const char *call,
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    "%s: params->struct_size is %zu, expected %zu (or 0.1.0's "
                    "%zu; call flashcpu_attention_params_init first)",
-                   call, params->struct_size,
-                   sizeof(flashcpu_attention_params), v010);
+                   call, params->struct_size, sizeof(flashcpu_attention_params),
+                   v010);
   memcpy(copy, params, params->struct_size);
   copy->struct_size = sizeof *copy;
   return FLASHCPU_OK;
 }
 
-flashcpu_status fc_check_common_params(flashcpu_context *ctx, const char *call,
-                                       const flashcpu_attention_params *params) {
+flashcpu_status
+fc_check_common_params(flashcpu_context *ctx, const char *call,
+                       const flashcpu_attention_params *params) {
   if (params->flags & ~FLASHCPU_FLAG_CAUSAL)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    "%s: params->flags has unknown bits 0x%x (known: "
@@ -99,7 +100,7 @@ static flashcpu_status check_kv_lengths(flashcpu_context *ctx,
     if (kv_lengths[b] < 0 || kv_lengths[b] > capacity)
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": kv_lengths[%lld] is %lld; it must be in [0, %lld] "
-                     "(the rows k and v hold)",
+                          "(the rows k and v hold)",
                      (long long)b, (long long)kv_lengths[b],
                      (long long)capacity);
   return FLASHCPU_OK;
@@ -123,14 +124,14 @@ static flashcpu_status check_tree(flashcpu_context *ctx,
     if (tree->num_keys > fc_problem_kv_length(p, b))
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": the tree mask covers %lld keys but batch %lld has "
-                     "only %lld",
+                          "only %lld",
                      (long long)tree->num_keys, (long long)b,
                      (long long)fc_problem_kv_length(p, b));
   int64_t words = (tree->num_keys + 63) / 64;
   if (tree->row_stride < words)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": tree_mask->row_stride is %lld words; %lld keys need "
-                   "at least %lld",
+                        "at least %lld",
                    (long long)tree->row_stride, (long long)tree->num_keys,
                    (long long)words);
   if (tree->batch_stride < 0)
@@ -165,9 +166,8 @@ flashcpu_status fc_check_additive(flashcpu_context *ctx, const char *call,
   return FLASHCPU_OK;
 }
 
-flashcpu_status fc_check_outputs_apart(flashcpu_context *ctx,
-                                       const char *call, fc_byte_span out,
-                                       fc_byte_span lse,
+flashcpu_status fc_check_outputs_apart(flashcpu_context *ctx, const char *call,
+                                       fc_byte_span out, fc_byte_span lse,
                                        const fc_byte_span *inputs,
                                        const char *const *names, int count) {
   for (int i = 0; i < count; i++) {
@@ -200,8 +200,8 @@ flashcpu_status fc_check_variants(flashcpu_context *ctx, const char *call,
     problem->sinks = params->sinks;
     problem->sinks_dtype = dtype;
     spans->begin = (uintptr_t)params->sinks;
-    spans->end = spans->begin +
-                 (uintptr_t)problem->q_heads * flashcpu_dtype_size(dtype);
+    spans->end =
+        spans->begin + (uintptr_t)problem->q_heads * flashcpu_dtype_size(dtype);
     spans++;
     *names++ = "the sinks";
     ++*count;
@@ -225,22 +225,19 @@ flashcpu_status fc_check_variants(flashcpu_context *ctx, const char *call,
     problem->alibi = params->alibi_slopes;
     problem->alibi_batch_stride = stride;
     spans->begin = (uintptr_t)params->alibi_slopes;
-    spans->end = spans->begin +
-                 (uintptr_t)((batches - 1) * stride + problem->q_heads) *
-                     sizeof(float);
+    spans->end =
+        spans->begin +
+        (uintptr_t)((batches - 1) * stride + problem->q_heads) * sizeof(float);
     *names = "the ALiBi slopes";
     ++*count;
   }
   return FLASHCPU_OK;
 }
 
-flashcpu_status fc_check_attention(flashcpu_context *ctx,
-                                   const flashcpu_tensor *q,
-                                   const flashcpu_tensor *k,
-                                   const flashcpu_tensor *v,
-                                   const flashcpu_tensor *out, float *lse,
-                                   const flashcpu_attention_params *params,
-                                   fc_problem *problem) {
+flashcpu_status fc_check_attention(
+    flashcpu_context *ctx, const flashcpu_tensor *q, const flashcpu_tensor *k,
+    const flashcpu_tensor *v, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params, fc_problem *problem) {
   flashcpu_status status;
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
@@ -294,8 +291,7 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
   const char *input_names[12] = {"q", "k", "v"};
   int input_count = 3;
   const flashcpu_tensor *kv_of[2] = {k, v};
-  const flashcpu_kv_scales *scales_of[2] = {params->k_scales,
-                                            params->v_scales};
+  const flashcpu_kv_scales *scales_of[2] = {params->k_scales, params->v_scales};
   static const char *const scale_names[2][2] = {
       {"params->k_scales", "k's zero points"},
       {"params->v_scales", "v's zero points"}};
@@ -318,21 +314,20 @@ flashcpu_status fc_check_attention(flashcpu_context *ctx,
                                    problem->kv_capacity)))
       return status;
     inputs[input_count].begin = (uintptr_t)params->kv_lengths;
-    inputs[input_count].end =
-        (uintptr_t)(params->kv_lengths + problem->batch);
+    inputs[input_count].end = (uintptr_t)(params->kv_lengths + problem->batch);
     input_names[input_count++] = "kv_lengths";
   }
   if (params->tree_mask) {
-    if ((status = check_tree(ctx, params->tree_mask, problem,
-                             &inputs[input_count])))
+    if ((status =
+             check_tree(ctx, params->tree_mask, problem, &inputs[input_count])))
       return status;
     input_names[input_count++] = "the tree mask";
   }
   if (params->additive_mask) {
-    const int64_t dims[4] = {problem->batch, problem->q_heads,
-                             problem->q_len, problem->kv_capacity};
+    const int64_t dims[4] = {problem->batch, problem->q_heads, problem->q_len,
+                             problem->kv_capacity};
     if ((status = fc_check_additive(ctx, CALL, params->additive_mask, dims,
-                                 &inputs[input_count])))
+                                    &inputs[input_count])))
       return status;
     input_names[input_count++] = "the additive mask";
   }

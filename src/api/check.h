@@ -21,9 +21,8 @@ flashcpu_status fc_check_additive(flashcpu_context *ctx, const char *call,
 
 /* OVERLAP with a message when out or lse overlaps one of the count inputs
  * (named by names) or each other. */
-flashcpu_status fc_check_outputs_apart(flashcpu_context *ctx,
-                                       const char *call, fc_byte_span out,
-                                       fc_byte_span lse,
+flashcpu_status fc_check_outputs_apart(flashcpu_context *ctx, const char *call,
+                                       fc_byte_span out, fc_byte_span lse,
                                        const fc_byte_span *inputs,
                                        const char *const *names, int count);
 
@@ -43,12 +42,9 @@ flashcpu_status fc_check_variants(flashcpu_context *ctx, const char *call,
 
 /* Fills *problem and returns FLASHCPU_OK, or records a message on ctx and
  * returns the error status. Reads the inputs' metadata only. */
-flashcpu_status fc_check_attention(flashcpu_context *ctx,
-                                   const flashcpu_tensor *q,
-                                   const flashcpu_tensor *k,
-                                   const flashcpu_tensor *v,
-                                   const flashcpu_tensor *out, float *lse,
-                                   const flashcpu_attention_params *params,
-                                   fc_problem *problem);
+flashcpu_status fc_check_attention(
+    flashcpu_context *ctx, const flashcpu_tensor *q, const flashcpu_tensor *k,
+    const flashcpu_tensor *v, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params, fc_problem *problem);
 
 #endif

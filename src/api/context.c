@@ -51,11 +51,11 @@ static flashcpu_status copy_options(const flashcpu_context_options *options,
   const size_t v010 = offsetof(flashcpu_context_options, tune_file);
   if (options->struct_size != sizeof(flashcpu_context_options) &&
       options->struct_size != v010)
-    return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                   CALL ": options->struct_size is %zu, expected %zu (or "
-                   "0.1.0's %zu; call flashcpu_context_options_init first)",
-                   options->struct_size, sizeof(flashcpu_context_options),
-                   v010);
+    return fc_fail(
+        NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
+        CALL ": options->struct_size is %zu, expected %zu (or "
+             "0.1.0's %zu; call flashcpu_context_options_init first)",
+        options->struct_size, sizeof(flashcpu_context_options), v010);
   memcpy(copy, options, options->struct_size);
   copy->struct_size = sizeof *copy;
   return FLASHCPU_OK;
@@ -66,13 +66,13 @@ static flashcpu_status check_options(const flashcpu_context_options *options) {
   if (host && (!host->parallel || !host->thread_num || !host->num_threads))
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": host_openmp needs all three of parallel, "
-                   "thread_num and num_threads (GOMP_parallel, "
-                   "omp_get_thread_num and omp_get_num_threads of one "
-                   "OpenMP runtime)");
+                        "thread_num and num_threads (GOMP_parallel, "
+                        "omp_get_thread_num and omp_get_num_threads of one "
+                        "OpenMP runtime)");
   if (options->num_threads < 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": num_threads is %d; it must be 0 (all allowed cores) "
-                   "or positive",
+                        "or positive",
                    options->num_threads);
   if ((int)options->team_level < FLASHCPU_TEAM_AUTO ||
       (int)options->team_level > FLASHCPU_TEAM_NUMA)
@@ -82,7 +82,7 @@ static flashcpu_status check_options(const flashcpu_context_options *options) {
   if (options->max_team_size < 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": max_team_size is %d; it must be 0 (no limit) or "
-                   "positive",
+                        "positive",
                    options->max_team_size);
   if ((int)options->max_isa < FLASHCPU_ISA_AUTO ||
       (int)options->max_isa > FLASHCPU_ISA_NEON)
@@ -100,7 +100,7 @@ static flashcpu_status resolve_isa(const flashcpu_context_options *options,
   if (env_isa < 0)
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": FLASHCPU_ISA=%s names no ISA (scalar, avx2, avx512, "
-                   "neon)",
+                        "neon)",
                    env);
   flashcpu_isa caps[2] = {options->max_isa, (flashcpu_isa)env_isa};
   const char *where[2] = {"max_isa", "FLASHCPU_ISA"};
@@ -108,7 +108,7 @@ static flashcpu_status resolve_isa(const flashcpu_context_options *options,
     if (!fc_isa_supported(features, caps[i]))
       return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": %s asks for %s, which this CPU (or OS) does not "
-                     "support",
+                          "support",
                      where[i], flashcpu_isa_name(caps[i]));
   *cap = lower_cap(caps[0], caps[1]);
   *isa = fc_best_isa(features, *cap);
@@ -128,7 +128,7 @@ static flashcpu_status apply_fields(const flashcpu_context_options *options,
     if (set[i] && given[keys[i]])
       return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": %s is set both as a field of the options and in "
-                     "options->settings; give it once",
+                          "options->settings; give it once",
                      fc_setting_key_name(keys[i]));
   /* check_options has range-checked both */
   if (set[0]) settings->team_level = options->team_level;
@@ -140,9 +140,9 @@ static flashcpu_status apply_fields(const flashcpu_context_options *options,
  * FLASHCPU_TUNE_FILE), then the settings string, key by key, then the
  * fields team_level and max_team_size. `source` says where the file came
  * from. */
-static flashcpu_status resolve_settings(
-    const flashcpu_context_options *options, fc_settings *settings,
-    char *source, size_t source_size) {
+static flashcpu_status resolve_settings(const flashcpu_context_options *options,
+                                        fc_settings *settings, char *source,
+                                        size_t source_size) {
   const fc_cpu_features *cpu = fc_cpu_features_get();
   fc_settings_default(settings, cpu);
   const char *env_file = getenv("FLASHCPU_TUNE_FILE");
@@ -157,7 +157,7 @@ static flashcpu_status resolve_settings(
     if (!*path)
       return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": tune_file is \"\"; give a path, or NULL for "
-                     "FLASHCPU_TUNE_FILE or the defaults");
+                          "FLASHCPU_TUNE_FILE or the defaults");
     if (fc_tune_file_apply(path, settings, cpu, error, sizeof error) != 0)
       return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": tune file (%s): %s", from, error);
@@ -176,8 +176,7 @@ static flashcpu_status resolve_settings(
 
 /* A forced kernel sets the ISA: it must be within the caps and run here. */
 static flashcpu_status forced_kernel_isa(const fc_settings *settings,
-                                         flashcpu_isa cap,
-                                         flashcpu_isa *isa) {
+                                         flashcpu_isa cap, flashcpu_isa *isa) {
   if (!settings->forced_kernel[0]) return FLASHCPU_OK;
   const fc_cpu_features *cpu = fc_cpu_features_get();
   const fc_attention_kernel *k =
@@ -185,12 +184,12 @@ static flashcpu_status forced_kernel_isa(const fc_settings *settings,
   if (!fc_isa_within(k->isa, cap))
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": kernel %s needs %s, above the ISA cap %s "
-                   "(max_isa or FLASHCPU_ISA)",
+                        "(max_isa or FLASHCPU_ISA)",
                    k->name, flashcpu_isa_name(k->isa), flashcpu_isa_name(cap));
   if (!fc_isa_supported(cpu, k->isa) || !fc_kernel_need_met(cpu, k->need))
     return fc_fail(NULL, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": kernel %s needs instructions this CPU (or OS) "
-                   "does not support",
+                        "does not support",
                    k->name);
   *isa = k->isa;
   return FLASHCPU_OK;
@@ -205,8 +204,7 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   *ctx = NULL;
   flashcpu_context_options copy;
   flashcpu_context_options_init(&copy);
-  flashcpu_status status =
-      options ? copy_options(options, &copy) : FLASHCPU_OK;
+  flashcpu_status status = options ? copy_options(options, &copy) : FLASHCPU_OK;
   options = &copy;
   flashcpu_isa isa = FLASHCPU_ISA_SCALAR, cap = FLASHCPU_ISA_AUTO;
   if (status != FLASHCPU_OK || (status = check_options(options)) ||
@@ -231,9 +229,12 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
   static atomic_uint_least64_t contexts_created;
   created->id = atomic_fetch_add(&contexts_created, 1) + 1;
   char error[256];
-  fc_runtime_options runtime_options = {source, threads, settings.team_level,
+  fc_runtime_options runtime_options = {source,
+                                        threads,
+                                        settings.team_level,
                                         settings.max_team_size,
-                                        settings.launch, options->host_openmp};
+                                        settings.launch,
+                                        options->host_openmp};
   int failure = fc_runtime_create(&created->runtime, &runtime_options, error,
                                   sizeof error);
   if (failure != 0) {
@@ -245,8 +246,7 @@ flashcpu_status fc_context_create_on(const flashcpu_context_options *options,
                    CALL ": cannot set up the runtime: %s", error);
   }
   created->settings = settings;
-  fc_kernel_table_fill(&created->table, isa, fc_cpu_features_get(),
-                       &settings);
+  fc_kernel_table_fill(&created->table, isa, fc_cpu_features_get(), &settings);
   const char *verbose = getenv("FLASHCPU_VERBOSE");
   created->verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
   if (created->verbose) {
@@ -290,9 +290,15 @@ flashcpu_isa flashcpu_context_isa(const flashcpu_context *ctx) {
 
 fc_kernel_env fc_context_kernel_env(flashcpu_context *ctx, char *reason,
                                     size_t reason_size) {
-  fc_kernel_env env = {&ctx->runtime, ctx->table.row_to_f32,
-                       ctx->table.dequant_row, &ctx->table.settings,
-                       reason, reason_size, false, NULL, NULL};
+  fc_kernel_env env = {&ctx->runtime,
+                       ctx->table.row_to_f32,
+                       ctx->table.dequant_row,
+                       &ctx->table.settings,
+                       reason,
+                       reason_size,
+                       false,
+                       NULL,
+                       NULL};
   if (reason_size) reason[0] = '\0';
   return env;
 }

@@ -18,7 +18,8 @@ static void append(text *out, const char *format, ...) {
   va_list args;
   va_start(args, format);
   size_t room = out->needed < out->size ? out->size - out->needed : 0;
-  int n = vsnprintf(room ? out->buffer + out->needed : NULL, room, format, args);
+  int n =
+      vsnprintf(room ? out->buffer + out->needed : NULL, room, format, args);
   va_end(args);
   if (n > 0) out->needed += (size_t)n;
 }
@@ -106,8 +107,7 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
   fc_settings_describe(&ctx->settings, settings, sizeof settings);
   append(out, "settings: %s\n", settings);
   for (int d = 0; d < 3; d++)
-    append(out, "  %s row load: %s\n",
-           flashcpu_dtype_name((flashcpu_dtype)d),
+    append(out, "  %s row load: %s\n", flashcpu_dtype_name((flashcpu_dtype)d),
            ctx->table.row_to_f32_names[d]);
   append(out, "  quantized K/V rows: %s\n", ctx->table.dequant_row_name);
 }

@@ -29,16 +29,26 @@ const char *flashcpu_last_error(const flashcpu_context *ctx) {
 
 const char *flashcpu_status_name(flashcpu_status status) {
   switch (status) {
-  case FLASHCPU_OK: return "OK";
-  case FLASHCPU_ERROR_NULL_POINTER: return "NULL_POINTER";
-  case FLASHCPU_ERROR_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-  case FLASHCPU_ERROR_SHAPE_MISMATCH: return "SHAPE_MISMATCH";
-  case FLASHCPU_ERROR_BAD_LAYOUT: return "BAD_LAYOUT";
-  case FLASHCPU_ERROR_OVERLAP: return "OVERLAP";
-  case FLASHCPU_ERROR_UNSUPPORTED_DTYPE: return "UNSUPPORTED_DTYPE";
-  case FLASHCPU_ERROR_SIZE_OVERFLOW: return "SIZE_OVERFLOW";
-  case FLASHCPU_ERROR_OUT_OF_MEMORY: return "OUT_OF_MEMORY";
-  case FLASHCPU_ERROR_INTERNAL: return "INTERNAL";
+  case FLASHCPU_OK:
+    return "OK";
+  case FLASHCPU_ERROR_NULL_POINTER:
+    return "NULL_POINTER";
+  case FLASHCPU_ERROR_INVALID_ARGUMENT:
+    return "INVALID_ARGUMENT";
+  case FLASHCPU_ERROR_SHAPE_MISMATCH:
+    return "SHAPE_MISMATCH";
+  case FLASHCPU_ERROR_BAD_LAYOUT:
+    return "BAD_LAYOUT";
+  case FLASHCPU_ERROR_OVERLAP:
+    return "OVERLAP";
+  case FLASHCPU_ERROR_UNSUPPORTED_DTYPE:
+    return "UNSUPPORTED_DTYPE";
+  case FLASHCPU_ERROR_SIZE_OVERFLOW:
+    return "SIZE_OVERFLOW";
+  case FLASHCPU_ERROR_OUT_OF_MEMORY:
+    return "OUT_OF_MEMORY";
+  case FLASHCPU_ERROR_INTERNAL:
+    return "INTERNAL";
   }
   return "UNKNOWN_STATUS";
 }

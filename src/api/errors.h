@@ -5,7 +5,7 @@
 #include "flashcpu/flashcpu.h"
 
 #if defined(__GNUC__) || defined(__clang__)
-#define FC_PRINTF_LIKE(fmt_index, first_arg) \
+#define FC_PRINTF_LIKE(fmt_index, first_arg)                                   \
   __attribute__((format(printf, fmt_index, first_arg)))
 #else
 #define FC_PRINTF_LIKE(fmt_index, first_arg)

@@ -17,8 +17,7 @@ static flashcpu_status check_rows(flashcpu_context *ctx,
                                   fc_byte_span *span) {
   flashcpu_status status = fc_check_tensor(ctx, CALL, t, name, 0, span);
   if (status != FLASHCPU_OK) return status;
-  const int64_t expected[4] = {1, tokens < 0 ? t->dims[1] : tokens, heads,
-                               dim};
+  const int64_t expected[4] = {1, tokens < 0 ? t->dims[1] : tokens, heads, dim};
   static const char *const what[4] = {"batch (new rows are [1, T, Hkv, D])",
                                       "seq (k_new's T)", "heads (kv_heads)",
                                       "head_dim"};
@@ -26,7 +25,7 @@ static flashcpu_status check_rows(flashcpu_context *ctx,
     if (t->dims[d] != expected[d])
       return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
                      CALL ": %s->dims[%d] is %lld; the cache needs %lld, its "
-                     "%s",
+                          "%s",
                      name, d, (long long)t->dims[d], (long long)expected[d],
                      what[d]);
   return FLASHCPU_OK;
@@ -46,7 +45,7 @@ static flashcpu_status check_slots(flashcpu_context *ctx, const int64_t *slots,
     if (slots[t] < 0 || slots[t] >= capacity)
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": slot_mapping[%lld] is %lld; slots are -1 (skip) "
-                     "or 0 .. %lld (num_pages * page_size - 1)",
+                          "or 0 .. %lld (num_pages * page_size - 1)",
                      (long long)t, (long long)slots[t],
                      (long long)(capacity - 1));
     used++;
@@ -73,7 +72,7 @@ static flashcpu_status check_slots(flashcpu_context *ctx, const int64_t *slots,
         }
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": slot_mapping[%lld] and slot_mapping[%lld] are "
-                     "both %lld; a slot may be written once per call",
+                          "both %lld; a slot may be written once per call",
                      (long long)first, (long long)second, (long long)sorted[i]);
     }
   return FLASHCPU_OK;
@@ -106,20 +105,20 @@ static void fill_side(const flashcpu_paged_kv *kv, int s,
  * representable, checked before anything is written. */
 static flashcpu_status check_quantizable(flashcpu_context *ctx,
                                          const fc_append_side *side,
-                                         const char *name,
-                                         const int64_t *slots, int64_t tokens,
-                                         int64_t kv_heads, int64_t page_size) {
+                                         const char *name, const int64_t *slots,
+                                         int64_t tokens, int64_t kv_heads,
+                                         int64_t page_size) {
   if (!fc_dtype_is_quantized(side->cache_dtype)) return FLASHCPU_OK;
   if (side->scales_computed && side->cache_dtype == FLASHCPU_DTYPE_U8 &&
       !side->zeros)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": the %s pages are U8 with per-token scales, which "
-                   "need zero_points",
+                        "need zero_points",
                    name);
   if (side->scales_computed || side->cache_dtype == FLASHCPU_DTYPE_Q8_0)
     return FLASHCPU_OK;
-  if (fc_runtime_reserve_call_workspace(
-          &ctx->runtime, (size_t)side->dim * sizeof(float)) != 0)
+  if (fc_runtime_reserve_call_workspace(&ctx->runtime,
+                                        (size_t)side->dim * sizeof(float)) != 0)
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
                    CALL ": out of memory checking the new rows");
   float *row = ctx->runtime.call_workspace;
@@ -129,16 +128,15 @@ static flashcpu_status check_quantizable(flashcpu_context *ctx,
       fc_row_scales_out scales;
       fc_append_target(side, slots[t] / page_size, slots[t] % page_size, h,
                        &scales);
-      fc_load_row_f32(fc_view_row(&side->source, 0, t, h),
-                      side->source.dtype, side->dim, 1.0f, row);
+      fc_load_row_f32(fc_view_row(&side->source, 0, t, h), side->source.dtype,
+                      side->dim, 1.0f, row);
       const char *why = "";
-      const int64_t d =
-          fc_quantize_row_refusal(side->cache_dtype, row, side->dim, &scales,
-                                  &why);
+      const int64_t d = fc_quantize_row_refusal(side->cache_dtype, row,
+                                                side->dim, &scales, &why);
       if (d >= 0)
         return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                        CALL ": %s_new[0, %lld, %lld, %lld] cannot be written "
-                       "to the %s pages: %s",
+                            "to the %s pages: %s",
                        name, (long long)t, (long long)h, (long long)d,
                        flashcpu_dtype_name(side->cache_dtype), why);
     }
@@ -157,8 +155,8 @@ flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
   fc_byte_span k_cache, v_cache, k_span, v_span, scale_spans[4];
   if ((status = fc_check_paged_kv(ctx, CALL, kv, true, &k_cache, &v_cache,
                                   scale_spans)) ||
-      (status = check_rows(ctx, k_new, "k_new", -1, kv->kv_heads,
-                           kv->head_dim, &k_span)) ||
+      (status = check_rows(ctx, k_new, "k_new", -1, kv->kv_heads, kv->head_dim,
+                           &k_span)) ||
       (status = check_rows(ctx, v_new, "v_new", k_new->dims[1], kv->kv_heads,
                            kv->v_head_dim, &v_span)))
     return status;
@@ -174,17 +172,17 @@ flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
   if (__builtin_mul_overflow(kv->num_pages, kv->page_size, &capacity))
     return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
                    CALL ": num_pages * page_size overflows int64");
-  const fc_byte_span slot_span = {
-      (uintptr_t)slot_mapping,
-      (uintptr_t)slot_mapping + (uintptr_t)tokens * sizeof(int64_t)};
+  const fc_byte_span slot_span = {(uintptr_t)slot_mapping,
+                                  (uintptr_t)slot_mapping +
+                                      (uintptr_t)tokens * sizeof(int64_t)};
   const fc_byte_span sources[3] = {k_span, v_span, slot_span};
   const char *source_names[3] = {"k_new", "v_new", "slot_mapping"};
   const fc_byte_span targets[6] = {k_cache,        v_cache,
                                    scale_spans[0], scale_spans[1],
                                    scale_spans[2], scale_spans[3]};
-  const char *target_names[6] = {"the K pages",         "the V pages",
-                                 "the K scales",        "the K zero points",
-                                 "the V scales",        "the V zero points"};
+  const char *target_names[6] = {"the K pages",  "the V pages",
+                                 "the K scales", "the K zero points",
+                                 "the V scales", "the V zero points"};
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 6; j++)
       if (fc_spans_overlap(sources[i], targets[j]))
@@ -203,9 +201,9 @@ flashcpu_status flashcpu_kv_append(flashcpu_context *ctx,
   const flashcpu_tensor *sources_of[2] = {k_new, v_new};
   for (int s = 0; s < 2; s++) {
     fill_side(kv, s, sources_of[s], &a.sides[s]);
-    if ((status = check_quantizable(ctx, &a.sides[s], s ? "v" : "k",
-                                    slot_mapping, tokens, kv->kv_heads,
-                                    kv->page_size)))
+    if ((status =
+             check_quantizable(ctx, &a.sides[s], s ? "v" : "k", slot_mapping,
+                               tokens, kv->kv_heads, kv->page_size)))
       return status;
   }
   char reason[256];

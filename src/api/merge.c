@@ -90,8 +90,7 @@ flashcpu_status flashcpu_merge_states(flashcpu_context *ctx, int64_t count,
                                       const flashcpu_tensor *out, float *lse) {
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
-  flashcpu_status status =
-      check_merge(ctx, count, states, state_lse, out, lse);
+  flashcpu_status status = check_merge(ctx, count, states, state_lse, out, lse);
   if (status != FLASHCPU_OK) return status;
 
   fc_view out_view;
@@ -114,8 +113,7 @@ flashcpu_status flashcpu_merge_states(flashcpu_context *ctx, int64_t count,
                                     state_lse,    out_view,     lse};
   status = ctx->table.merge(&env, &problem);
   free(views);
-  if (status != FLASHCPU_OK)
-    return fc_fail(ctx, status, CALL ": %s", reason);
+  if (status != FLASHCPU_OK) return fc_fail(ctx, status, CALL ": %s", reason);
   fc_clear_error(ctx);
   return FLASHCPU_OK;
 }

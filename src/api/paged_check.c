@@ -13,8 +13,8 @@ static flashcpu_status check_side(flashcpu_context *ctx, const char *call,
                                   const int64_t *strides, int64_t dim,
                                   fc_byte_span *span) {
   if (!data && span)
-    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv->%s is NULL",
-                   call, name);
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv->%s is NULL", call,
+                   name);
   if (!fc_dtype_is_float(dtype) && !fc_dtype_is_quantized(dtype))
     return fc_fail(ctx, FLASHCPU_ERROR_UNSUPPORTED_DTYPE,
                    "%s: kv->%s_dtype is %d; expected a flashcpu_dtype: F32 "
@@ -79,9 +79,9 @@ flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
       check_side(ctx, call, kv, "k", kv->k, kv->k_dtype, kv->k_strides,
                  kv->head_dim, with_data ? k_span : NULL);
   if (status != FLASHCPU_OK) return status;
-  if ((status = check_side(ctx, call, kv, "v", kv->v, kv->v_dtype,
-                           kv->v_strides, kv->v_head_dim,
-                           with_data ? v_span : NULL)))
+  if ((status =
+           check_side(ctx, call, kv, "v", kv->v, kv->v_dtype, kv->v_strides,
+                      kv->v_head_dim, with_data ? v_span : NULL)))
     return status;
   if (!with_data) return FLASHCPU_OK;
   const int64_t k_dims[4] = {kv->num_pages, kv->page_size, kv->kv_heads,
@@ -90,9 +90,9 @@ flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
                              kv->v_head_dim};
   fc_byte_span ignored[4];
   fc_byte_span *spans = scale_spans ? scale_spans : ignored;
-  if ((status = fc_check_kv_scales(ctx, call, kv->k_scales, kv->k_dtype,
-                                   "kv->k_scales", k_dims, &spans[0],
-                                   &spans[1])))
+  if ((status =
+           fc_check_kv_scales(ctx, call, kv->k_scales, kv->k_dtype,
+                              "kv->k_scales", k_dims, &spans[0], &spans[1])))
     return status;
   return fc_check_kv_scales(ctx, call, kv->v_scales, kv->v_dtype,
                             "kv->v_scales", v_dims, &spans[2], &spans[3]);

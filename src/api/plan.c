@@ -27,7 +27,7 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
   if (batch->struct_size != sizeof(flashcpu_batch))
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": batch->struct_size is %zu, expected %zu (call "
-                   "flashcpu_batch_init first)",
+                        "flashcpu_batch_init first)",
                    batch->struct_size, sizeof(flashcpu_batch));
   const int64_t R = batch->num_requests;
   if (R < 1)
@@ -53,7 +53,7 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
     if (cu[r + 1] < cu[r])
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": batch->cu_seqlens_q[%lld] is %d, below "
-                     "cu_seqlens_q[%lld] = %d (it must not decrease)",
+                          "cu_seqlens_q[%lld] = %d (it must not decrease)",
                      (long long)(r + 1), (int)cu[r + 1], (long long)r,
                      (int)cu[r]);
     if (batch->seq_lens_kv[r] < 0)
@@ -62,11 +62,11 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
                      (long long)r, (int)batch->seq_lens_kv[r]);
   }
   const int32_t *offsets = batch->block_offsets;
-  if (!offsets && (batch->block_table_stride < 0 ||
-                   batch->block_table_stride > INT32_MAX))
+  if (!offsets &&
+      (batch->block_table_stride < 0 || batch->block_table_stride > INT32_MAX))
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": batch->block_table_stride is %lld; it must be in "
-                   "[0, 2^31)",
+                        "[0, 2^31)",
                    (long long)batch->block_table_stride);
   for (int64_t r = 0; r < R; r++) {
     const int64_t needed = pages_of(batch->seq_lens_kv[r], kv->page_size);
@@ -76,7 +76,7 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
       if (offsets[r] < 0 || offsets[r + 1] < offsets[r])
         return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                        CALL ": batch->block_offsets[%lld .. %lld] is %d .. "
-                       "%d; offsets must be >= 0 and must not decrease",
+                            "%d; offsets must be >= 0 and must not decrease",
                        (long long)r, (long long)(r + 1), (int)offsets[r],
                        (int)offsets[r + 1]);
       start = offsets[r];
@@ -95,7 +95,7 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
                  (long long)room, (long long)room);
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": batch->seq_lens_kv[%lld] is %d (request "
-                     "%lld): %lld pages of %lld tokens, but %s",
+                          "%lld): %lld pages of %lld tokens, but %s",
                      (long long)r, (int)batch->seq_lens_kv[r], (long long)r,
                      (long long)needed, (long long)kv->page_size, row);
     }
@@ -104,7 +104,7 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
       if (page < 0 || page >= kv->num_pages)
         return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                        CALL ": batch->block_table[%lld] (request %lld, its "
-                       "page %lld) is %d; pages are 0 .. %lld",
+                            "page %lld) is %d; pages are 0 .. %lld",
                        (long long)(start + i), (long long)r, (long long)i,
                        (int)page, (long long)(kv->num_pages - 1));
     }
@@ -112,20 +112,20 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
   if (!batch->tree_bits != !batch->tree_num_keys)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
                    CALL ": batch->tree_bits and batch->tree_num_keys go "
-                   "together: one is NULL, the other is not");
+                        "together: one is NULL, the other is not");
   if (batch->tree_num_keys)
     for (int64_t r = 0; r < R; r++) {
       const int32_t n = batch->tree_num_keys[r];
       if (n < 0 || n > batch->seq_lens_kv[r])
         return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                        CALL ": batch->tree_num_keys[%lld] is %d; it must be "
-                       "in [0, seq_lens_kv[%lld] = %d]",
+                            "in [0, seq_lens_kv[%lld] = %d]",
                        (long long)r, (int)n, (long long)r,
                        (int)batch->seq_lens_kv[r]);
       if ((n + 63) / 64 > batch->tree_row_stride)
         return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                        CALL ": batch->tree_row_stride is %lld words; request "
-                       "%lld's %d tree keys need at least %d",
+                            "%lld's %d tree keys need at least %d",
                        (long long)batch->tree_row_stride, (long long)r, (int)n,
                        (n + 63) / 64);
     }
@@ -143,8 +143,8 @@ static bool family_of(const flashcpu_context *ctx, int64_t rows,
   }
   bool has_splitkv = false; /* a scalar context has none */
   for (size_t i = 0; i < ctx->table.candidate_count; i++)
-    has_splitkv = has_splitkv ||
-                  ctx->table.candidates[i]->family == FC_FAMILY_SPLITKV;
+    has_splitkv =
+        has_splitkv || ctx->table.candidates[i]->family == FC_FAMILY_SPLITKV;
   *family = has_splitkv && rows <= ctx->table.settings.splitkv_max_rows
                 ? FC_FAMILY_SPLITKV
                 : FC_FAMILY_PREFILL;
@@ -175,8 +175,8 @@ static int fill_plan(const flashcpu_context *ctx, const flashcpu_batch *batch,
     if (cu[r + 1] > cu[r]) counts[family]++;
     total_pages += pages_of(batch->seq_lens_kv[r], plan->page_size);
   }
-  plan->pages = malloc((size_t)(total_pages ? total_pages : 1) *
-                       sizeof(int32_t));
+  plan->pages =
+      malloc((size_t)(total_pages ? total_pages : 1) * sizeof(int32_t));
   if (!plan->pages) return -1;
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
     fc_plan_part *part = &plan->parts[i];
@@ -219,9 +219,8 @@ static int fill_plan(const flashcpu_context *ctx, const flashcpu_batch *batch,
   for (int64_t r = 0; r < R; r++) {
     const int64_t keys = batch->seq_lens_kv[r];
     const int64_t used = pages_of(keys, plan->page_size);
-    const int64_t start = batch->block_offsets
-                              ? batch->block_offsets[r]
-                              : r * batch->block_table_stride;
+    const int64_t start = batch->block_offsets ? batch->block_offsets[r]
+                                               : r * batch->block_table_stride;
     memcpy(plan->pages + page_at, batch->block_table + start,
            (size_t)used * sizeof(int32_t));
     const int64_t rows = cu[r + 1] - cu[r];
@@ -231,8 +230,7 @@ static int fill_plan(const flashcpu_context *ctx, const flashcpu_batch *batch,
       family_of(ctx, rows, &family);
       fc_plan_part *part = &plan->parts[family];
       const int64_t i = part->count++;
-      const int64_t tree_keys =
-          plan->tree_bits ? batch->tree_num_keys[r] : 0;
+      const int64_t tree_keys = plan->tree_bits ? batch->tree_num_keys[r] : 0;
       part->q_lens[i] = rows;
       part->q_starts[i] = cu[r];
       part->kv_lengths[i] = keys;
@@ -291,8 +289,8 @@ typedef struct plan_dtypes {
 
 static int plan_dtypes_of(const flashcpu_plan *plan, plan_dtypes *out) {
   int count = 0;
-  out[count++] = (plan_dtypes){FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32,
-                               FLASHCPU_DTYPE_F32};
+  out[count++] =
+      (plan_dtypes){FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32};
   out[count++] = (plan_dtypes){FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_BF16,
                                FLASHCPU_DTYPE_BF16};
   if (fc_dtype_is_quantized(plan->k_dtype) ||
@@ -353,8 +351,7 @@ static flashcpu_status reserve(flashcpu_context *ctx,
       reserved[reserved_count++] = kernel;
     }
     if (reserved_count == 0)
-      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s",
-                     reason);
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s", reason);
     fused_tiles += most_tiles;
   }
   if (fc_runtime_reserve_tile_order(&ctx->runtime, fused_tiles) != 0)
@@ -380,7 +377,7 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
   if (q_heads < 1 || q_heads % kv->kv_heads != 0)
     return fc_fail(ctx, FLASHCPU_ERROR_SHAPE_MISMATCH,
                    CALL ": q_heads is %lld; it must be a positive multiple of "
-                   "kv->kv_heads (%lld) for GQA",
+                        "kv->kv_heads (%lld) for GQA",
                    (long long)q_heads, (long long)kv->kv_heads);
   if ((status = check_batch(ctx, batch, kv)) != FLASHCPU_OK) return status;
   for (int64_t r = 0; r < batch->num_requests; r++) {
@@ -389,15 +386,14 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
     if (!family_of(ctx, rows, &family))
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                      CALL ": request %lld has %lld query rows; the forced "
-                     "kernel %s takes at most %d",
+                          "kernel %s takes at most %d",
                      (long long)r, (long long)rows, ctx->table.forced->name,
                      FC_SPLITKV_MAX_ROWS);
   }
 
   flashcpu_plan *made = calloc(1, sizeof *made);
   if (!made)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   CALL ": out of memory");
+    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": out of memory");
   made->ctx_id = ctx->id;
   made->requests = batch->num_requests;
   made->tokens = batch->cu_seqlens_q[batch->num_requests];
@@ -440,14 +436,14 @@ size_t flashcpu_plan_describe(const flashcpu_plan *plan, char *buffer,
     for (int i = 0; i < FC_PLAN_PARTS; i++) {
       const fc_plan_part *part = &plan->parts[i];
       if (part->count == 0) continue;
-      used += snprintf(text + used, sizeof text - (size_t)used,
-                       "  %s: %lld requests, %lld rows (at most %lld), %lld "
-                       "keys (at most %lld)%s\n",
-                       fc_kernel_family_name(part->family),
-                       (long long)part->count, (long long)part->rows,
-                       (long long)part->max_rows, (long long)part->keys,
-                       (long long)part->max_keys,
-                       part->has_trees ? ", tree masks" : "");
+      used +=
+          snprintf(text + used, sizeof text - (size_t)used,
+                   "  %s: %lld requests, %lld rows (at most %lld), %lld "
+                   "keys (at most %lld)%s\n",
+                   fc_kernel_family_name(part->family), (long long)part->count,
+                   (long long)part->rows, (long long)part->max_rows,
+                   (long long)part->keys, (long long)part->max_keys,
+                   part->has_trees ? ", tree masks" : "");
       if (used >= (int)sizeof text) used = (int)sizeof text - 1;
     }
   }

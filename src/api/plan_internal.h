@@ -20,8 +20,7 @@ typedef struct fc_plan_part {
   bool has_trees;
   /* Per request of the part: rows, first packed row, keys, start of its
    * pages in the plan's copy, tree keys (0: none), index in the batch. */
-  int64_t *q_lens, *q_starts, *kv_lengths, *page_rows, *tree_keys,
-      *batch_ids;
+  int64_t *q_lens, *q_starts, *kv_lengths, *page_rows, *tree_keys, *batch_ids;
   int64_t *tile_starts; /* [count + 1]: room for a prefill kernel's */
 } fc_plan_part;
 
@@ -33,10 +32,10 @@ struct flashcpu_plan {
   int64_t kv_heads, head_dim, v_head_dim, page_size, num_pages;
   flashcpu_dtype k_dtype, v_dtype; /* the cache's: quantized pages take
                                       kernels of their own */
-  int64_t max_keys;           /* longest request, for mask extents */
-  int32_t *pages;             /* the pages each request uses, in order */
-  uint64_t *tree_bits;        /* [tokens][tree_row_stride] or NULL */
-  flashcpu_tree_mask tree;    /* over tree_bits, packed rows */
+  int64_t max_keys;                /* longest request, for mask extents */
+  int32_t *pages;                  /* the pages each request uses, in order */
+  uint64_t *tree_bits;             /* [tokens][tree_row_stride] or NULL */
+  flashcpu_tree_mask tree;         /* over tree_bits, packed rows */
   fc_plan_part parts[FC_PLAN_PARTS];
 };
 

@@ -16,18 +16,16 @@ static bool is_empty(const flashcpu_tensor *t) {
          t->dims[3] == 0;
 }
 
-static flashcpu_status check_pair(flashcpu_context *ctx, const char *call,
-                                  const flashcpu_tensor *src,
-                                  const flashcpu_tensor *dst,
-                                  const flashcpu_tensor *quantized,
-                                  const char *quantized_name,
-                                  const flashcpu_kv_scales *scales,
-                                  fc_byte_span spans[4]) {
+static flashcpu_status
+check_pair(flashcpu_context *ctx, const char *call, const flashcpu_tensor *src,
+           const flashcpu_tensor *dst, const flashcpu_tensor *quantized,
+           const char *quantized_name, const flashcpu_kv_scales *scales,
+           fc_byte_span spans[4]) {
   flashcpu_status status;
   const bool quantize = quantized == dst;
-  if ((status = quantize
-                    ? fc_check_tensor(ctx, call, src, "src", 0, &spans[0])
-                    : fc_check_kv_tensor(ctx, call, src, "src", 0, &spans[0])) ||
+  if ((status = quantize ? fc_check_tensor(ctx, call, src, "src", 0, &spans[0])
+                         : fc_check_kv_tensor(ctx, call, src, "src", 0,
+                                              &spans[0])) ||
       (status = quantize
                     ? fc_check_kv_tensor(ctx, call, dst, "dst", 0, &spans[1])
                     : fc_check_tensor(ctx, call, dst, "dst", 0, &spans[1])))
@@ -55,16 +53,16 @@ static flashcpu_status check_pair(flashcpu_context *ctx, const char *call,
    * is written must not overlap what is read, nor dst the scales. */
   static const char *const names[4] = {"src", "dst", "the scales",
                                        "the zero points"};
-  static const int quantize_pairs[5][2] = {{1, 0}, {2, 0}, {3, 0}, {1, 2},
-                                           {1, 3}};
+  static const int quantize_pairs[5][2] = {
+      {1, 0}, {2, 0}, {3, 0}, {1, 2}, {1, 3}};
   static const int dequantize_pairs[3][2] = {{1, 0}, {1, 2}, {1, 3}};
-  const int (*pairs)[2] = quantize ? quantize_pairs : dequantize_pairs;
+  const int(*pairs)[2] = quantize ? quantize_pairs : dequantize_pairs;
   const int count = quantize ? 5 : 3;
   for (int p = 0; p < count; p++)
     if (fc_spans_overlap(spans[pairs[p][0]], spans[pairs[p][1]]))
       return fc_fail(ctx, FLASHCPU_ERROR_OVERLAP,
-                     "%s: %s overlaps %s in memory", call,
-                     names[pairs[p][0]], names[pairs[p][1]]);
+                     "%s: %s overlaps %s in memory", call, names[pairs[p][0]],
+                     names[pairs[p][1]]);
   return FLASHCPU_OK;
 }
 
@@ -87,8 +85,8 @@ static flashcpu_status check_refusals(flashcpu_context *ctx, const char *call,
         const fc_row_scales_out scales =
             fc_quantize_row_scales(&q->target, b, s, h, false);
         const char *why = "";
-        const int64_t d = fc_quantize_row_refusal(q->target.dtype, row, D,
-                                                  &scales, &why);
+        const int64_t d =
+            fc_quantize_row_refusal(q->target.dtype, row, D, &scales, &why);
         if (d >= 0)
           return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                          "%s: src[%lld, %lld, %lld, %lld] cannot be "
@@ -108,9 +106,8 @@ static flashcpu_status convert(flashcpu_context *ctx, const char *call,
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, "%s: ctx is NULL", call);
   fc_byte_span spans[4];
-  flashcpu_status status =
-      check_pair(ctx, call, src, dst, quantize ? dst : src,
-                 quantize ? "dst" : "src", scales, spans);
+  flashcpu_status status = check_pair(ctx, call, src, dst, quantize ? dst : src,
+                                      quantize ? "dst" : "src", scales, spans);
   if (status != FLASHCPU_OK) return status;
   fc_quantize_problem q;
   memset(&q, 0, sizeof q);

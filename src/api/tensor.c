@@ -5,28 +5,41 @@
 
 const char *flashcpu_dtype_name(flashcpu_dtype dtype) {
   switch (dtype) {
-  case FLASHCPU_DTYPE_F32: return "f32";
-  case FLASHCPU_DTYPE_F16: return "f16";
-  case FLASHCPU_DTYPE_BF16: return "bf16";
-  case FLASHCPU_DTYPE_I8: return "i8";
-  case FLASHCPU_DTYPE_U8: return "u8";
-  case FLASHCPU_DTYPE_F8_E4M3: return "f8_e4m3";
-  case FLASHCPU_DTYPE_F8_E5M2: return "f8_e5m2";
-  case FLASHCPU_DTYPE_Q8_0: return "q8_0";
+  case FLASHCPU_DTYPE_F32:
+    return "f32";
+  case FLASHCPU_DTYPE_F16:
+    return "f16";
+  case FLASHCPU_DTYPE_BF16:
+    return "bf16";
+  case FLASHCPU_DTYPE_I8:
+    return "i8";
+  case FLASHCPU_DTYPE_U8:
+    return "u8";
+  case FLASHCPU_DTYPE_F8_E4M3:
+    return "f8_e4m3";
+  case FLASHCPU_DTYPE_F8_E5M2:
+    return "f8_e5m2";
+  case FLASHCPU_DTYPE_Q8_0:
+    return "q8_0";
   }
   return "unknown";
 }
 
 size_t flashcpu_dtype_size(flashcpu_dtype dtype) {
   switch (dtype) {
-  case FLASHCPU_DTYPE_F32: return 4;
-  case FLASHCPU_DTYPE_F16: return 2;
-  case FLASHCPU_DTYPE_BF16: return 2;
+  case FLASHCPU_DTYPE_F32:
+    return 4;
+  case FLASHCPU_DTYPE_F16:
+    return 2;
+  case FLASHCPU_DTYPE_BF16:
+    return 2;
   case FLASHCPU_DTYPE_I8:
   case FLASHCPU_DTYPE_U8:
   case FLASHCPU_DTYPE_F8_E4M3:
-  case FLASHCPU_DTYPE_F8_E5M2: return 1;
-  case FLASHCPU_DTYPE_Q8_0: return 34;
+  case FLASHCPU_DTYPE_F8_E5M2:
+    return 1;
+  case FLASHCPU_DTYPE_Q8_0:
+    return 34;
   }
   return 0;
 }
@@ -57,8 +70,8 @@ flashcpu_tensor flashcpu_tensor_bshd(void *data, flashcpu_dtype dtype,
 flashcpu_tensor flashcpu_tensor_bhsd(void *data, flashcpu_dtype dtype,
                                      int64_t batch, int64_t heads, int64_t seq,
                                      int64_t head_dim) {
-  flashcpu_tensor t = flashcpu_tensor_bshd(data, dtype, batch, seq, heads,
-                                           head_dim);
+  flashcpu_tensor t =
+      flashcpu_tensor_bshd(data, dtype, batch, seq, heads, head_dim);
   t.strides[1] = head_dim;
   t.strides[2] = seq * head_dim;
   t.strides[0] = heads * seq * head_dim;

@@ -158,9 +158,8 @@ flashcpu_status fc_check_kv_scales(flashcpu_context *ctx, const char *call,
                    call, name, flashcpu_dtype_name(kv_dtype));
   const int64_t size = (int64_t)flashcpu_dtype_size(scales->dtype);
   if (!fc_span_of(scales->data, dims, scales->strides, 4, size, span) ||
-      (scales->zero_points &&
-       !fc_span_of(scales->zero_points, dims, scales->strides, 4, size,
-                   zero_span)))
+      (scales->zero_points && !fc_span_of(scales->zero_points, dims,
+                                          scales->strides, 4, size, zero_span)))
     return fc_fail(ctx, FLASHCPU_ERROR_SIZE_OVERFLOW,
                    "%s: %s's strides reach past the int64 / address range",
                    call, name);

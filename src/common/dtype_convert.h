@@ -90,10 +90,12 @@ static inline void fc_store_row(const float *source, float factor,
     for (int64_t i = 0; i < count; i++) to[i] = source[i] * factor;
   } else if (dtype == FLASHCPU_DTYPE_F16) {
     uint16_t *to = (uint16_t *)destination;
-    for (int64_t i = 0; i < count; i++) to[i] = fc_f32_to_f16(source[i] * factor);
+    for (int64_t i = 0; i < count; i++)
+      to[i] = fc_f32_to_f16(source[i] * factor);
   } else {
     uint16_t *to = (uint16_t *)destination;
-    for (int64_t i = 0; i < count; i++) to[i] = fc_f32_to_bf16(source[i] * factor);
+    for (int64_t i = 0; i < count; i++)
+      to[i] = fc_f32_to_bf16(source[i] * factor);
   }
 }
 

@@ -31,9 +31,9 @@ static inline fc_key_range fc_row_key_range(const fc_problem *p, int64_t b,
 }
 
 typedef enum fc_tile_kind {
-  FC_TILE_EMPTY,   /* no row sees any key: skip without loading K/V */
-  FC_TILE_FULL,    /* every row sees every key: no per-element mask work */
-  FC_TILE_PARTIAL  /* rows clamp to their range; tree bits per element */
+  FC_TILE_EMPTY,  /* no row sees any key: skip without loading K/V */
+  FC_TILE_FULL,   /* every row sees every key: no per-element mask work */
+  FC_TILE_PARTIAL /* rows clamp to their range; tree bits per element */
 } fc_tile_kind;
 
 /* First key of the tree-masked region of batch b (kv_length: none). */
@@ -70,7 +70,8 @@ static inline int fc_tree_allows(const fc_problem *p, int64_t b, int64_t row,
   int64_t bit = key - tree_begin;
   uint64_t word =
       tree->bits[b * tree->batch_stride +
-                 (fc_problem_q_start(p, b) + row) * tree->row_stride + bit / 64];
+                 (fc_problem_q_start(p, b) + row) * tree->row_stride +
+                 bit / 64];
   return (int)((word >> (bit % 64)) & 1u);
 }
 

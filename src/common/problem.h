@@ -128,8 +128,8 @@ static inline void fc_view_place(const fc_view *view, int64_t b, int64_t s,
 }
 
 /* Address of element (b, s, h, 0) of a view. */
-static inline const char *fc_view_row(const fc_view *view, int64_t b,
-                                      int64_t s, int64_t h) {
+static inline const char *fc_view_row(const fc_view *view, int64_t b, int64_t s,
+                                      int64_t h) {
   int64_t outer, inner;
   fc_view_place(view, b, s, &outer, &inner);
   const int64_t at = outer * view->strides[0] + inner * view->strides[1];

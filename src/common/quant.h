@@ -29,7 +29,8 @@ static inline bool fc_dtype_is_quantized(flashcpu_dtype dtype) {
 static inline float fc_e4m3_to_f32(uint8_t code) {
   const uint32_t sign = (uint32_t)(code & 0x80u) << 24;
   const uint32_t exponent = (code >> 3) & 0xfu, mantissa = code & 7u;
-  if (exponent == 15 && mantissa == 7) return fc_f32_from_bits(sign | 0x7fc00000u);
+  if (exponent == 15 && mantissa == 7)
+    return fc_f32_from_bits(sign | 0x7fc00000u);
   if (exponent == 0) /* subnormal: mantissa * 2^-9, exact */
     return fc_f32_from_bits(sign | fc_f32_bits((float)mantissa * 0x1p-9f));
   return fc_f32_from_bits(sign | ((exponent + 120u) << 23) | (mantissa << 20));
@@ -98,10 +99,14 @@ static inline void fc_scale_store(char *data, flashcpu_dtype dtype,
  * value saturates by more than its rounding to a code. */
 static inline double fc_quant_scale_slack(flashcpu_dtype dtype) {
   switch (dtype) {
-  case FLASHCPU_DTYPE_U8: return 0.5 / 255.0;
-  case FLASHCPU_DTYPE_F8_E4M3: return 16.0 / 448.0; /* codes near 448: 32 apart */
-  case FLASHCPU_DTYPE_F8_E5M2: return 4096.0 / 57344.0; /* 8192 apart */
-  default: return 0.5 / 127.0; /* I8, Q8_0 */
+  case FLASHCPU_DTYPE_U8:
+    return 0.5 / 255.0;
+  case FLASHCPU_DTYPE_F8_E4M3:
+    return 16.0 / 448.0; /* codes near 448: 32 apart */
+  case FLASHCPU_DTYPE_F8_E5M2:
+    return 4096.0 / 57344.0; /* 8192 apart */
+  default:
+    return 0.5 / 127.0; /* I8, Q8_0 */
   }
 }
 
@@ -143,10 +148,9 @@ typedef struct fc_row_scales {
 static inline bool fc_row_scales_uniform(const fc_row_scales *scales,
                                          float *scale, float *zero) {
   if (scales->stride != 0 && (scales->scales || scales->zeros)) return false;
-  *scale = scales->scales ? fc_scale_load(scales->scales, scales->dtype, 0)
-                          : 1.0f;
-  *zero = scales->zeros ? fc_scale_load(scales->zeros, scales->dtype, 0)
-                        : 0.0f;
+  *scale =
+      scales->scales ? fc_scale_load(scales->scales, scales->dtype, 0) : 1.0f;
+  *zero = scales->zeros ? fc_scale_load(scales->zeros, scales->dtype, 0) : 0.0f;
   return true;
 }
 
@@ -162,14 +166,17 @@ static inline float fc_quant_code(flashcpu_dtype dtype, const char *row,
                                   int64_t d) {
   const uint8_t byte = (uint8_t)row[d];
   switch (dtype) {
-  case FLASHCPU_DTYPE_I8: return (float)(int8_t)byte;
-  case FLASHCPU_DTYPE_U8: return (float)byte;
-  case FLASHCPU_DTYPE_F8_E4M3: return fc_e4m3_to_f32(byte);
-  case FLASHCPU_DTYPE_F8_E5M2: return fc_e5m2_to_f32(byte);
+  case FLASHCPU_DTYPE_I8:
+    return (float)(int8_t)byte;
+  case FLASHCPU_DTYPE_U8:
+    return (float)byte;
+  case FLASHCPU_DTYPE_F8_E4M3:
+    return fc_e4m3_to_f32(byte);
+  case FLASHCPU_DTYPE_F8_E5M2:
+    return fc_e5m2_to_f32(byte);
   default: {
     const char *block = row + d / FC_Q8_0_BLOCK * FC_Q8_0_BYTES;
-    return fc_q8_0_scale(block) *
-           (float)(int8_t)block[2 + d % FC_Q8_0_BLOCK];
+    return fc_q8_0_scale(block) * (float)(int8_t)block[2 + d % FC_Q8_0_BLOCK];
   }
   }
 }
@@ -204,8 +211,10 @@ static inline uint8_t fc_quant_encode(flashcpu_dtype dtype, float x,
     return (uint8_t)(int8_t)fc_quant_clamp(x / scale, -127.0f, 127.0f);
   case FLASHCPU_DTYPE_U8:
     return (uint8_t)fc_quant_clamp(x / scale + zero, 0.0f, 255.0f);
-  case FLASHCPU_DTYPE_F8_E4M3: return fc_f32_to_e4m3(x / scale);
-  default: return fc_f32_to_e5m2(x / scale);
+  case FLASHCPU_DTYPE_F8_E4M3:
+    return fc_f32_to_e4m3(x / scale);
+  default:
+    return fc_f32_to_e5m2(x / scale);
   }
 }
 
@@ -216,16 +225,19 @@ static inline void fc_q8_0_encode_block(const float *x, char *block) {
   float largest = 0.0f;
   bool finite = true;
   for (int i = 0; i < FC_Q8_0_BLOCK; i++) {
-    if (!isfinite(x[i])) finite = false;
-    else if (fabsf(x[i]) > largest) largest = fabsf(x[i]);
+    if (!isfinite(x[i]))
+      finite = false;
+    else if (fabsf(x[i]) > largest)
+      largest = fabsf(x[i]);
   }
   const float d = fc_scale_store_computed(
       block, FLASHCPU_DTYPE_F16, finite ? (double)largest / 127.0 : NAN,
       fc_quant_scale_slack(FLASHCPU_DTYPE_Q8_0));
   for (int i = 0; i < FC_Q8_0_BLOCK; i++)
-    block[2 + i] = (char)(int8_t)(finite && d > 0.0f
-                                      ? fc_quant_clamp(x[i] / d, -127.0f, 127.0f)
-                                      : 0);
+    block[2 + i] =
+        (char)(int8_t)(finite && d > 0.0f
+                           ? fc_quant_clamp(x[i] / d, -127.0f, 127.0f)
+                           : 0);
 }
 
 #endif

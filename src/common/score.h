@@ -1,6 +1,6 @@
 /* A raw score (q.k times scale) finished the way every kernel must: softcap,
- * then ALiBi and the additive mask, into the log2 domain. An additive -inf hides the
- * key even when the score is NaN. Shared by the scalar paths of every
+ * then ALiBi and the additive mask, into the log2 domain. An additive -inf
+ * hides the key even when the score is NaN. Shared by the scalar paths of every
  * kernel so that they agree on the order of these steps. */
 #ifndef FLASHCPU_COMMON_SCORE_H
 #define FLASHCPU_COMMON_SCORE_H
@@ -39,10 +39,10 @@ static inline fc_row_finish fc_row_finish_for(const fc_problem *p, int64_t b,
                  fc_problem_batch_id(p, b) * p->additive->strides[0] +
                  head * p->additive->strides[1] +
                  (fc_problem_q_start(p, b) + row) * p->additive->strides[2];
-  f.slope = p->alibi ? p->alibi[fc_problem_batch_id(p, b) *
-                                    p->alibi_batch_stride +
-                                head]
-                     : 0.0f;
+  f.slope =
+      p->alibi
+          ? p->alibi[fc_problem_batch_id(p, b) * p->alibi_batch_stride + head]
+          : 0.0f;
   f.position = row + kv_length - fc_problem_q_len(p, b);
   return f;
 }

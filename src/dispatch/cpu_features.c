@@ -25,7 +25,7 @@ static once_flag detect_once = ONCE_FLAG_INIT;
 enum {
   XCR0_SSE_AVX = (1u << 1) | (1u << 2),
   XCR0_AVX512 = (1u << 5) | (1u << 6) | (1u << 7), /* opmask, ZMM hi/16 */
-  XCR0_AMX = (1u << 17) | (1u << 18)                /* tile config, data */
+  XCR0_AMX = (1u << 17) | (1u << 18)               /* tile config, data */
 };
 
 static unsigned long long read_xcr0(void) {
@@ -90,8 +90,8 @@ static void detect(void) {
 static void detect(void) {
   unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
   detected.neon = true; /* ASIMD is mandatory on AArch64 */
-  detected.arm_fp16 = (hwcap & (1ul << 10)) != 0; /* HWCAP_ASIMDHP */
-  detected.sve = (hwcap & (1ul << 22)) != 0;      /* HWCAP_SVE */
+  detected.arm_fp16 = (hwcap & (1ul << 10)) != 0;  /* HWCAP_ASIMDHP */
+  detected.sve = (hwcap & (1ul << 22)) != 0;       /* HWCAP_SVE */
   detected.arm_bf16 = (hwcap2 & (1ul << 14)) != 0; /* HWCAP2_BF16 */
 }
 #else
@@ -109,14 +109,22 @@ size_t fc_cpu_features_describe(const fc_cpu_features *f, char *buffer,
     bool present;
     const char *name;
   } list[] = {
-      {f->avx2, "avx2"},           {f->fma, "fma"},
-      {f->f16c, "f16c"},           {f->avx512f, "avx512f"},
-      {f->avx512bw, "avx512bw"},   {f->avx512vl, "avx512vl"},
-      {f->avx512dq, "avx512dq"},   {f->avx512_bf16, "avx512_bf16"},
-      {f->avx512_fp16, "avx512_fp16"}, {f->avx512_vnni, "avx512_vnni"},
-      {f->amx_bf16, "amx_bf16"},   {f->amx_int8, "amx_int8"},
-      {f->amx_permitted, "amx_permitted"}, {f->neon, "neon"},
-      {f->sve, "sve"},             {f->arm_bf16, "bf16"},
+      {f->avx2, "avx2"},
+      {f->fma, "fma"},
+      {f->f16c, "f16c"},
+      {f->avx512f, "avx512f"},
+      {f->avx512bw, "avx512bw"},
+      {f->avx512vl, "avx512vl"},
+      {f->avx512dq, "avx512dq"},
+      {f->avx512_bf16, "avx512_bf16"},
+      {f->avx512_fp16, "avx512_fp16"},
+      {f->avx512_vnni, "avx512_vnni"},
+      {f->amx_bf16, "amx_bf16"},
+      {f->amx_int8, "amx_int8"},
+      {f->amx_permitted, "amx_permitted"},
+      {f->neon, "neon"},
+      {f->sve, "sve"},
+      {f->arm_bf16, "bf16"},
       {f->arm_fp16, "fp16"},
   };
   size_t needed = 0;

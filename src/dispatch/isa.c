@@ -5,11 +5,16 @@
 
 const char *flashcpu_isa_name(flashcpu_isa isa) {
   switch (isa) {
-  case FLASHCPU_ISA_AUTO: return "auto";
-  case FLASHCPU_ISA_SCALAR: return "scalar";
-  case FLASHCPU_ISA_AVX2: return "avx2";
-  case FLASHCPU_ISA_AVX512: return "avx512";
-  case FLASHCPU_ISA_NEON: return "neon";
+  case FLASHCPU_ISA_AUTO:
+    return "auto";
+  case FLASHCPU_ISA_SCALAR:
+    return "scalar";
+  case FLASHCPU_ISA_AVX2:
+    return "avx2";
+  case FLASHCPU_ISA_AVX512:
+    return "avx512";
+  case FLASHCPU_ISA_NEON:
+    return "neon";
   }
   return "unknown";
 }
@@ -21,17 +26,21 @@ int flashcpu_isa_supported(flashcpu_isa isa) {
 int fc_isa_supported(const fc_cpu_features *f, flashcpu_isa isa) {
   switch (isa) {
   case FLASHCPU_ISA_AUTO:
-  case FLASHCPU_ISA_SCALAR: return 1;
+  case FLASHCPU_ISA_SCALAR:
+    return 1;
 #if defined(__x86_64__)
-  case FLASHCPU_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+  case FLASHCPU_ISA_AVX2:
+    return f->avx2 && f->fma && f->f16c;
   case FLASHCPU_ISA_AVX512:
     return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw &&
            f->avx512vl && f->avx512dq;
 #endif
 #if defined(__aarch64__)
-  case FLASHCPU_ISA_NEON: return f->neon;
+  case FLASHCPU_ISA_NEON:
+    return f->neon;
 #endif
-  default: return 0;
+  default:
+    return 0;
   }
 }
 

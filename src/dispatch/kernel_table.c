@@ -6,9 +6,12 @@
 
 int fc_kernel_need_met(const fc_cpu_features *cpu, fc_cpu_need need) {
   switch (need) {
-  case FC_NEED_NONE: return 1;
-  case FC_NEED_AVX512_BF16: return cpu->avx512_bf16;
-  case FC_NEED_AVX512_VNNI: return cpu->avx512_vnni;
+  case FC_NEED_NONE:
+    return 1;
+  case FC_NEED_AVX512_BF16:
+    return cpu->avx512_bf16;
+  case FC_NEED_AVX512_VNNI:
+    return cpu->avx512_vnni;
   case FC_NEED_AMX_BF16:
     return cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16;
   case FC_NEED_AMX_INT8:
@@ -84,14 +87,14 @@ const fc_attention_kernel *fc_kernel_table_choose(const fc_kernel_table *table,
     bool ok = fc_kernel_takes(k, p, why, sizeof why) &&
               (!k->wanted || k->wanted(p, &table->settings, why, sizeof why));
     if (ok) {
-      snprintf(reason, reason_size, "%lld rows, %s%s%s",
-               (long long)p->q_len, fc_kernel_family_name(k->family),
+      snprintf(reason, reason_size, "%lld rows, %s%s%s", (long long)p->q_len,
+               fc_kernel_family_name(k->family),
                *passed ? "; passed over: " : "", passed);
       return k;
     }
     size_t used = strlen(passed);
-    snprintf(passed + used, sizeof passed - used, "%s%s (%s)",
-             used ? ", " : "", k->name, why);
+    snprintf(passed + used, sizeof passed - used, "%s%s (%s)", used ? ", " : "",
+             k->name, why);
   }
   /* Every table ends in a prefill row that takes every problem. */
   snprintf(reason, reason_size, "no kernel takes it: %s", passed);

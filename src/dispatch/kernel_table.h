@@ -15,7 +15,7 @@
 enum { FC_MAX_CANDIDATES = 16 };
 
 typedef struct fc_kernel_table {
-  flashcpu_isa isa; /* the ISA the table was filled for */
+  flashcpu_isa isa;               /* the ISA the table was filled for */
   fc_row_to_f32_fn row_to_f32[3]; /* indexed by flashcpu_dtype */
   const char *row_to_f32_names[3];
   fc_dequant_row_fn dequant_row; /* quantized K/V rows */

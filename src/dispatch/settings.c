@@ -54,8 +54,8 @@ static const char *const switch_words[] = {"auto", "on", "off", NULL};
 static const char *const launch_words[] = {"pool", "region", NULL};
 static const char *const prefetch_words[] = {"auto", "l1", "l2", NULL};
 /* In flashcpu_team_level's order. */
-static const char *const team_words[] = {"auto", "core", "l2", "l3", "numa",
-                                         NULL};
+static const char *const team_words[] = {"auto", "core", "l2",
+                                         "l3",   "numa", NULL};
 
 static void set_switch(bool *field, int word, bool automatic) {
   *field = word == 0 ? automatic : word == 1;
@@ -71,9 +71,9 @@ static long long count_in(const char *text, size_t length, long long most) {
 }
 
 static const char *const key_names[FC_KEY_COUNT] = {
-    "splitkv_max_rows", "launch",         "prefill_bf16_dot",
+    "splitkv_max_rows", "launch",          "prefill_bf16_dot",
     "prefill_amx",      "decode_bf16_dot", "decode_prefetch",
-    "kernel",           "team_level",     "max_team_size"};
+    "kernel",           "team_level",      "max_team_size"};
 
 const char *fc_setting_key_name(fc_setting_key key) {
   return key >= 0 && key < FC_KEY_COUNT ? key_names[key] : "?";
@@ -114,9 +114,9 @@ int fc_setting_key_find(const char *key, size_t key_length) {
   return -1;
 }
 
-int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
-                    const char *key, size_t key_length, const char *value,
-                    size_t value_length, char *error, size_t error_size) {
+int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu, const char *key,
+                    size_t key_length, const char *value, size_t value_length,
+                    char *error, size_t error_size) {
   const int shown = value_length > 64 ? 64 : (int)value_length;
   const int found = fc_setting_key_find(key, key_length);
   int word = -1;
@@ -171,8 +171,7 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
     s->team_level = (flashcpu_team_level)word;
     return found;
   case FC_KEY_MAX_TEAM_SIZE:
-    if ((number = count_in(value, value_length, FC_SETTINGS_MAX_TEAM_SIZE)) <
-        0)
+    if ((number = count_in(value, value_length, FC_SETTINGS_MAX_TEAM_SIZE)) < 0)
       return fc_settings_error(error, error_size,
                                "max_team_size = \"%.*s\": expected 0 (no "
                                "limit) or a team size up to %d",

@@ -65,9 +65,9 @@ int fc_setting_key_find(const char *key, size_t key_length);
  * bytes). Returns the key's fc_setting_key, or -1 with a message in error
  * (an unknown key names the known ones; a bad value names the key, the
  * value and what the key takes). */
-int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu,
-                    const char *key, size_t key_length, const char *value,
-                    size_t value_length, char *error, size_t error_size);
+int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu, const char *key,
+                    size_t key_length, const char *value, size_t value_length,
+                    char *error, size_t error_size);
 
 /* One line "key=value ..." of every setting, for the verbose log. */
 void fc_settings_describe(const fc_settings *s, char *text, size_t size);

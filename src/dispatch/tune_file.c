@@ -82,10 +82,9 @@ static int apply_entry(const char *begin, const char *end, place at,
   const int key_index = fc_setting_key_find(key, key_length);
   if (key_index >= 0 && given_at[key_index]) {
     if (at.name)
-      return fc_settings_error(error, error_size,
-                               "%s%s is given twice (first on line %d)", where,
-                               fc_setting_key_name(key_index),
-                               given_at[key_index]);
+      return fc_settings_error(
+          error, error_size, "%s%s is given twice (first on line %d)", where,
+          fc_setting_key_name(key_index), given_at[key_index]);
     return fc_settings_error(error, error_size, "%s is given twice",
                              fc_setting_key_name(key_index));
   }
@@ -122,9 +121,8 @@ static int apply_text(const char *text, const char *name, fc_settings *s,
       const char *entry_end = semicolon ? semicolon : end, *entry = begin;
       begin = semicolon ? semicolon + 1 : end;
       trim(&entry, &entry_end);
-      if (entry != entry_end &&
-          apply_entry(entry, entry_end, at, s, cpu, given_at, error,
-                      error_size) != 0)
+      if (entry != entry_end && apply_entry(entry, entry_end, at, s, cpu,
+                                            given_at, error, error_size) != 0)
         return -1;
     }
   }
@@ -148,9 +146,8 @@ int fc_tune_text_apply(const char *text, const char *name, fc_settings *s,
 }
 
 int fc_settings_text_apply(const char *text, fc_settings *s,
-                           const fc_cpu_features *cpu,
-                           bool given[FC_KEY_COUNT], char *error,
-                           size_t error_size) {
+                           const fc_cpu_features *cpu, bool given[FC_KEY_COUNT],
+                           char *error, size_t error_size) {
   fc_settings result = *s;
   int given_at[FC_KEY_COUNT] = {0};
   if (apply_text(text, NULL, &result, cpu, given_at, error, error_size) != 0)

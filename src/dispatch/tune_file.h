@@ -40,8 +40,7 @@ int fc_tune_file_apply(const char *path, fc_settings *s,
  * -1 with a message naming the key and value in error; *s and given are
  * then unchanged. */
 int fc_settings_text_apply(const char *text, fc_settings *s,
-                           const fc_cpu_features *cpu,
-                           bool given[FC_KEY_COUNT], char *error,
-                           size_t error_size);
+                           const fc_cpu_features *cpu, bool given[FC_KEY_COUNT],
+                           char *error, size_t error_size);
 
 #endif

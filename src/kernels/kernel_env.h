@@ -55,8 +55,7 @@ typedef flashcpu_status (*fc_attention_fn)(const fc_kernel_env *env,
 
 /* Writes the reason for a failure into env and returns status, so that a
  * kernel can `return fc_kernel_fail(env, ...)`. */
-flashcpu_status fc_kernel_fail(const fc_kernel_env *env,
-                               flashcpu_status status, const char *format,
-                               ...) FC_KERNEL_PRINTF(3, 4);
+flashcpu_status fc_kernel_fail(const fc_kernel_env *env, flashcpu_status status,
+                               const char *format, ...) FC_KERNEL_PRINTF(3, 4);
 
 #endif

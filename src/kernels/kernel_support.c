@@ -9,9 +9,8 @@
 #include "common/math_constants.h"
 #include "common/score.h"
 
-flashcpu_status fc_kernel_fail(const fc_kernel_env *env,
-                               flashcpu_status status, const char *format,
-                               ...) {
+flashcpu_status fc_kernel_fail(const fc_kernel_env *env, flashcpu_status status,
+                               const char *format, ...) {
   if (env->reason && env->reason_size) {
     va_list args;
     va_start(args, format);
@@ -65,12 +64,13 @@ static float sink_logit(const fc_problem *p, int64_t head) {
     return fc_f16_to_f32(((const uint16_t *)p->sinks)[head]);
   case FLASHCPU_DTYPE_BF16:
     return fc_bf16_to_f32(((const uint16_t *)p->sinks)[head]);
-  default: return ((const float *)p->sinks)[head];
+  default:
+    return ((const float *)p->sinks)[head];
   }
 }
 
-bool fc_output_factor(const fc_problem *p, int64_t b, int64_t row,
-                      int64_t head, float m, float l, float *factor) {
+bool fc_output_factor(const fc_problem *p, int64_t b, int64_t row, int64_t head,
+                      float m, float l, float *factor) {
   float lse;
   bool scaled = true;
   if (p->sinks) {

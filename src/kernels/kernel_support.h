@@ -64,7 +64,8 @@ static inline void fc_view_block_scales(const fc_view *view, int64_t b,
                                         float *scale, float *zero) {
   /* f32 scales in one run (a contiguous cache, or a block within a page):
    * the branches out of the per-key loop, which runs for every block. */
-  if (view->scale_dtype == FLASHCPU_DTYPE_F32 && fc_view_run_end(view, s) >= s + n) {
+  if (view->scale_dtype == FLASHCPU_DTYPE_F32 &&
+      fc_view_run_end(view, s) >= s + n) {
     const int64_t at = fc_view_scale_offset(view, b, s, h);
     const int64_t step = view->scale_strides[1];
     if (view->scales)
@@ -101,8 +102,8 @@ static inline void fc_view_prefetch_scales(const fc_view *view, int64_t b,
                                            int64_t s, int64_t n, int64_t h) {
   if (!view->quantized || (!view->scales && !view->zeros)) return;
   for (int64_t j = 0; j < n; j++) {
-    const int64_t at = fc_view_scale_offset(view, b, s + j, h) *
-                       view->scale_size;
+    const int64_t at =
+        fc_view_scale_offset(view, b, s + j, h) * view->scale_size;
     if (view->scales) __builtin_prefetch(view->scales + at);
     if (view->zeros) __builtin_prefetch(view->zeros + at);
   }
@@ -127,8 +128,8 @@ static inline void fc_kv_row_to_f32(const fc_row_to_f32_fn *row_to_f32,
  * domain) and sum l: writes its log-sum-exp and returns true with the
  * factor that multiplies the unnormalised o, or false for a row of zeros
  * (it saw no key: lse -inf, or the sink's). */
-bool fc_output_factor(const fc_problem *p, int64_t b, int64_t row,
-                      int64_t head, float m, float l, float *factor);
+bool fc_output_factor(const fc_problem *p, int64_t b, int64_t row, int64_t head,
+                      float m, float l, float *factor);
 
 /* Writes output row (b, row, head) from m, l and unnormalised o, and its
  * log-sum-exp (fc_output_factor). */

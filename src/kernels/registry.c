@@ -7,8 +7,8 @@
 #include "kernels/decode/decode_splitkv.h"
 
 const fc_attention_kernel fc_attention_kernels[] = {
-#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,     \
-                            weights)                                          \
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,      \
+                            weights)                                           \
   {#symbol, symbol, family, isa, cpu_need, takes, wanted, weights},
 #include "kernels/kernels.inc"
 };
@@ -166,8 +166,8 @@ bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size) {
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
                       char *why, size_t size) {
   if (p->q_len <= s->splitkv_max_rows) return true;
-  snprintf(why, size, "%lld rows > splitkv_max_rows %lld",
-           (long long)p->q_len, (long long)s->splitkv_max_rows);
+  snprintf(why, size, "%lld rows > splitkv_max_rows %lld", (long long)p->q_len,
+           (long long)s->splitkv_max_rows);
   return false;
 }
 
@@ -179,9 +179,8 @@ bool fc_wants_forced_only(const fc_problem *p, const fc_kernel_settings *s,
   return false;
 }
 
-bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
-                               const fc_kernel_settings *s, char *why,
-                               size_t size) {
+bool fc_wants_splitkv_bf16_dot(const fc_problem *p, const fc_kernel_settings *s,
+                               char *why, size_t size) {
   if (!s->decode_bf16_dot) {
     snprintf(why, size, "decode_bf16_dot is off");
     return false;
@@ -189,9 +188,8 @@ bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
   return fc_wants_splitkv(p, s, why, size);
 }
 
-bool fc_wants_splitkv_amx_bf16(const fc_problem *p,
-                               const fc_kernel_settings *s, char *why,
-                               size_t size) {
+bool fc_wants_splitkv_amx_bf16(const fc_problem *p, const fc_kernel_settings *s,
+                               char *why, size_t size) {
   if (p->q_len * p->group < 2 * FC_SPLITKV_CHUNK) {
     snprintf(why, size,
              "%lld rows x %lld heads per kv head < %d (one chunk: the vector "
@@ -202,9 +200,8 @@ bool fc_wants_splitkv_amx_bf16(const fc_problem *p,
   return fc_wants_splitkv(p, s, why, size);
 }
 
-bool fc_wants_prefill_bf16_dot(const fc_problem *p,
-                               const fc_kernel_settings *s, char *why,
-                               size_t size) {
+bool fc_wants_prefill_bf16_dot(const fc_problem *p, const fc_kernel_settings *s,
+                               char *why, size_t size) {
   (void)p;
   if (s->prefill_bf16_dot) return true;
   snprintf(why, size, "prefill_bf16_dot is off");

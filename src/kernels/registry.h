@@ -40,8 +40,8 @@ typedef struct fc_attention_kernel {
   fc_kernel_family family;
   flashcpu_isa isa;
   fc_cpu_need need;
-  fc_takes_fn takes;   /* NULL: every problem */
-  fc_wanted_fn wanted; /* NULL: every problem it takes */
+  fc_takes_fn takes;      /* NULL: every problem */
+  fc_wanted_fn wanted;    /* NULL: every problem it takes */
   flashcpu_dtype weights; /* P's dtype in O += P V */
 } fc_attention_kernel;
 
@@ -107,24 +107,21 @@ bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
 /* Never by default: a row that runs only where the kernel option names it. */
 bool fc_wants_forced_only(const fc_problem *p, const fc_kernel_settings *s,
                           char *why, size_t size);
-bool fc_wants_splitkv_bf16_dot(const fc_problem *p,
-                               const fc_kernel_settings *s, char *why,
-                               size_t size);
+bool fc_wants_splitkv_bf16_dot(const fc_problem *p, const fc_kernel_settings *s,
+                               char *why, size_t size);
 /* Decode shapes with two chunks or more per kv head (q_len x group >= 8,
  * e.g. speculative decoding's verify): the AMX-BF16 decode kernel shares
  * each K and V tile between them. */
-bool fc_wants_splitkv_amx_bf16(const fc_problem *p,
-                               const fc_kernel_settings *s, char *why,
-                               size_t size);
-bool fc_wants_prefill_bf16_dot(const fc_problem *p,
-                               const fc_kernel_settings *s, char *why,
-                               size_t size);
+bool fc_wants_splitkv_amx_bf16(const fc_problem *p, const fc_kernel_settings *s,
+                               char *why, size_t size);
+bool fc_wants_prefill_bf16_dot(const fc_problem *p, const fc_kernel_settings *s,
+                               char *why, size_t size);
 bool fc_wants_prefill_amx(const fc_problem *p, const fc_kernel_settings *s,
                           char *why, size_t size);
 
 /* The prototypes of every row's symbol. */
-#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,     \
-                            weights)                                          \
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,      \
+                            weights)                                           \
   flashcpu_status symbol(const fc_kernel_env *env, const fc_problem *p);
 #define FC_MERGE_KERNEL(symbol, isa)                                           \
   flashcpu_status symbol(const fc_kernel_env *env, const fc_merge_problem *m);

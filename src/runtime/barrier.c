@@ -6,7 +6,8 @@
 #include "runtime/cpu_relax.h"
 
 /* Spins this many times before yielding: a team's threads are pinned on
- * neighbouring cores, so waits are short unless the machine is oversubscribed. */
+ * neighbouring cores, so waits are short unless the machine is oversubscribed.
+ */
 enum { SPINS_BEFORE_YIELD = 4096 };
 
 void fc_barrier_init(fc_barrier *barrier, int size, int oversubscribed) {
@@ -18,8 +19,8 @@ void fc_barrier_init(fc_barrier *barrier, int size, int oversubscribed) {
 
 void fc_barrier_wait(fc_barrier *barrier) {
   if (barrier->size <= 1) return;
-  int generation = atomic_load_explicit(&barrier->generation,
-                                        memory_order_acquire);
+  int generation =
+      atomic_load_explicit(&barrier->generation, memory_order_acquire);
   if (atomic_fetch_add_explicit(&barrier->arrived, 1, memory_order_acq_rel) ==
       barrier->size - 1) {
     atomic_store_explicit(&barrier->arrived, 0, memory_order_relaxed);

@@ -16,7 +16,7 @@ typedef struct fc_team_view {
   int size, rank;       /* threads in this team, this thread's index */
   void *scratch;        /* the team's scratch (shared by its threads) */
   size_t scratch_bytes;
-  fc_barrier *barrier;  /* waits for this team only */
+  fc_barrier *barrier; /* waits for this team only */
 } fc_team_view;
 
 typedef void (*fc_tile_kernel)(void *args, int64_t tile,

@@ -57,8 +57,7 @@ static void wait_for_generation(fc_pool *pool, unsigned seen) {
   unsigned alerts = atomic_load_explicit(&pool->alerts, memory_order_relaxed);
   for (;;) {
     for (int spins = 0; spins < SPINS_BEFORE_SLEEP; spins++) {
-      if (atomic_load_explicit(&pool->generation, memory_order_acquire) !=
-          seen)
+      if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen)
         return;
       const unsigned now =
           atomic_load_explicit(&pool->alerts, memory_order_relaxed);
@@ -183,8 +182,8 @@ void fc_pool_run(fc_pool *pool, fc_pool_work work, void *args,
   if (any_threads) {
     /* Workers still waking (asleep when the run began: 0.1 ms and more
      * on some machines) find the gate closed; the tiles are done. */
-    const uint64_t gate = atomic_fetch_or_explicit(
-        &pool->gate, GATE_CLOSED, memory_order_acq_rel);
+    const uint64_t gate = atomic_fetch_or_explicit(&pool->gate, GATE_CLOSED,
+                                                   memory_order_acq_rel);
     joined = (int)(gate & GATE_JOINED);
   }
   for (int spins = 0;

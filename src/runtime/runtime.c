@@ -27,9 +27,9 @@ static void *scratch_alloc(const fc_runtime *runtime, int team, size_t bytes,
     hwloc_obj_t node = hwloc_get_numanode_obj_by_os_index(
         runtime->topology.hw, (unsigned)info->numa_os_index);
     if (node) {
-      void *memory = hwloc_alloc_membind(runtime->topology.hw, bytes,
-                                         node->nodeset, HWLOC_MEMBIND_BIND,
-                                         HWLOC_MEMBIND_BYNODESET);
+      void *memory =
+          hwloc_alloc_membind(runtime->topology.hw, bytes, node->nodeset,
+                              HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
       if (memory) {
         *numa_bound = true;
         return memory;
@@ -82,15 +82,15 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
                        error_size) != 0)
     return -1;
   int threads = options->thread_count > 0 ? options->thread_count
-                                           : runtime->topology.core_count;
-  if (fc_team_plan_build(&runtime->topology, threads,
-                         options->level, options->max_team_size,
-                         &runtime->plan, error, error_size) != 0) {
+                                          : runtime->topology.core_count;
+  if (fc_team_plan_build(&runtime->topology, threads, options->level,
+                         options->max_team_size, &runtime->plan, error,
+                         error_size) != 0) {
     fc_runtime_destroy(runtime);
     return -1;
   }
-  runtime->teams = calloc((size_t)runtime->plan.team_count,
-                          sizeof *runtime->teams);
+  runtime->teams =
+      calloc((size_t)runtime->plan.team_count, sizeof *runtime->teams);
   if (!runtime->teams) {
     fc_runtime_destroy(runtime);
     snprintf(error, error_size, "out of memory for the team state");
@@ -98,10 +98,9 @@ int fc_runtime_create(fc_runtime *runtime, const fc_runtime_options *options,
   }
   size_t smallest = runtime->plan.teams[0].scratch_bytes;
   /* A synthetic topology may promise more PUs than the machine has. */
-  int oversubscribed =
-      runtime->plan.thread_count >
-          hwloc_bitmap_weight(runtime->topology.allowed) ||
-      runtime->plan.thread_count > omp_get_num_procs();
+  int oversubscribed = runtime->plan.thread_count >
+                           hwloc_bitmap_weight(runtime->topology.allowed) ||
+                       runtime->plan.thread_count > omp_get_num_procs();
   for (int t = 0; t < runtime->plan.team_count; t++) {
     fc_barrier_init(&runtime->teams[t].barrier, runtime->plan.teams[t].size,
                     oversubscribed);
@@ -233,8 +232,8 @@ static void serve(fc_runtime *runtime, const fc_launch *launch,
   }
   for (;;) {
     if (view->rank == 0)
-      state->current_tile = atomic_fetch_add_explicit(next_tile, 1,
-                                                      memory_order_relaxed);
+      state->current_tile =
+          atomic_fetch_add_explicit(next_tile, 1, memory_order_relaxed);
     fc_barrier_wait(view->barrier); /* publishes current_tile */
     int64_t slot = state->current_tile;
     fc_barrier_wait(view->barrier); /* all read it before rank 0 moves on */
@@ -262,9 +261,10 @@ static void launch_thread(void *opaque, int thread) {
   if (plan->pinned && thread != 0 && runtime->mode != FC_LAUNCH_HOST)
     bind_this_thread(runtime, place->pu_os_index);
   fc_team_state *team = &runtime->teams[place->team];
-  fc_team_view view = {place->team, plan->team_count,
-                       plan->teams[place->team].size, place->rank,
-                       team->scratch, team->scratch_bytes, &team->barrier};
+  fc_team_view view = {
+      place->team,   plan->team_count, plan->teams[place->team].size,
+      place->rank,   team->scratch,    team->scratch_bytes,
+      &team->barrier};
   serve(runtime, state->launch, &view, &state->next_tile, state->order);
 }
 
@@ -277,8 +277,8 @@ static void launch_alone(launch_state *state) {
   fc_team_view view = {0, 1, 1, 0, team->scratch, team->scratch_bytes, &solo};
   const fc_launch *launch = state->launch;
   for (int64_t slot = 0; slot < launch->tile_count; slot++)
-    launch->kernel(launch->args,
-                   state->order ? state->order[slot].tile : slot, &view);
+    launch->kernel(launch->args, state->order ? state->order[slot].tile : slot,
+                   &view);
 }
 
 /* One thread of the host's region: as in our own region below. */
@@ -306,8 +306,8 @@ static void run_launch(fc_runtime *runtime, const fc_launch *launch,
     /* Teams of one thread taking tiles from a shared counter: any subset
      * of the threads finishes the launch, so it need not wait for workers
      * still waking (docs/performance.md, Runtime overheads). */
-    const bool any_threads = !launch->static_schedule &&
-                             plan->team_count == plan->thread_count;
+    const bool any_threads =
+        !launch->static_schedule && plan->team_count == plan->thread_count;
     fc_pool_run(runtime->pool, launch_thread, &state, any_threads);
   } else if (plan->thread_count == 1) {
     launch_thread(&state, 0);
@@ -359,9 +359,8 @@ static void key_by_progress(const fc_launch *launch, int64_t offset,
                             weighted_tile *keys) {
   const int64_t count = launch->tile_count;
   for (int64_t i = 0; i < count; i++)
-    keys[i] = (weighted_tile){launch->weight ? launch->weight(launch->args, i)
-                                             : count - i,
-                              i};
+    keys[i] = (weighted_tile){
+        launch->weight ? launch->weight(launch->args, i) : count - i, i};
   qsort(keys, (size_t)count, sizeof *keys, heavier_first);
   /* The i-th of count comes at (i + 1/2) / count of the way: a later tile
    * gets a smaller key, so that the descending sort below interleaves. */

@@ -14,8 +14,9 @@
 
 typedef struct fc_team_state {
   fc_barrier barrier;
-  FC_ALIGNAS(64) int64_t current_tile; /* written by rank 0, read after a
-                                        barrier by the others */
+  FC_ALIGNAS(64)
+  int64_t current_tile; /* written by rank 0, read after a
+                         barrier by the others */
   void *scratch;
   size_t scratch_bytes;
   bool scratch_numa_bound;
@@ -31,7 +32,7 @@ typedef enum fc_launch_mode {
 typedef struct fc_runtime {
   fc_topology topology;
   fc_launch_mode mode;
-  fc_pool *pool; /* FC_LAUNCH_POOL only */
+  fc_pool *pool;             /* FC_LAUNCH_POOL only */
   flashcpu_host_openmp host; /* FC_LAUNCH_HOST only */
   fc_team_plan plan;
   fc_team_state *teams;

@@ -10,11 +10,16 @@
 
 const char *fc_team_level_name(flashcpu_team_level level) {
   switch (level) {
-  case FLASHCPU_TEAM_AUTO: return "auto";
-  case FLASHCPU_TEAM_CORE: return "core";
-  case FLASHCPU_TEAM_L2: return "L2";
-  case FLASHCPU_TEAM_L3: return "L3";
-  case FLASHCPU_TEAM_NUMA: return "NUMA";
+  case FLASHCPU_TEAM_AUTO:
+    return "auto";
+  case FLASHCPU_TEAM_CORE:
+    return "core";
+  case FLASHCPU_TEAM_L2:
+    return "L2";
+  case FLASHCPU_TEAM_L3:
+    return "L3";
+  case FLASHCPU_TEAM_NUMA:
+    return "NUMA";
   }
   return "unknown";
 }
@@ -63,10 +68,10 @@ static flashcpu_team_level resolve_level(const fc_topology *topology,
                                          flashcpu_team_level level) {
   if (level != FLASHCPU_TEAM_AUTO) return level;
   for (int i = 1; i < topology->core_count; i++) {
-    hwloc_obj_t here = ancestor_of_type(topology->cores[i].object,
-                                        HWLOC_OBJ_L2CACHE);
-    hwloc_obj_t before = ancestor_of_type(topology->cores[i - 1].object,
-                                          HWLOC_OBJ_L2CACHE);
+    hwloc_obj_t here =
+        ancestor_of_type(topology->cores[i].object, HWLOC_OBJ_L2CACHE);
+    hwloc_obj_t before =
+        ancestor_of_type(topology->cores[i - 1].object, HWLOC_OBJ_L2CACHE);
     if (here && here == before) return FLASHCPU_TEAM_L2;
   }
   return FLASHCPU_TEAM_CORE;
@@ -144,13 +149,14 @@ int fc_team_plan_build(const fc_topology *topology, int thread_count,
     int d = 0;
     while (d < domain_count && domains[d] != domain) d++;
     if (d == domain_count) domains[domain_count++] = domain;
-    order[t] = (placed){t, d, core,
-                        pu_of(&topology->cores[core], t / topology->core_count)};
+    order[t] = (placed){
+        t, d, core, pu_of(&topology->cores[core], t / topology->core_count)};
   }
   qsort(order, (size_t)thread_count, sizeof *order, by_domain_then_thread);
 
   for (int i = 0; i < thread_count; i++) {
-    bool new_team = i == 0 || order[i].domain_order != order[i - 1].domain_order ||
+    bool new_team = i == 0 ||
+                    order[i].domain_order != order[i - 1].domain_order ||
                     (max_team_size > 0 &&
                      plan->teams[plan->team_count - 1].size == max_team_size);
     if (new_team) {
@@ -170,7 +176,8 @@ int fc_team_plan_build(const fc_topology *topology, int thread_count,
     fc_team_info *team = &plan->teams[t];
     hwloc_obj_t core =
         topology->cores[plan->threads[team->first_thread].core].object;
-    team->cache_bytes = team_cache_bytes(topology, core, plan->level, team->size);
+    team->cache_bytes =
+        team_cache_bytes(topology, core, plan->level, team->size);
     team->scratch_bytes = team->cache_bytes > FC_MIN_TEAM_SCRATCH
                               ? team->cache_bytes
                               : FC_MIN_TEAM_SCRATCH;

@@ -92,13 +92,12 @@ int fc_topology_load(const fc_topology_source *source, fc_topology *topology,
    * binding support for them, which is what keeps us from pinning. */
   const struct hwloc_topology_support *support =
       hwloc_topology_get_support(topology->hw);
-  topology->can_bind_threads =
-      hwloc_topology_is_thissystem(topology->hw) && support->cpubind &&
-      support->cpubind->set_thisthread_cpubind;
-  topology->can_bind_memory = hwloc_topology_is_thissystem(topology->hw) &&
-                              support->membind &&
-                              support->membind->alloc_membind &&
-                              support->membind->bind_membind;
+  topology->can_bind_threads = hwloc_topology_is_thissystem(topology->hw) &&
+                               support->cpubind &&
+                               support->cpubind->set_thisthread_cpubind;
+  topology->can_bind_memory =
+      hwloc_topology_is_thissystem(topology->hw) && support->membind &&
+      support->membind->alloc_membind && support->membind->bind_membind;
   if (compute_allowed(source, topology, error, error_size) != 0 ||
       collect_cores(topology, error, error_size) != 0) {
     fc_topology_free(topology);

@@ -8,10 +8,10 @@
 #include <stddef.h>
 
 typedef struct fc_topology_source {
-  const char *synthetic;       /* hwloc synthetic description, or NULL */
-  const char *xml_path;        /* hwloc XML file, or NULL */
-  const char *allowed_cpuset;  /* PU list like "0-3,8" (OS indices) that
-                                  replaces the process binding, or NULL */
+  const char *synthetic;      /* hwloc synthetic description, or NULL */
+  const char *xml_path;       /* hwloc XML file, or NULL */
+  const char *allowed_cpuset; /* PU list like "0-3,8" (OS indices) that
+                                 replaces the process binding, or NULL */
 } fc_topology_source;
 
 /* One core the process may run on, in hwloc's logical order. */

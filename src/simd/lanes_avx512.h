@@ -65,14 +65,12 @@ fc512_max4_by_lane(const __m512 v[4]) {
                                   _mm512_unpackhi_ps(v[0], v[1]));
   const __m512 t1 = _mm512_max_ps(_mm512_unpacklo_ps(v[2], v[3]),
                                   _mm512_unpackhi_ps(v[2], v[3]));
-  __m512 u = _mm512_max_ps(
-      _mm512_castpd_ps(
-          _mm512_unpacklo_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))),
-      _mm512_castpd_ps(
-          _mm512_unpackhi_pd(_mm512_castps_pd(t0), _mm512_castps_pd(t1))));
+  __m512 u = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(
+                               _mm512_castps_pd(t0), _mm512_castps_pd(t1))),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(
+                               _mm512_castps_pd(t0), _mm512_castps_pd(t1))));
   u = _mm512_max_ps(u, _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm512_max_ps(u,
-                       _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_max_ps(u, _mm512_shuffle_f32x4(u, u, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
 #endif

@@ -12,8 +12,8 @@
 #include "simd/q8_0_scale_f16c.h"
 
 /* 8 codes from element d as f32 (Q8_0: times its block's d). */
-static inline __m256 fc256_quant_codes(flashcpu_dtype dtype,
-                                       const char *row, int64_t d) {
+static inline __m256 fc256_quant_codes(flashcpu_dtype dtype, const char *row,
+                                       int64_t d) {
   if (dtype == FLASHCPU_DTYPE_Q8_0) {
     const char *block = row + d / FC_Q8_0_BLOCK * FC_Q8_0_BYTES;
     const __m128i raw =
@@ -40,8 +40,8 @@ static inline __m256 fc256_quant_codes(flashcpu_dtype dtype,
     const __m256 nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(
         _mm_cmpeq_epi16(magnitude, _mm_set1_epi16(0x7f))));
     const __m256 quiet = _mm256_or_ps(
-        _mm256_and_ps(value, _mm256_castsi256_ps(
-                                 _mm256_set1_epi32((int)0x80000000u))),
+        _mm256_and_ps(value,
+                      _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u))),
         _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)));
     return _mm256_blendv_ps(value, quiet, nan);
   }
@@ -51,9 +51,8 @@ static inline __m256 fc256_quant_codes(flashcpu_dtype dtype,
 /* 8 elements of a quantized row from d as f32, (code - zero) * scale in
  * one rounding: the row dequantizer's and the split-KV loads' one formula
  * (as fc512_dequant_lanes: zero 0 and scale 1 where a view has none). */
-static inline __m256 fc256_dequant_lanes(flashcpu_dtype dtype,
-                                         const char *row, int64_t d,
-                                         float scale, float zero) {
+static inline __m256 fc256_dequant_lanes(flashcpu_dtype dtype, const char *row,
+                                         int64_t d, float scale, float zero) {
   __m256 value = fc256_quant_codes(dtype, row, d);
   if (dtype == FLASHCPU_DTYPE_U8)
     value = _mm256_sub_ps(value, _mm256_set1_ps(zero));

@@ -34,9 +34,8 @@ static inline __m512 fc512_e4m3_quarter_byte(__m128i raw) {
 
 /* 16 codes from element d as f32 (Q8_0: times its block's d); lanes
  * outside mask are zero and read nothing. */
-static inline __m512 fc512_quant_codes(flashcpu_dtype dtype,
-                                       const char *row, int64_t d,
-                                       __mmask16 mask) {
+static inline __m512 fc512_quant_codes(flashcpu_dtype dtype, const char *row,
+                                       int64_t d, __mmask16 mask) {
   if (dtype == FLASHCPU_DTYPE_Q8_0) {
     if (!mask) return _mm512_setzero_ps(); /* past the row: no block */
     const char *block = row + d / FC_Q8_0_BLOCK * FC_Q8_0_BYTES;
@@ -63,9 +62,8 @@ static inline __m512 fc512_quant_codes(flashcpu_dtype dtype,
  * split-KV loads' one formula. zero and scale are 0 and 1 where a view has
  * none (x - 0 and x * 1 are x), and only U8 has zero points, Q8_0 no
  * scales: the operations that would change nothing are left out. */
-static inline __m512 fc512_dequant_lanes(flashcpu_dtype dtype,
-                                         const char *row, int64_t d,
-                                         __mmask16 mask, float scale,
+static inline __m512 fc512_dequant_lanes(flashcpu_dtype dtype, const char *row,
+                                         int64_t d, __mmask16 mask, float scale,
                                          float zero) {
   /* E4M3: the 2^8 folded into the scale (exact where it stays finite),
    * one multiplication fewer with the same bits. */
@@ -92,8 +90,8 @@ static inline __m512 fc512_dequant_e4m3_finite(const char *row, int64_t d,
     return fc512_dequant_lanes(FLASHCPU_DTYPE_F8_E4M3, row, d, mask, scale,
                                0.0f);
   const __m256i half = _mm256_and_si256(
-      _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, row + d)),
-                        7),
+      _mm256_slli_epi16(
+          _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(mask, row + d)), 7),
       _mm256_set1_epi16((short)0xbf80));
   return _mm512_maskz_mul_ps(mask, _mm512_cvtph_ps(half),
                              _mm512_set1_ps(folded));
@@ -113,14 +111,12 @@ fc512_rows_have_bits(const char *const *rows, int64_t n, int64_t dim,
   for (int64_t j = 0; j < n; j++) {
     for (int64_t d = 0; d < whole; d += 64)
       least = _mm512_min_epu8(
-          least,
-          _mm512_andnot_si512(_mm512_loadu_si512(rows[j] + d), want));
+          least, _mm512_andnot_si512(_mm512_loadu_si512(rows[j] + d), want));
     if (whole < dim) { /* lanes past dim load zero: bits & ~0 != 0 */
       const __mmask64 m = ((__mmask64)1 << (dim - whole)) - 1;
       least = _mm512_min_epu8(
-          least,
-          _mm512_andnot_si512(_mm512_maskz_loadu_epi8(m, rows[j] + whole),
-                              want));
+          least, _mm512_andnot_si512(
+                     _mm512_maskz_loadu_epi8(m, rows[j] + whole), want));
     }
   }
   return _mm512_cmpeq_epi8_mask(least, _mm512_setzero_si512()) != 0;

@@ -33,8 +33,8 @@ static inline __m256 fc256_pow2_int(__m256 n) {
 static inline __m256 fc256_exp2(__m256 x) {
   const __m256 clamped = _mm256_min_ps(
       _mm256_set1_ps(128.0f), _mm256_max_ps(_mm256_set1_ps(-150.0f), x));
-  const __m256 n = _mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT |
-                                                _MM_FROUND_NO_EXC);
+  const __m256 n =
+      _mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(clamped, n);
   __m256 poly = _mm256_set1_ps(FC_EXP2_C6);
   poly = _mm256_fmadd_ps(poly, f, _mm256_set1_ps(FC_EXP2_C5));

@@ -56,7 +56,7 @@ fc512_exp2_poly(__m512 x, const float *c, const int degree) {
 /* 2^x to about 2 ulp (the degree-6 polynomial of exp2_poly.h). */
 static inline __m512 fc512_exp2(__m512 x) {
   static const float c[] = {FC_EXP2_C0, FC_EXP2_C1, FC_EXP2_C2, FC_EXP2_C3,
-                             FC_EXP2_C4, FC_EXP2_C5, FC_EXP2_C6};
+                            FC_EXP2_C4, FC_EXP2_C5, FC_EXP2_C6};
   return fc512_exp2_poly(x, c, 6);
 }
 
@@ -66,8 +66,7 @@ static inline __m512 fc512_exp2(__m512 x) {
  * instructions (ROUNDSCALE alone costs two FMAs' time on an Intel Xeon).
  * No clamp: REDUCE takes -inf to 0, and SCALEF by -inf gives 0; NaN stays
  * NaN. */
-static inline __attribute__((always_inline)) __m512
-fc512_exp2_bf16(__m512 x) {
+static inline __attribute__((always_inline)) __m512 fc512_exp2_bf16(__m512 x) {
   const __m512 f =
       _mm512_reduce_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   __m512 poly = _mm512_set1_ps(FC_EXP2_BF16_C5);

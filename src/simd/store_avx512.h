@@ -22,20 +22,20 @@ static inline void fc512_store(__m512 x, flashcpu_dtype dtype, void *row,
   const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   __m256i half;
   if (dtype == FLASHCPU_DTYPE_F16) {
-    const __m512i quiet = _mm512_or_si512(
-        _mm512_and_si512(high, _mm512_set1_epi32(0x8000)),
-        _mm512_set1_epi32(0x7e00));
+    const __m512i quiet =
+        _mm512_or_si512(_mm512_and_si512(high, _mm512_set1_epi32(0x8000)),
+                        _mm512_set1_epi32(0x7e00));
     half = _mm256_mask_mov_epi16(
-        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-        nan, _mm512_cvtepi32_epi16(quiet));
+        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), nan,
+        _mm512_cvtepi32_epi16(quiet));
   } else {
     const __m512i odd = _mm512_and_si512(high, _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                                odd)),
+        _mm512_add_epi32(bits,
+                         _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)),
         16);
-    half = _mm512_cvtepi32_epi16(_mm512_mask_or_epi32(
-        rounded, nan, high, _mm512_set1_epi32(0x40)));
+    half = _mm512_cvtepi32_epi16(
+        _mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40)));
   }
   _mm256_mask_storeu_epi16((uint16_t *)row + i, mask, half);
 }

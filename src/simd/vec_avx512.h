@@ -13,7 +13,9 @@ static inline fcv fcv_zero(void) { return _mm512_setzero_ps(); }
 static inline fcv fcv_set1(float x) { return _mm512_set1_ps(x); }
 static inline fcv fcv_load(const float *p) { return _mm512_loadu_ps(p); }
 static inline void fcv_store(float *p, fcv v) { _mm512_storeu_ps(p, v); }
-static inline fcv fcv_fma(fcv a, fcv b, fcv c) { return _mm512_fmadd_ps(a, b, c); }
+static inline fcv fcv_fma(fcv a, fcv b, fcv c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
 static inline fcv fcv_mul(fcv a, fcv b) { return _mm512_mul_ps(a, b); }
 static inline fcv fcv_add(fcv a, fcv b) { return _mm512_add_ps(a, b); }
 static inline fcv fcv_sub(fcv a, fcv b) { return _mm512_sub_ps(a, b); }

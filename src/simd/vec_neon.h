@@ -22,7 +22,8 @@ static inline fcv fcv_saturate(fcv x) { return fcn_saturate(x); }
 static inline fcv fcv_max_nan(fcv a, fcv b) { return vmaxq_f32(a, b); }
 
 static inline fcv fcv_replace_eq(fcv v, float match, float replacement) {
-  return vbslq_f32(vceqq_f32(v, vdupq_n_f32(match)), vdupq_n_f32(replacement), v);
+  return vbslq_f32(vceqq_f32(v, vdupq_n_f32(match)), vdupq_n_f32(replacement),
+                   v);
 }
 
 static inline fcv fcv_hide_outside(fcv v, fcv key, fcv begin, fcv end) {

@@ -16,7 +16,8 @@ namespace {
 
 TEST(Version, MacrosMatchRuntimeQuery) {
   EXPECT_EQ(flashcpu_version(), FLASHCPU_VERSION);
-  EXPECT_EQ(FLASHCPU_VERSION, FLASHCPU_VERSION_MAJOR * 10000 + FLASHCPU_VERSION_MINOR * 100 +
+  EXPECT_EQ(FLASHCPU_VERSION, FLASHCPU_VERSION_MAJOR * 10000 +
+                                  FLASHCPU_VERSION_MINOR * 100 +
                                   FLASHCPU_VERSION_PATCH);
   EXPECT_STREQ(flashcpu_version_string(), FLASHCPU_VERSION_STRING);
   const std::string expected = std::to_string(FLASHCPU_VERSION_MAJOR) + "." +
@@ -144,10 +145,13 @@ TEST(Context, RejectsNegativeThreadCount) {
   flashcpu_context_options options;
   flashcpu_context_options_init(&options);
   options.num_threads = -1;
-  flashcpu_context *ctx = reinterpret_cast<flashcpu_context *>(&options);  // not NULL
-  EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_ERROR_INVALID_ARGUMENT);
+  flashcpu_context *ctx =
+      reinterpret_cast<flashcpu_context *>(&options); // not NULL
+  EXPECT_EQ(flashcpu_context_create(&options, &ctx),
+            FLASHCPU_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(ctx, nullptr);
-  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("num_threads"), std::string::npos)
+  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("num_threads"),
+            std::string::npos)
       << flashcpu_last_error(nullptr);
 }
 
@@ -162,21 +166,26 @@ TEST(Context, RejectsWrongStructSize) {
     flashcpu_context_options_init(&options);
     options.struct_size = size;
     flashcpu_context *ctx = reinterpret_cast<flashcpu_context *>(&options);
-    EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_ERROR_INVALID_ARGUMENT) << size;
+    EXPECT_EQ(flashcpu_context_create(&options, &ctx),
+              FLASHCPU_ERROR_INVALID_ARGUMENT)
+        << size;
     EXPECT_EQ(ctx, nullptr);
-    EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("struct_size"), std::string::npos)
+    EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("struct_size"),
+              std::string::npos)
         << flashcpu_last_error(nullptr);
   }
 }
 
 TEST(Context, RejectsNullOutputPointer) {
-  EXPECT_EQ(flashcpu_context_create(nullptr, nullptr), FLASHCPU_ERROR_NULL_POINTER);
-  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("ctx"), std::string::npos)
+  EXPECT_EQ(flashcpu_context_create(nullptr, nullptr),
+            FLASHCPU_ERROR_NULL_POINTER);
+  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("ctx"),
+            std::string::npos)
       << flashcpu_last_error(nullptr);
 }
 
 TEST(Context, SuccessfulCreateClearsThreadError) {
-  flashcpu_context_create(nullptr, nullptr);  // leaves a message
+  flashcpu_context_create(nullptr, nullptr); // leaves a message
   ASSERT_STRNE(flashcpu_last_error(nullptr), "");
   flashcpu_context *ctx = nullptr;
   ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
@@ -184,11 +193,14 @@ TEST(Context, SuccessfulCreateClearsThreadError) {
   flashcpu_context_destroy(ctx);
 }
 
-TEST(Context, NumThreadsOfNullIsZero) { EXPECT_EQ(flashcpu_context_num_threads(nullptr), 0); }
+TEST(Context, NumThreadsOfNullIsZero) {
+  EXPECT_EQ(flashcpu_context_num_threads(nullptr), 0);
+}
 
 TEST(TensorHelpers, BshdIsContiguousBatchSeqHeadsHeadDim) {
   int data = 0;
-  const flashcpu_tensor t = flashcpu_tensor_bshd(&data, FLASHCPU_DTYPE_F16, 2, 5, 3, 7);
+  const flashcpu_tensor t =
+      flashcpu_tensor_bshd(&data, FLASHCPU_DTYPE_F16, 2, 5, 3, 7);
   EXPECT_EQ(t.data, &data);
   EXPECT_EQ(t.dtype, FLASHCPU_DTYPE_F16);
   const int64_t dims[4] = {2, 5, 3, 7}, strides[4] = {5 * 3 * 7, 3 * 7, 7, 1};
@@ -202,7 +214,8 @@ TEST(TensorHelpers, BhsdKeepsDimOrderButHeadsOutsideSeq) {
   int data = 0;
   // Arguments in memory order (batch, heads, seq, head_dim); dims stay in
   // the API's order [batch, seq, heads, head_dim].
-  const flashcpu_tensor t = flashcpu_tensor_bhsd(&data, FLASHCPU_DTYPE_BF16, 2, 3, 5, 7);
+  const flashcpu_tensor t =
+      flashcpu_tensor_bhsd(&data, FLASHCPU_DTYPE_BF16, 2, 3, 5, 7);
   EXPECT_EQ(t.dtype, FLASHCPU_DTYPE_BF16);
   const int64_t dims[4] = {2, 5, 3, 7}, strides[4] = {3 * 5 * 7, 7, 5 * 7, 1};
   for (int d = 0; d < 4; d++) {
@@ -242,26 +255,34 @@ TEST(Params, InitGivesDocumentedDefaults) {
 TEST(Params, StructOfVersion010IsAcceptedAndItsTailNotRead) {
   float q[4] = {0.5f, -1.0f, 0.25f, 2.0f}, k[8] = {1, 2, 3, 4, -1, 0.5f, 2, -3};
   float v[8] = {1, 0, 0, 1, 2, 3, -1, 4}, out[2][4] = {};
-  const flashcpu_tensor tq = flashcpu_tensor_bshd(q, FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
-  const flashcpu_tensor tk = flashcpu_tensor_bshd(k, FLASHCPU_DTYPE_F32, 1, 2, 1, 4);
-  const flashcpu_tensor tv = flashcpu_tensor_bshd(v, FLASHCPU_DTYPE_F32, 1, 2, 1, 4);
+  const flashcpu_tensor tq =
+      flashcpu_tensor_bshd(q, FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
+  const flashcpu_tensor tk =
+      flashcpu_tensor_bshd(k, FLASHCPU_DTYPE_F32, 1, 2, 1, 4);
+  const flashcpu_tensor tv =
+      flashcpu_tensor_bshd(v, FLASHCPU_DTYPE_F32, 1, 2, 1, 4);
   const float sink = 3.0f;
   flashcpu_context *ctx = nullptr;
   ASSERT_EQ(flashcpu_context_create(nullptr, &ctx), FLASHCPU_OK);
   for (int version = 0; version < 2; version++) {
     flashcpu_attention_params params;
     flashcpu_attention_params_init(&params);
-    params.sinks = &sink;  // changes the result wherever it is read
-    if (version == 0) params.struct_size = offsetof(flashcpu_attention_params, sinks);
-    const flashcpu_tensor to = flashcpu_tensor_bshd(out[version], FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
-    ASSERT_EQ(flashcpu_attention(ctx, &tq, &tk, &tv, &to, nullptr, &params), FLASHCPU_OK)
+    params.sinks = &sink; // changes the result wherever it is read
+    if (version == 0)
+      params.struct_size = offsetof(flashcpu_attention_params, sinks);
+    const flashcpu_tensor to =
+        flashcpu_tensor_bshd(out[version], FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
+    ASSERT_EQ(flashcpu_attention(ctx, &tq, &tk, &tv, &to, nullptr, &params),
+              FLASHCPU_OK)
         << flashcpu_last_error(ctx);
   }
   flashcpu_attention_params plain;
   flashcpu_attention_params_init(&plain);
   float expected[4] = {};
-  const flashcpu_tensor te = flashcpu_tensor_bshd(expected, FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
-  ASSERT_EQ(flashcpu_attention(ctx, &tq, &tk, &tv, &te, nullptr, &plain), FLASHCPU_OK);
+  const flashcpu_tensor te =
+      flashcpu_tensor_bshd(expected, FLASHCPU_DTYPE_F32, 1, 1, 1, 4);
+  ASSERT_EQ(flashcpu_attention(ctx, &tq, &tk, &tv, &te, nullptr, &plain),
+            FLASHCPU_OK);
   EXPECT_EQ(std::memcmp(out[0], expected, sizeof expected), 0);
   EXPECT_NE(std::memcmp(out[1], expected, sizeof expected), 0);
   flashcpu_context_destroy(ctx);
@@ -286,7 +307,7 @@ TEST(KernelInfo, InitSetsStructSizeAndGetFillsEveryField) {
   flashcpu_kernel_info_init(&info);
   EXPECT_EQ(flashcpu_kernel_info_get(-1, &info), 0);
   EXPECT_EQ(flashcpu_kernel_info_get(count, &info), 0);
-  EXPECT_EQ(info.name, nullptr);  // untouched past the last
+  EXPECT_EQ(info.name, nullptr); // untouched past the last
   EXPECT_EQ(flashcpu_kernel_info_get(0, nullptr), 0);
 }
 
@@ -300,8 +321,9 @@ TEST(KernelInfo, UnknownStructSizeWritesNothingAndSaysWhy) {
     EXPECT_EQ(info.name, nullptr) << size;
     const std::string message = flashcpu_last_error(nullptr);
     EXPECT_NE(message.find("struct_size"), std::string::npos) << message;
-    EXPECT_NE(message.find("flashcpu_kernel_info_init"), std::string::npos) << message;
+    EXPECT_NE(message.find("flashcpu_kernel_info_init"), std::string::npos)
+        << message;
   }
 }
 
-}  // namespace
+} // namespace

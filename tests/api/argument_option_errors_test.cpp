@@ -51,62 +51,106 @@ std::vector<BadCallCase> ParamsCases() {
   for (size_t bad : {size_t{0}, size - 8, size + 8, size_t{1} << 40,
                      offsetof(flashcpu_attention_params, k_scales)})
     cases.push_back({"struct_size_" + std::to_string(bad),
-                     [bad](BadCall &c) { c.params.struct_size = bad; }, kInvalid, {"struct_size"}});
+                     [bad](BadCall &c) { c.params.struct_size = bad; },
+                     kInvalid,
+                     {"struct_size"}});
   for (uint32_t flags : {0x2u, 0x3u, 0x80000000u})
-    cases.push_back({"flags_" + std::to_string(flags), [flags](BadCall &c) { c.params.flags = flags; },
-                     kInvalid, {"flags"}});
+    cases.push_back({"flags_" + std::to_string(flags),
+                     [flags](BadCall &c) { c.params.flags = flags; },
+                     kInvalid,
+                     {"flags"}});
   const struct {
     const char *name;
     float value;
   } non_finite[] = {{"nan", NAN}, {"inf", INFINITY}, {"minus_inf", -INFINITY}};
   for (const auto &bad : non_finite) {
     const float value = bad.value;
-    cases.push_back({std::string("scale_") + bad.name, [value](BadCall &c) { c.params.scale = value; },
-                     kInvalid, {"scale"}});
+    cases.push_back({std::string("scale_") + bad.name,
+                     [value](BadCall &c) { c.params.scale = value; },
+                     kInvalid,
+                     {"scale"}});
     cases.push_back({std::string("softcap_") + bad.name,
-                     [value](BadCall &c) { c.params.softcap = value; }, kInvalid, {"softcap"}});
+                     [value](BadCall &c) { c.params.softcap = value; },
+                     kInvalid,
+                     {"softcap"}});
   }
-  cases.push_back({"softcap_negative", [](BadCall &c) { c.params.softcap = -1.0f; }, kInvalid,
+  cases.push_back({"softcap_negative",
+                   [](BadCall &c) { c.params.softcap = -1.0f; },
+                   kInvalid,
                    {"softcap"}});
-  cases.push_back({"softcap_tiny_negative", [](BadCall &c) { c.params.softcap = -1e-30f; }, kInvalid,
+  cases.push_back({"softcap_tiny_negative",
+                   [](BadCall &c) { c.params.softcap = -1e-30f; },
+                   kInvalid,
                    {"softcap"}});
   for (int64_t bad : {int64_t{-2}, int64_t{-100}, INT64_MIN}) {
     const std::string suffix = bad == INT64_MIN ? "min" : std::to_string(-bad);
-    cases.push_back({"window_left_minus_" + suffix, [bad](BadCall &c) { c.params.window_left = bad; },
-                     kInvalid, {"window"}});
+    cases.push_back({"window_left_minus_" + suffix,
+                     [bad](BadCall &c) { c.params.window_left = bad; },
+                     kInvalid,
+                     {"window"}});
     cases.push_back({"window_right_minus_" + suffix,
-                     [bad](BadCall &c) { c.params.window_right = bad; }, kInvalid, {"window"}});
+                     [bad](BadCall &c) { c.params.window_right = bad; },
+                     kInvalid,
+                     {"window"}});
   }
   return cases;
 }
 
 std::vector<BadCallCase> KvLengthCases() {
   return {
-      {"kv_length_negative", [](BadCall &c) { c.kv_lengths[1] = -1; }, kInvalid, {"kv_lengths"}},
+      {"kv_length_negative",
+       [](BadCall &c) { c.kv_lengths[1] = -1; },
+       kInvalid,
+       {"kv_lengths"}},
       {"kv_length_above_capacity",
-       [](BadCall &c) { c.kv_lengths[0] = BadCall::kKvLen + 1; }, kInvalid, {"kv_lengths"}},
-      {"kv_length_huge", [](BadCall &c) { c.kv_lengths[1] = INT64_MAX; }, kInvalid, {"kv_lengths"}},
+       [](BadCall &c) { c.kv_lengths[0] = BadCall::kKvLen + 1; },
+       kInvalid,
+       {"kv_lengths"}},
+      {"kv_length_huge",
+       [](BadCall &c) { c.kv_lengths[1] = INT64_MAX; },
+       kInvalid,
+       {"kv_lengths"}},
   };
 }
 
 std::vector<BadCallCase> TreeCases() {
   return {
-      {"tree_bits_null", [](BadCall &c) { c.tree.bits = nullptr; }, kNull, {"bits"}},
+      {"tree_bits_null",
+       [](BadCall &c) { c.tree.bits = nullptr; },
+       kNull,
+       {"bits"}},
       {"tree_fewer_rows_than_q",
-       [](BadCall &c) { c.tree.num_rows = BadCall::kQLen - 1; }, kInvalid, {"tree", "rows"}},
-      {"tree_num_keys_zero", [](BadCall &c) { c.tree.num_keys = 0; }, kInvalid, {"num_keys"}},
-      {"tree_num_keys_negative", [](BadCall &c) { c.tree.num_keys = -4; }, kInvalid, {"num_keys"}},
+       [](BadCall &c) { c.tree.num_rows = BadCall::kQLen - 1; },
+       kInvalid,
+       {"tree", "rows"}},
+      {"tree_num_keys_zero",
+       [](BadCall &c) { c.tree.num_keys = 0; },
+       kInvalid,
+       {"num_keys"}},
+      {"tree_num_keys_negative",
+       [](BadCall &c) { c.tree.num_keys = -4; },
+       kInvalid,
+       {"num_keys"}},
       // kv_lengths[1] is kTreeKeys + 1: one more key than batch 1 has.
       {"tree_num_keys_above_a_batch_kv_length",
-       [](BadCall &c) { c.tree.num_keys = BadCall::kTreeKeys + 2; }, kInvalid, {"tree", "batch"}},
+       [](BadCall &c) { c.tree.num_keys = BadCall::kTreeKeys + 2; },
+       kInvalid,
+       {"tree", "batch"}},
       {"tree_num_keys_above_capacity",
        [](BadCall &c) {
          c.params.kv_lengths = nullptr;
          c.tree.num_keys = BadCall::kKvLen + 1;
        },
-       kInvalid, {"tree"}},
-      {"tree_on_zero_length_batch", [](BadCall &c) { c.kv_lengths[1] = 0; }, kInvalid, {"tree"}},
-      {"tree_row_stride_zero", [](BadCall &c) { c.tree.row_stride = 0; }, kInvalid, {"row_stride"}},
+       kInvalid,
+       {"tree"}},
+      {"tree_on_zero_length_batch",
+       [](BadCall &c) { c.kv_lengths[1] = 0; },
+       kInvalid,
+       {"tree"}},
+      {"tree_row_stride_zero",
+       [](BadCall &c) { c.tree.row_stride = 0; },
+       kInvalid,
+       {"row_stride"}},
       {"tree_row_stride_too_small_for_65_keys",
        [](BadCall &c) {
          // 65 keys need two words a row.
@@ -116,29 +160,43 @@ std::vector<BadCallCase> TreeCases() {
          c.tree.num_keys = 65;
          c.tree.row_stride = 1;
        },
-       kInvalid, {"row_stride"}},
-      {"tree_batch_stride_negative", [](BadCall &c) { c.tree.batch_stride = -1; }, kInvalid,
+       kInvalid,
+       {"row_stride"}},
+      {"tree_batch_stride_negative",
+       [](BadCall &c) { c.tree.batch_stride = -1; },
+       kInvalid,
        {"batch_stride"}},
   };
 }
 
 std::vector<BadCallCase> AdditiveCases() {
   std::vector<BadCallCase> cases = {
-      {"additive_data_null", [](BadCall &c) { c.additive.data = nullptr; }, kNull, {"additive_mask", "data"}},
+      {"additive_data_null",
+       [](BadCall &c) { c.additive.data = nullptr; },
+       kNull,
+       {"additive_mask", "data"}},
   };
   for (int d = 0; d < 4; d++)
     cases.push_back({"additive_stride_" + std::to_string(d) + "_negative",
-                     [d](BadCall &c) { c.additive.strides[d] = -1; }, kLayout, {"additive_mask", "negative"}});
+                     [d](BadCall &c) { c.additive.strides[d] = -1; },
+                     kLayout,
+                     {"additive_mask", "negative"}});
   return cases;
 }
 
 class OptionErrors : public testing::TestWithParam<BadCallCase> {};
-TEST_P(OptionErrors, RejectedWithStatusMessageAndNoWrites) { ExpectRejected(GetParam()); }
+TEST_P(OptionErrors, RejectedWithStatusMessageAndNoWrites) {
+  ExpectRejected(GetParam());
+}
 
-INSTANTIATE_TEST_SUITE_P(Params, OptionErrors, testing::ValuesIn(ParamsCases()), BadCallCaseName);
-INSTANTIATE_TEST_SUITE_P(KvLengths, OptionErrors, testing::ValuesIn(KvLengthCases()), BadCallCaseName);
-INSTANTIATE_TEST_SUITE_P(TreeMask, OptionErrors, testing::ValuesIn(TreeCases()), BadCallCaseName);
-INSTANTIATE_TEST_SUITE_P(AdditiveMask, OptionErrors, testing::ValuesIn(AdditiveCases()), BadCallCaseName);
+INSTANTIATE_TEST_SUITE_P(Params, OptionErrors, testing::ValuesIn(ParamsCases()),
+                         BadCallCaseName);
+INSTANTIATE_TEST_SUITE_P(KvLengths, OptionErrors,
+                         testing::ValuesIn(KvLengthCases()), BadCallCaseName);
+INSTANTIATE_TEST_SUITE_P(TreeMask, OptionErrors, testing::ValuesIn(TreeCases()),
+                         BadCallCaseName);
+INSTANTIATE_TEST_SUITE_P(AdditiveMask, OptionErrors,
+                         testing::ValuesIn(AdditiveCases()), BadCallCaseName);
 
 // Edge values the header allows must not be rejected (nor crash).
 struct Edge {
@@ -147,10 +205,14 @@ struct Edge {
 };
 
 const Edge kAcceptedEdges[] = {
-    {"window_minus_one_both", [](BadCall &c) { c.params.window_left = c.params.window_right = -1; }},
-    {"window_zero_both", [](BadCall &c) { c.params.window_left = c.params.window_right = 0; }},
+    {"window_minus_one_both",
+     [](BadCall &c) { c.params.window_left = c.params.window_right = -1; }},
+    {"window_zero_both",
+     [](BadCall &c) { c.params.window_left = c.params.window_right = 0; }},
     {"window_int64_max_both",
-     [](BadCall &c) { c.params.window_left = c.params.window_right = INT64_MAX; }},
+     [](BadCall &c) {
+       c.params.window_left = c.params.window_right = INT64_MAX;
+     }},
     {"softcap_zero_is_off", [](BadCall &c) { c.params.softcap = 0.0f; }},
     {"negative_scale", [](BadCall &c) { c.params.scale = -0.5f; }},
     {"kv_length_zero_without_tree",
@@ -158,13 +220,17 @@ const Edge kAcceptedEdges[] = {
        c.params.tree_mask = nullptr;
        c.kv_lengths[1] = 0;
      }},
-    {"kv_length_equal_to_capacity", [](BadCall &c) { c.kv_lengths[1] = BadCall::kKvLen; }},
+    {"kv_length_equal_to_capacity",
+     [](BadCall &c) { c.kv_lengths[1] = BadCall::kKvLen; }},
     {"tree_num_keys_equal_to_shortest_kv_length",
      [](BadCall &c) { c.tree.num_keys = BadCall::kTreeKeys + 1; }},
     {"tree_broadcast_over_batch", [](BadCall &c) { c.tree.batch_stride = 0; }},
-    {"tree_extra_rows", [](BadCall &c) { c.tree.num_rows = BadCall::kQLen + 5; }},
+    {"tree_extra_rows",
+     [](BadCall &c) { c.tree.num_rows = BadCall::kQLen + 5; }},
     {"additive_all_strides_zero",
-     [](BadCall &c) { std::memset(c.additive.strides, 0, sizeof c.additive.strides); }},
+     [](BadCall &c) {
+       std::memset(c.additive.strides, 0, sizeof c.additive.strides);
+     }},
     {"kv_seq_zero_no_masks",
      [](BadCall &c) {
        c.k.dims[1] = c.v.dims[1] = 0;
@@ -187,5 +253,5 @@ INSTANTIATE_TEST_SUITE_P(Values, OptionEdges, testing::ValuesIn(kAcceptedEdges),
                            return std::string(param_info.param.name);
                          });
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

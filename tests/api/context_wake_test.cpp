@@ -16,18 +16,20 @@ namespace {
 
 constexpr flashcpu_dtype BF16 = FLASHCPU_DTYPE_BF16;
 
-void Pause(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+void Pause(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
 
 struct Mode {
   int threads;
-  const char *settings;  // the launch setting; nullptr: the default
+  const char *settings; // the launch setting; nullptr: the default
   const char *name;
 };
 
 // A context of the mode, and a decode case whose first call passed the
 // oracle: its bytes are what every later call must give.
 class ContextWake : public testing::TestWithParam<Mode> {
- protected:
+protected:
   void SetUp() override {
     flashcpu_context_options options;
     flashcpu_context_options_init(&options);
@@ -35,8 +37,14 @@ class ContextWake : public testing::TestWithParam<Mode> {
     options.settings = GetParam().settings;
     ctx_ = ContextWith(options);
     ASSERT_TRUE(ctx_);
-    case_.batch(2).q_len(1).kv_len(700).heads(8, 2).head_dim(64).causal()
-        .dtypes(BF16, BF16, BF16).seed(21);
+    case_.batch(2)
+        .q_len(1)
+        .kv_len(700)
+        .heads(8, 2)
+        .head_dim(64)
+        .causal()
+        .dtypes(BF16, BF16, BF16)
+        .seed(21);
     case_.Test(ctx_);
     expected_ = case_.out_bytes();
   }
@@ -53,7 +61,7 @@ class ContextWake : public testing::TestWithParam<Mode> {
 
 TEST_P(ContextWake, CallsAfterAWakeGiveTheSameBytes) {
   for (int round = 0; round < 3; round++) {
-    Pause(40);  // long enough for a pool's workers to fall asleep
+    Pause(40); // long enough for a pool's workers to fall asleep
     flashcpu_context_wake(ctx_);
     if (round > 0) Pause(round);
     CallGivesTheSameBytes();
@@ -86,5 +94,5 @@ INSTANTIATE_TEST_SUITE_P(Launches, ContextWake,
 
 TEST(ContextWakeNull, IsIgnored) { flashcpu_context_wake(nullptr); }
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

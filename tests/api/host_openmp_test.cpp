@@ -17,8 +17,8 @@
 
 #include "attention_case.h"
 
-extern "C" void GOMP_parallel(void (*fn)(void *), void *data, unsigned num_threads,
-                              unsigned flags);
+extern "C" void GOMP_parallel(void (*fn)(void *), void *data,
+                              unsigned num_threads, unsigned flags);
 
 namespace fctest {
 namespace {
@@ -32,7 +32,8 @@ std::atomic<int> host_team{1};
 std::atomic<int> regions{0};
 std::atomic<unsigned> give{0};
 
-void StandInParallel(void (*fn)(void *), void *data, unsigned asked, unsigned flags) {
+void StandInParallel(void (*fn)(void *), void *data, unsigned asked,
+                     unsigned flags) {
   EXPECT_EQ(flags, 0u);
   regions++;
   const unsigned count = give ? give.load() : asked;
@@ -50,7 +51,8 @@ void StandInParallel(void (*fn)(void *), void *data, unsigned asked, unsigned fl
 int StandInThreadNum() { return host_thread; }
 int StandInNumThreads() { return host_team; }
 
-const flashcpu_host_openmp kStandIn = {StandInParallel, StandInThreadNum, StandInNumThreads};
+const flashcpu_host_openmp kStandIn = {StandInParallel, StandInThreadNum,
+                                       StandInNumThreads};
 const flashcpu_host_openmp kThisRuntime = {GOMP_parallel, omp_get_thread_num,
                                            omp_get_num_threads};
 
@@ -64,8 +66,14 @@ flashcpu_context *Context(const flashcpu_host_openmp *host) {
 
 // A prefill-shaped and a decode-shaped case (split-KV: two launches).
 void Configure(AttentionCase &c, bool decode) {
-  c.batch(2).q_len(decode ? 1 : 40).kv_len(decode ? 700 : 130).heads(8, 2).head_dim(64)
-      .causal().dtypes(BF16, BF16, BF16).seed(decode ? 11 : 12);
+  c.batch(2)
+      .q_len(decode ? 1 : 40)
+      .kv_len(decode ? 700 : 130)
+      .heads(8, 2)
+      .head_dim(64)
+      .causal()
+      .dtypes(BF16, BF16, BF16)
+      .seed(decode ? 11 : 12);
 }
 
 class HostOpenmp : public testing::TestWithParam<bool> {};
@@ -76,7 +84,8 @@ TEST_P(HostOpenmp, StandInHostGivesTheBytesOfOwnThreads) {
   ASSERT_TRUE(own && hosted);
   char text[4096];
   flashcpu_context_describe(hosted, text, sizeof text);
-  EXPECT_NE(std::string(text).find("threads from the host's OpenMP runtime"), std::string::npos)
+  EXPECT_NE(std::string(text).find("threads from the host's OpenMP runtime"),
+            std::string::npos)
       << text;
   AttentionCase c;
   Configure(c, GetParam());
@@ -118,19 +127,23 @@ TEST_P(HostOpenmp, FewerThreadsThanAskedRunOnTheCaller) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HostOpenmp, testing::Bool(),
                          [](const testing::TestParamInfo<bool> &shape) {
-                           return std::string(shape.param ? "Decode" : "Prefill");
+                           return std::string(shape.param ? "Decode"
+                                                          : "Prefill");
                          });
 
 TEST(HostOpenmpOptions, AMissingEntryPointIsAnError) {
-  const flashcpu_host_openmp partial = {StandInParallel, nullptr, StandInNumThreads};
+  const flashcpu_host_openmp partial = {StandInParallel, nullptr,
+                                        StandInNumThreads};
   flashcpu_context_options options;
   flashcpu_context_options_init(&options);
   options.host_openmp = &partial;
   flashcpu_context *ctx = reinterpret_cast<flashcpu_context *>(&options);
-  EXPECT_EQ(flashcpu_context_create(&options, &ctx), FLASHCPU_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(flashcpu_context_create(&options, &ctx),
+            FLASHCPU_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(ctx, nullptr);
-  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("host_openmp"), std::string::npos);
+  EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find("host_openmp"),
+            std::string::npos);
 }
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

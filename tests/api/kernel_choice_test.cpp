@@ -23,7 +23,7 @@ const char kSplitKv[] = "split-KV decode", kPrefill[] = "prefill";
 // A context made with FLASHCPU_VERBOSE=1 (read at creation), so that every
 // call logs its kernel; the creation log is dropped.
 class VerboseContext {
- public:
+public:
   explicit VerboseContext(flashcpu_context_options options) {
     ScopedEnv verbose("FLASHCPU_VERBOSE", "1");
     ScopedEnv no_file("FLASHCPU_TUNE_FILE", nullptr);
@@ -38,13 +38,14 @@ class VerboseContext {
     StderrCapture capture;
     const flashcpu_status status = c.Run(context_);
     const std::string log = capture.Take();
-    EXPECT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context_) << "; " << c.Describe();
+    EXPECT_EQ(status, FLASHCPU_OK)
+        << flashcpu_last_error(context_) << "; " << c.Describe();
     const size_t line = log.find("[flashcpu] attention B=");
     const size_t dim = log.find(" D=", line);
     const size_t name = log.find(": ", dim);
     const size_t end = log.find(" (", name);
-    if (line == std::string::npos || dim == std::string::npos || name == std::string::npos ||
-        end == std::string::npos) {
+    if (line == std::string::npos || dim == std::string::npos ||
+        name == std::string::npos || end == std::string::npos) {
       ADD_FAILURE() << "no kernel in the log: " << log;
       return "";
     }
@@ -64,11 +65,12 @@ class VerboseContext {
   // The family of the kernel that runs `rows` decode rows of dtype t.
   std::string FamilyFor(int64_t rows, flashcpu_dtype t = F32) {
     AttentionCase c;
-    c.q_len(rows).kv_len(300).heads(4, 2).head_dim(64).dtypes(t, t, F32).seed(3);
+    c.q_len(rows).kv_len(300).heads(4, 2).head_dim(64).dtypes(t, t, F32).seed(
+        3);
     return FamilyOf(KernelOf(c));
   }
 
- private:
+private:
   Context context_;
   flashcpu_status status_;
 };
@@ -77,7 +79,8 @@ class VerboseContext {
 flashcpu_context_options WithRows(int rows) {
   flashcpu_context_options options = DefaultOptions();
   options.num_threads = 1;
-  if (rows >= 0) AddSetting(options, "splitkv_max_rows = " + std::to_string(rows));
+  if (rows >= 0)
+    AddSetting(options, "splitkv_max_rows = " + std::to_string(rows));
   return options;
 }
 
@@ -89,9 +92,12 @@ TEST(KernelChoice, DefaultsPickSplitKvUpToEightRowsAndPrefillBeyond) {
     EXPECT_EQ(ctx.FamilyFor(1), kPrefill);
     GTEST_SKIP() << "no split-KV kernel on this context's ISA";
   }
-  for (int64_t rows : {1, 2, 8}) EXPECT_EQ(ctx.FamilyFor(rows), kSplitKv) << rows << " rows";
-  for (int64_t rows : {9, 64, 65}) EXPECT_EQ(ctx.FamilyFor(rows), kPrefill) << rows << " rows";
-  for (int64_t rows : {1, 8}) EXPECT_EQ(ctx.FamilyFor(rows, BF16), kSplitKv) << rows << " bf16 rows";
+  for (int64_t rows : {1, 2, 8})
+    EXPECT_EQ(ctx.FamilyFor(rows), kSplitKv) << rows << " rows";
+  for (int64_t rows : {9, 64, 65})
+    EXPECT_EQ(ctx.FamilyFor(rows), kPrefill) << rows << " rows";
+  for (int64_t rows : {1, 8})
+    EXPECT_EQ(ctx.FamilyFor(rows, BF16), kSplitKv) << rows << " bf16 rows";
   EXPECT_EQ(ctx.FamilyFor(9, BF16), kPrefill);
 }
 
@@ -101,12 +107,13 @@ TEST(KernelChoice, SplitKvMaxRowsSettingMovesTheBoundary) {
     int64_t rows;
     const char *family;
   };
-  for (const Expect &e : {Expect{2, 2, kSplitKv}, Expect{2, 3, kPrefill}, Expect{0, 1, kPrefill},
-                          Expect{64, 64, kSplitKv}, Expect{64, 65, kPrefill},
-                          Expect{16, 16, kSplitKv}}) {
+  for (const Expect &e : {Expect{2, 2, kSplitKv}, Expect{2, 3, kPrefill},
+                          Expect{0, 1, kPrefill}, Expect{64, 64, kSplitKv},
+                          Expect{64, 65, kPrefill}, Expect{16, 16, kSplitKv}}) {
     VerboseContext ctx(WithRows(e.setting));
     ASSERT_EQ(ctx.status(), FLASHCPU_OK) << flashcpu_last_error(nullptr);
-    if (!ctx.HasFamily(kSplitKv)) GTEST_SKIP() << "no split-KV kernel on this context's ISA";
+    if (!ctx.HasFamily(kSplitKv))
+      GTEST_SKIP() << "no split-KV kernel on this context's ISA";
     EXPECT_EQ(ctx.FamilyFor(e.rows), e.family)
         << "splitkv_max_rows " << e.setting << ", " << e.rows << " rows";
   }
@@ -130,7 +137,12 @@ std::string KernelFor(const DotSetting &s, const char *value) {
   VerboseContext ctx(options);
   EXPECT_EQ(ctx.status(), FLASHCPU_OK) << flashcpu_last_error(nullptr);
   AttentionCase c;
-  c.q_len(s.rows).kv_len(300).heads(4, 2).head_dim(64).dtypes(BF16, BF16, F32).seed(5);
+  c.q_len(s.rows)
+      .kv_len(300)
+      .heads(4, 2)
+      .head_dim(64)
+      .dtypes(BF16, BF16, F32)
+      .seed(5);
   return ctx.KernelOf(c);
 }
 
@@ -146,14 +158,20 @@ TEST(KernelChoice, Bf16DotSettingsAndTheirDefaults) {
                       automatic = KernelFor(s, "auto");
     EXPECT_EQ(automatic, s.default_on ? on : off);
     if (on == off) {
-      std::cout << s.name << ": no dot-product kernel on this CPU; both run " << on << "\n";
+      std::cout << s.name << ": no dot-product kernel on this CPU; both run "
+                << on << "\n";
     } else {
       // The dot-product kernel takes only bf16 q and k: f32 goes elsewhere.
       flashcpu_context_options options = WithRows(-1);
       AddSetting(options, std::string(s.name) + " = on");
       VerboseContext ctx(options);
       AttentionCase c;
-      c.q_len(s.rows).kv_len(300).heads(4, 2).head_dim(64).dtypes(F32, BF16, F32).seed(6);
+      c.q_len(s.rows)
+          .kv_len(300)
+          .heads(4, 2)
+          .head_dim(64)
+          .dtypes(F32, BF16, F32)
+          .seed(6);
       EXPECT_NE(ctx.KernelOf(c), on);
     }
   }
@@ -164,7 +182,8 @@ TEST(KernelChoice, ForcedKernelRunsForEveryCall) {
   ASSERT_TRUE(plain.ok());
   const std::vector<DescribedKernel> kernels = DescribedKernels(plain);
   ASSERT_FALSE(kernels.empty());
-  const std::string prefill = kernels.back().name;  // the list ends with a prefill row
+  const std::string prefill =
+      kernels.back().name; // the list ends with a prefill row
   flashcpu_context_options options = WithRows(-1);
   AddSetting(options, "kernel = " + prefill);
   VerboseContext ctx(options);
@@ -182,14 +201,16 @@ TEST(KernelChoice, UnknownForcedKernelFailsNamingIt) {
   EXPECT_EQ(context.Create(options), FLASHCPU_ERROR_INVALID_ARGUMENT);
   EXPECT_FALSE(context.ok());
   const std::string message = flashcpu_last_error(nullptr);
-  EXPECT_NE(message.find("fc_prefill_99x99__mmx"), std::string::npos) << message;
+  EXPECT_NE(message.find("fc_prefill_99x99__mmx"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("kernel"), std::string::npos) << message;
 }
 
 TEST(KernelChoice, ForcedKernelAboveTheIsaCapFailsNamingIt) {
   Context plain(WithRows(-1));
   ASSERT_TRUE(plain.ok());
-  if (flashcpu_context_isa(plain) == FLASHCPU_ISA_SCALAR) GTEST_SKIP() << "no ISA above scalar here";
+  if (flashcpu_context_isa(plain) == FLASHCPU_ISA_SCALAR)
+    GTEST_SKIP() << "no ISA above scalar here";
   const std::string kernel = DescribedKernels(plain).front().name;
   flashcpu_context_options options = WithRows(-1);
   AddSetting(options, "kernel = " + kernel);
@@ -212,8 +233,9 @@ TEST(KernelChoice, CallTheForcedKernelCannotTakeFailsAndWritesNothing) {
   ASSERT_TRUE(plain.ok());
   std::string split_kv;
   for (const DescribedKernel &k : DescribedKernels(plain))
-    if (k.family == kSplitKv) split_kv = k.name;  // the last: takes every dtype
-  if (split_kv.empty()) GTEST_SKIP() << "no split-KV kernel on this context's ISA";
+    if (k.family == kSplitKv) split_kv = k.name; // the last: takes every dtype
+  if (split_kv.empty())
+    GTEST_SKIP() << "no split-KV kernel on this context's ISA";
   flashcpu_context_options options = WithRows(-1);
   AddSetting(options, "kernel = " + split_kv);
   Context context(options);
@@ -227,7 +249,8 @@ TEST(KernelChoice, CallTheForcedKernelCannotTakeFailsAndWritesNothing) {
   for (int64_t i = 0; i < 65; i++)
     for (int64_t h = 0; h < 2; h++) {
       ASSERT_TRUE(std::isnan(c.lse_at(0, h, i)));
-      for (int64_t d = 0; d < 16; d++) ASSERT_TRUE(std::isnan(c.out_at(0, i, h, d)));
+      for (int64_t d = 0; d < 16; d++)
+        ASSERT_TRUE(std::isnan(c.out_at(0, i, h, d)));
     }
   // The context stays usable for a call the kernel takes.
   AttentionCase ok;
@@ -235,5 +258,5 @@ TEST(KernelChoice, CallTheForcedKernelCannotTakeFailsAndWritesNothing) {
   ok.Test(context);
 }
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

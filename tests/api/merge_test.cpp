@@ -23,7 +23,8 @@ namespace {
 
 constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, F16 = FLASHCPU_DTYPE_F16,
                          BF16 = FLASHCPU_DTYPE_BF16;
-constexpr int64_t kLseGuard = 16;  // floats before lse in AttentionCase's storage
+constexpr int64_t kLseGuard =
+    16; // floats before lse in AttentionCase's storage
 
 // One range's result: its out (own dtype) and lse.
 struct Part {
@@ -33,14 +34,15 @@ struct Part {
 
 // Attention of c's queries over keys [begin, end) of every batch (clamped
 // to the batch's kv length), through sub-views of k and v.
-Part RunRange(AttentionCase &c, int64_t begin, int64_t end, flashcpu_dtype dtype,
-              flashcpu_context *ctx) {
+Part RunRange(AttentionCase &c, int64_t begin, int64_t end,
+              flashcpu_dtype dtype, flashcpu_context *ctx) {
   const flashcpu_tensor q = c.q().View();
   flashcpu_tensor k = c.k().View(), v = c.v().View();
   const int64_t batch = q.dims[0], rows = q.dims[1], heads = q.dims[2];
   for (flashcpu_tensor *t : {&k, &v}) {
     t->data = static_cast<char *>(t->data) +
-              begin * t->strides[1] * static_cast<int64_t>(flashcpu_dtype_size(t->dtype));
+              begin * t->strides[1] *
+                  static_cast<int64_t>(flashcpu_dtype_size(t->dtype));
     t->dims[1] = end - begin;
   }
   std::vector<int64_t> lengths;
@@ -56,10 +58,12 @@ Part RunRange(AttentionCase &c, int64_t begin, int64_t end, flashcpu_dtype dtype
     additive.data += begin * additive.strides[3];
     params.additive_mask = &additive;
   }
-  Part part{TestTensor(dtype, {batch, rows, heads, v.dims[3]}, Layout::kBHSD, rows),
-            std::vector<float>(static_cast<size_t>(batch * heads * rows), NAN)};
+  Part part{
+      TestTensor(dtype, {batch, rows, heads, v.dims[3]}, Layout::kBHSD, rows),
+      std::vector<float>(static_cast<size_t>(batch * heads * rows), NAN)};
   flashcpu_tensor out = part.out.View();
-  EXPECT_EQ(flashcpu_attention(ctx, &q, &k, &v, &out, part.lse.data(), &params), FLASHCPU_OK)
+  EXPECT_EQ(flashcpu_attention(ctx, &q, &k, &v, &out, part.lse.data(), &params),
+            FLASHCPU_OK)
       << flashcpu_last_error(ctx);
   return part;
 }
@@ -83,14 +87,16 @@ flashcpu_status MergeRanges(AttentionCase &c, const std::vector<int64_t> &cuts,
   }
   c.out_for_checker_tests().Poison();
   const flashcpu_tensor out = c.out_for_checker_tests().View();
-  return flashcpu_merge_states(ctx, static_cast<int64_t>(states.size()), states.data(),
-                               lses.data(), &out, &c.lse_storage_for_checker_tests(kLseGuard));
+  return flashcpu_merge_states(ctx, static_cast<int64_t>(states.size()),
+                               states.data(), lses.data(), &out,
+                               &c.lse_storage_for_checker_tests(kLseGuard));
 }
 
 struct MergeCase {
   const char *name;
   std::vector<int64_t> cuts;
-  flashcpu_dtype in_dtype, part_dtype, out_dtype;  // q/k/v, the states, the merge
+  flashcpu_dtype in_dtype, part_dtype,
+      out_dtype; // q/k/v, the states, the merge
   std::function<void(AttentionCase &)> options;
 };
 
@@ -100,15 +106,35 @@ const MergeCase kMergeCases[] = {
     {"f32_states_to_bf16", {100}, F32, F32, BF16, [](AttentionCase &) {}},
     {"f16_states_to_f16", {64}, F32, F16, F16, [](AttentionCase &) {}},
     {"bf16_states_to_bf16", {64}, F32, BF16, BF16, [](AttentionCase &) {}},
-    {"bf16_inputs_f32_states_large_scores", {90}, BF16, F32, F32,
+    {"bf16_inputs_f32_states_large_scores",
+     {90},
+     BF16,
+     F32,
+     F32,
      [](AttentionCase &c) { c.magnitude(Magnitude::kLarge); }},
-    {"three_ranges_kv_lengths_0_1_and_past_a_cut", {1, 50}, F32, F32, F32,
-     [](AttentionCase &c) { c.batch(4).kv_lengths({0, 1, 40, 130}); }},
+    {"three_ranges_kv_lengths_0_1_and_past_a_cut",
+     {1, 50},
+     F32,
+     F32,
+     F32,
+     [](AttentionCase &c) {
+       c.batch(4).kv_lengths({0, 1, 40, 130});
+     }},
     {"second_range_empty", {130}, F32, F32, F16, [](AttentionCase &) {}},
     {"first_range_empty", {0}, F32, F32, F32, [](AttentionCase &) {}},
-    {"additive_hides_whole_ranges_softcap", {20, 21, 90}, F32, F32, F32,
-     [](AttentionCase &c) { c.additive(AdditivePattern::kFull, 0.6).softcap(5.0f); }},
-    {"eight_ranges_gqa", {10, 20, 30, 40, 50, 60, 128}, F32, F32, BF16,
+    {"additive_hides_whole_ranges_softcap",
+     {20, 21, 90},
+     F32,
+     F32,
+     F32,
+     [](AttentionCase &c) {
+       c.additive(AdditivePattern::kFull, 0.6).softcap(5.0f);
+     }},
+    {"eight_ranges_gqa",
+     {10, 20, 30, 40, 50, 60, 128},
+     F32,
+     F32,
+     BF16,
      [](AttentionCase &c) { c.heads(8, 2).head_dim(100); }},
 };
 
@@ -124,15 +150,17 @@ TEST_P(MergeMatchesOracle, OnAttentionSplitIntoKeyRanges) {
   flashcpu_context *ctx = SharedContext();
   // Run the whole case once: it records the input snapshots the check uses.
   ASSERT_EQ(c.Run(ctx), FLASHCPU_OK) << flashcpu_last_error(ctx);
-  ASSERT_EQ(MergeRanges(c, m.cuts, m.part_dtype, ctx), FLASHCPU_OK) << flashcpu_last_error(ctx);
+  ASSERT_EQ(MergeRanges(c, m.cuts, m.part_dtype, ctx), FLASHCPU_OK)
+      << flashcpu_last_error(ctx);
   EXPECT_STREQ(flashcpu_last_error(ctx), "");
   EXPECT_TRUE(c.CheckAgainstOracle());
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, MergeMatchesOracle, testing::ValuesIn(kMergeCases),
-                         [](const testing::TestParamInfo<MergeCase> &param_info) {
-                           return std::string(param_info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MergeMatchesOracle, testing::ValuesIn(kMergeCases),
+    [](const testing::TestParamInfo<MergeCase> &param_info) {
+      return std::string(param_info.param.name);
+    });
 
 // Hand-made states, f32, one row of width 3 per state.
 struct SmallMerge {
@@ -140,8 +168,9 @@ struct SmallMerge {
   float lse_a = 0.0f, lse_b = 0.0f, lse = -9.0f;
 
   flashcpu_status Run(flashcpu_context *ctx) {
-    flashcpu_tensor states[2] = {flashcpu_tensor_bshd(out_a.data(), F32, 1, 1, 1, 3),
-                                 flashcpu_tensor_bshd(out_b.data(), F32, 1, 1, 1, 3)};
+    flashcpu_tensor states[2] = {
+        flashcpu_tensor_bshd(out_a.data(), F32, 1, 1, 1, 3),
+        flashcpu_tensor_bshd(out_b.data(), F32, 1, 1, 1, 3)};
     const float *lses[2] = {&lse_a, &lse_b};
     flashcpu_tensor out = flashcpu_tensor_bshd(merged.data(), F32, 1, 1, 1, 3);
     return flashcpu_merge_states(ctx, 2, states, lses, &out, &lse);
@@ -151,16 +180,17 @@ struct SmallMerge {
 TEST(MergeStates, WeighsByExpOfLse) {
   SmallMerge m;
   m.lse_a = std::log(1.0f);
-  m.lse_b = std::log(3.0f);  // b carries three times a's mass
+  m.lse_b = std::log(3.0f); // b carries three times a's mass
   ASSERT_EQ(m.Run(SharedContext()), FLASHCPU_OK);
-  for (int d = 0; d < 3; d++) EXPECT_NEAR(m.merged[d], 0.25 * m.out_a[d] + 0.75 * m.out_b[d], 1e-5);
+  for (int d = 0; d < 3; d++)
+    EXPECT_NEAR(m.merged[d], 0.25 * m.out_a[d] + 0.75 * m.out_b[d], 1e-5);
   EXPECT_NEAR(m.lse, std::log(4.0), 1e-6);
 }
 
 TEST(MergeStates, EmptySidesContributeNothingAndNeverNaN) {
   SmallMerge m;
   m.lse_a = -INFINITY;
-  m.out_a = {NAN, NAN, NAN};  // an empty state's values are not read
+  m.out_a = {NAN, NAN, NAN}; // an empty state's values are not read
   m.lse_b = 1.5f;
   ASSERT_EQ(m.Run(SharedContext()), FLASHCPU_OK);
   EXPECT_EQ(m.merged, m.out_b);
@@ -202,7 +232,8 @@ TEST(MergeStates, FiniteLseAtTheEndsOfTheRange) {
   low.lse_a = -FLT_MAX;
   low.lse_b = -FLT_MAX;
   ASSERT_EQ(low.Run(SharedContext()), FLASHCPU_OK);
-  for (int d = 0; d < 3; d++) EXPECT_NEAR(low.merged[d], 0.5 * (low.out_a[d] + low.out_b[d]), 1e-6);
+  for (int d = 0; d < 3; d++)
+    EXPECT_NEAR(low.merged[d], 0.5 * (low.out_a[d] + low.out_b[d]), 1e-6);
   EXPECT_EQ(low.lse, -FLT_MAX);
 
   SmallMerge poisoned;
@@ -216,7 +247,13 @@ TEST(MergeStates, FiniteLseAtTheEndsOfTheRange) {
 
 TEST(MergeStates, SameBytesForAnyThreadCount) {
   AttentionCase c;
-  c.batch(3).q_len(5).kv_len(200).heads(6, 2).head_dim(72).dtypes(BF16, BF16, F32).seed(5)
+  c.batch(3)
+      .q_len(5)
+      .kv_len(200)
+      .heads(6, 2)
+      .head_dim(72)
+      .dtypes(BF16, BF16, F32)
+      .seed(5)
       .kv_lengths({200, 0, 77});
   c.Build();
   std::vector<unsigned char> reference_out;
@@ -230,14 +267,17 @@ TEST(MergeStates, SameBytesForAnyThreadCount) {
     ASSERT_EQ(c.Run(ctx), FLASHCPU_OK);
     ASSERT_EQ(MergeRanges(c, {16, 17, 100, 150}, F32, ctx), FLASHCPU_OK);
     std::vector<float> lse(3 * 6 * 5);
-    std::memcpy(lse.data(), &c.lse_storage_for_checker_tests(kLseGuard), lse.size() * sizeof(float));
+    std::memcpy(lse.data(), &c.lse_storage_for_checker_tests(kLseGuard),
+                lse.size() * sizeof(float));
     if (threads == 1) {
       EXPECT_TRUE(c.CheckAgainstOracle());
       reference_out = c.out().bytes();
       reference_lse = lse;
     } else {
       EXPECT_EQ(c.out().bytes(), reference_out) << threads << " threads";
-      EXPECT_EQ(std::memcmp(lse.data(), reference_lse.data(), lse.size() * sizeof(float)), 0)
+      EXPECT_EQ(std::memcmp(lse.data(), reference_lse.data(),
+                            lse.size() * sizeof(float)),
+                0)
           << threads << " threads";
     }
     flashcpu_context_destroy(ctx);
@@ -281,21 +321,24 @@ struct BadMerge {
   const char *name;
   std::function<void(MergeCall &)> breaks;
   flashcpu_status status;
-  const char *words;  // the message must contain this
+  const char *words; // the message must contain this
 };
 
 const BadMerge kBadMerges[] = {
-    {"null_ctx", [](MergeCall &m) { m.ctx = nullptr; }, FLASHCPU_ERROR_NULL_POINTER, "ctx"},
-    {"zero_count", [](MergeCall &m) { m.count = 0; }, FLASHCPU_ERROR_INVALID_ARGUMENT, "count"},
-    {"null_states", [](MergeCall &m) { m.states_arg = nullptr; }, FLASHCPU_ERROR_NULL_POINTER,
-     "states"},
-    {"null_lse_array", [](MergeCall &m) { m.lses_arg = nullptr; }, FLASHCPU_ERROR_NULL_POINTER,
-     "state_lse"},
-    {"null_state_lse", [](MergeCall &m) { m.lses[1] = nullptr; }, FLASHCPU_ERROR_NULL_POINTER,
-     "state_lse[1]"},
+    {"null_ctx", [](MergeCall &m) { m.ctx = nullptr; },
+     FLASHCPU_ERROR_NULL_POINTER, "ctx"},
+    {"zero_count", [](MergeCall &m) { m.count = 0; },
+     FLASHCPU_ERROR_INVALID_ARGUMENT, "count"},
+    {"null_states", [](MergeCall &m) { m.states_arg = nullptr; },
+     FLASHCPU_ERROR_NULL_POINTER, "states"},
+    {"null_lse_array", [](MergeCall &m) { m.lses_arg = nullptr; },
+     FLASHCPU_ERROR_NULL_POINTER, "state_lse"},
+    {"null_state_lse", [](MergeCall &m) { m.lses[1] = nullptr; },
+     FLASHCPU_ERROR_NULL_POINTER, "state_lse[1]"},
     {"null_state_data", [](MergeCall &m) { m.states[1].data = nullptr; },
      FLASHCPU_ERROR_NULL_POINTER, "states[1]->data"},
-    {"bad_dtype", [](MergeCall &m) { m.states[0].dtype = static_cast<flashcpu_dtype>(7); },
+    {"bad_dtype",
+     [](MergeCall &m) { m.states[0].dtype = static_cast<flashcpu_dtype>(7); },
      FLASHCPU_ERROR_UNSUPPORTED_DTYPE, "states[0]->dtype"},
     {"shape_mismatch", [](MergeCall &m) { m.states[1].dims[2] = 1; },
      FLASHCPU_ERROR_SHAPE_MISMATCH, "states[1]->dims[2]"},
@@ -303,16 +346,16 @@ const BadMerge kBadMerges[] = {
      FLASHCPU_ERROR_BAD_LAYOUT, "out->strides[3]"},
     {"negative_stride", [](MergeCall &m) { m.states[0].strides[1] = -1; },
      FLASHCPU_ERROR_BAD_LAYOUT, "states[0]->strides[1]"},
-    {"zero_dim", [](MergeCall &m) { m.out.dims[0] = 0; }, FLASHCPU_ERROR_INVALID_ARGUMENT,
-     "out->dims[0]"},
-    {"out_rows_alias", [](MergeCall &m) { m.out.strides[1] = 0; }, FLASHCPU_ERROR_BAD_LAYOUT,
-     "share memory"},
-    {"out_overlaps_state", [](MergeCall &m) { m.out.data = m.b(); }, FLASHCPU_ERROR_OVERLAP,
-     "out overlaps states[1]"},
+    {"zero_dim", [](MergeCall &m) { m.out.dims[0] = 0; },
+     FLASHCPU_ERROR_INVALID_ARGUMENT, "out->dims[0]"},
+    {"out_rows_alias", [](MergeCall &m) { m.out.strides[1] = 0; },
+     FLASHCPU_ERROR_BAD_LAYOUT, "share memory"},
+    {"out_overlaps_state", [](MergeCall &m) { m.out.data = m.b(); },
+     FLASHCPU_ERROR_OVERLAP, "out overlaps states[1]"},
     {"lse_overlaps_state_lse", [](MergeCall &m) { m.lse = m.lse_a() + 1; },
      FLASHCPU_ERROR_OVERLAP, "lse overlaps state_lse[0]"},
-    {"lse_overlaps_out", [](MergeCall &m) { m.lse = m.out_data() + 5; }, FLASHCPU_ERROR_OVERLAP,
-     "lse overlaps out"},
+    {"lse_overlaps_out", [](MergeCall &m) { m.lse = m.out_data() + 5; },
+     FLASHCPU_ERROR_OVERLAP, "lse overlaps out"},
     {"size_overflow",
      [](MergeCall &m) {
        m.out.dims[0] = INT64_C(1) << 40;
@@ -329,15 +372,19 @@ TEST_P(MergeRejects, WithStatusMessageAndNothingWritten) {
   bad.breaks(m);
   const std::vector<float> before = m.arena;
   EXPECT_EQ(m.Run(), bad.status);
-  EXPECT_NE(std::string(flashcpu_last_error(m.ctx)).find(bad.words), std::string::npos)
+  EXPECT_NE(std::string(flashcpu_last_error(m.ctx)).find(bad.words),
+            std::string::npos)
       << flashcpu_last_error(m.ctx);
-  EXPECT_EQ(std::memcmp(before.data(), m.arena.data(), before.size() * sizeof(float)), 0);
+  EXPECT_EQ(
+      std::memcmp(before.data(), m.arena.data(), before.size() * sizeof(float)),
+      0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, MergeRejects, testing::ValuesIn(kBadMerges),
-                         [](const testing::TestParamInfo<BadMerge> &param_info) {
-                           return std::string(param_info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MergeRejects, testing::ValuesIn(kBadMerges),
+    [](const testing::TestParamInfo<BadMerge> &param_info) {
+      return std::string(param_info.param.name);
+    });
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -25,7 +25,8 @@ constexpr flashcpu_status kDtype = FLASHCPU_ERROR_UNSUPPORTED_DTYPE;
 // value is undefined behaviour in C++, not in C).
 // Scales for a cache that has none to scale (f32/f16/bf16 pages).
 inline float kUnitScale = 1.0f;
-inline const flashcpu_kv_scales kFloatCacheScales = {&kUnitScale, FLASHCPU_DTYPE_F32, {0, 0, 0, 0}, nullptr};
+inline const flashcpu_kv_scales kFloatCacheScales = {
+    &kUnitScale, FLASHCPU_DTYPE_F32, {0, 0, 0, 0}, nullptr};
 
 inline void SetRawDtype(flashcpu_dtype *field, int value) {
   static_assert(sizeof(flashcpu_dtype) == sizeof(int), "enum is an int");
@@ -59,19 +60,33 @@ inline const char *CatchAllKernel(const std::string &family) {
 // lse, sinks, slopes, mask) lies in one float arena preset to a pattern, so
 // that a case can point out into an input and any write shows.
 struct PagedCall {
-  static constexpr int64_t kRequests = 3, kTokens = 6, kQHeads = 4, kKvHeads = 2, kHeadDim = 8,
-                           kPages = 6, kPageSize = 4, kMaxKeys = 7;
-  static constexpr int64_t kRegion = 1024;  // floats per arena region
-  enum Region { kQ, kK, kV, kOut, kLse, kSinks, kAlibi, kAdditive, kRegionCount };
+  static constexpr int64_t kRequests = 3, kTokens = 6, kQHeads = 4,
+                           kKvHeads = 2, kHeadDim = 8, kPages = 6,
+                           kPageSize = 4, kMaxKeys = 7;
+  static constexpr int64_t kRegion = 1024; // floats per arena region
+  enum Region {
+    kQ,
+    kK,
+    kV,
+    kOut,
+    kLse,
+    kSinks,
+    kAlibi,
+    kAdditive,
+    kRegionCount
+  };
 
   PagedCall() : arena(static_cast<size_t>(kRegion * kRegionCount)) {
     flashcpu_context_create(nullptr, &ctx);
     call_ctx = ctx;
-    std::memset(arena.data(), 0x3c, arena.size() * sizeof(float));  // 0.0115: no NaN read
-    kv = flashcpu_paged_kv_nhd(region(kK), region(kV), FLASHCPU_DTYPE_F32, kPages, kPageSize,
-                               kKvHeads, kHeadDim);
-    q = flashcpu_tensor_bshd(region(kQ), FLASHCPU_DTYPE_F32, 1, kTokens, kQHeads, kHeadDim);
-    out = flashcpu_tensor_bshd(region(kOut), FLASHCPU_DTYPE_F32, 1, kTokens, kQHeads, kHeadDim);
+    std::memset(arena.data(), 0x3c,
+                arena.size() * sizeof(float)); // 0.0115: no NaN read
+    kv = flashcpu_paged_kv_nhd(region(kK), region(kV), FLASHCPU_DTYPE_F32,
+                               kPages, kPageSize, kKvHeads, kHeadDim);
+    q = flashcpu_tensor_bshd(region(kQ), FLASHCPU_DTYPE_F32, 1, kTokens,
+                             kQHeads, kHeadDim);
+    out = flashcpu_tensor_bshd(region(kOut), FLASHCPU_DTYPE_F32, 1, kTokens,
+                               kQHeads, kHeadDim);
     lse = region(kLse);
 
     flashcpu_batch_init(&batch);
@@ -90,9 +105,9 @@ struct PagedCall {
     params.sinks = region(kSinks);
     params.sinks_dtype = FLASHCPU_DTYPE_F32;
     params.alibi_slopes = region(kAlibi);
-    params.alibi_batch_stride = kQHeads + 1;  // [R, Hq] with a padding float
+    params.alibi_batch_stride = kQHeads + 1; // [R, Hq] with a padding float
     additive.data = region(kAdditive);
-    additive.strides[0] = 0;  // packed rows: no batch stride needed
+    additive.strides[0] = 0; // packed rows: no batch stride needed
     additive.strides[1] = kTokens * kMaxKeys;
     additive.strides[2] = kMaxKeys;
     additive.strides[3] = 1;
@@ -117,16 +132,18 @@ struct PagedCall {
   flashcpu_status CreatePlan() {
     flashcpu_plan_destroy(plan);
     plan = nullptr;
-    return flashcpu_plan_create(plan_ctx ? plan_ctx : ctx, &batch, q_heads, &kv, &plan);
+    return flashcpu_plan_create(plan_ctx ? plan_ctx : ctx, &batch, q_heads, &kv,
+                                &plan);
   }
   flashcpu_status Run() {
-    return flashcpu_attention_paged(call_ctx, run_plan ? run_plan : plan, &q, &kv, &out, lse,
-                                    &params);
+    return flashcpu_attention_paged(call_ctx, run_plan ? run_plan : plan, &q,
+                                    &kv, &out, lse, &params);
   }
 
   flashcpu_context *ctx = nullptr;
-  flashcpu_context *call_ctx = nullptr;  // the context Run passes
-  flashcpu_context *plan_ctx = nullptr;  // the context CreatePlan uses (null: ctx)
+  flashcpu_context *call_ctx = nullptr; // the context Run passes
+  flashcpu_context *plan_ctx =
+      nullptr; // the context CreatePlan uses (null: ctx)
   std::vector<float> arena;
   // Unused block-table entries hold values no request may read.
   std::vector<int32_t> cu_seqlens_q{0, 1, 4, 6}, seq_lens_kv{5, 7, 2},
@@ -141,31 +158,35 @@ struct PagedCall {
   flashcpu_attention_params params;
   flashcpu_additive_mask additive;
   flashcpu_plan *plan = nullptr;
-  const flashcpu_plan *run_plan = nullptr;  // what Run passes (null: plan)
+  const flashcpu_plan *run_plan = nullptr; // what Run passes (null: plan)
 };
 
 // What a rejected call must leave unchanged.
 struct Snapshot {
   explicit Snapshot(const PagedCall &c)
-      : arena(c.arena), cu(c.cu_seqlens_q), lens(c.seq_lens_kv), table(c.block_table),
-        offsets(c.block_offsets), tree_keys(c.tree_num_keys), tree_bits(c.tree_bits) {}
+      : arena(c.arena), cu(c.cu_seqlens_q), lens(c.seq_lens_kv),
+        table(c.block_table), offsets(c.block_offsets),
+        tree_keys(c.tree_num_keys), tree_bits(c.tree_bits) {}
   bool Same(const PagedCall &c) const {
-    return std::memcmp(arena.data(), c.arena.data(), arena.size() * sizeof(float)) == 0 &&
-           cu == c.cu_seqlens_q && lens == c.seq_lens_kv && table == c.block_table &&
-           offsets == c.block_offsets && tree_keys == c.tree_num_keys && tree_bits == c.tree_bits;
+    return std::memcmp(arena.data(), c.arena.data(),
+                       arena.size() * sizeof(float)) == 0 &&
+           cu == c.cu_seqlens_q && lens == c.seq_lens_kv &&
+           table == c.block_table && offsets == c.block_offsets &&
+           tree_keys == c.tree_num_keys && tree_bits == c.tree_bits;
   }
   std::vector<float> arena;
   std::vector<int32_t> cu, lens, table, offsets, tree_keys;
   std::vector<uint64_t> tree_bits;
 };
 
-inline std::string MissingWords(const std::string &message, const std::vector<std::string> &words) {
+inline std::string MissingWords(const std::string &message,
+                                const std::vector<std::string> &words) {
   std::string missing;
   for (const std::string &word : words)
     if (!ContainsWord(message, word)) missing += " \"" + word + "\"";
   return missing;
 }
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_API_PAGED_CALL_H
+#endif // FLASHCPU_TESTS_API_PAGED_CALL_H

@@ -26,17 +26,22 @@ flashcpu_status PlanWith(Edit edit, std::string *message) {
 
 TEST(PlanChecks, UnknownCacheDtypeIsRefused) {
   std::string message;
-  EXPECT_EQ(PlanWith([](flashcpu_paged_kv &kv) { kv.k_dtype = static_cast<flashcpu_dtype>(99); },
-                     &message),
+  EXPECT_EQ(PlanWith(
+                [](flashcpu_paged_kv &kv) {
+                  kv.k_dtype = static_cast<flashcpu_dtype>(99);
+                },
+                &message),
             FLASHCPU_ERROR_UNSUPPORTED_DTYPE);
   EXPECT_NE(message.find("kv->k_dtype is 99"), std::string::npos) << message;
 }
 
 TEST(PlanChecks, NegativePageStrideIsRefused) {
   std::string message;
-  EXPECT_EQ(PlanWith([](flashcpu_paged_kv &kv) { kv.v_strides[0] = -64; }, &message),
-            FLASHCPU_ERROR_BAD_LAYOUT);
-  EXPECT_NE(message.find("kv->v_strides[0] (page) is -64"), std::string::npos) << message;
+  EXPECT_EQ(
+      PlanWith([](flashcpu_paged_kv &kv) { kv.v_strides[0] = -64; }, &message),
+      FLASHCPU_ERROR_BAD_LAYOUT);
+  EXPECT_NE(message.find("kv->v_strides[0] (page) is -64"), std::string::npos)
+      << message;
 }
 
 TEST(PlanChecks, SlotCountOverflowingInt64IsRefused) {
@@ -48,15 +53,19 @@ TEST(PlanChecks, SlotCountOverflowingInt64IsRefused) {
                 },
                 &message),
             FLASHCPU_ERROR_SIZE_OVERFLOW);
-  EXPECT_NE(message.find("num_pages * kv->page_size overflows int64"), std::string::npos)
+  EXPECT_NE(message.find("num_pages * kv->page_size overflows int64"),
+            std::string::npos)
       << message;
 }
 
 TEST(PlanChecks, PagesPastTheAddressRangeAreRefused) {
   std::string message;
-  EXPECT_EQ(PlanWith([](flashcpu_paged_kv &kv) { kv.k_strides[0] = INT64_MAX / 2; }, &message),
-            FLASHCPU_ERROR_SIZE_OVERFLOW);
-  EXPECT_NE(message.find("kv->k's pages reach past"), std::string::npos) << message;
+  EXPECT_EQ(
+      PlanWith([](flashcpu_paged_kv &kv) { kv.k_strides[0] = INT64_MAX / 2; },
+               &message),
+      FLASHCPU_ERROR_SIZE_OVERFLOW);
+  EXPECT_NE(message.find("kv->k's pages reach past"), std::string::npos)
+      << message;
 }
 
 // The plan reads no data: a description without pointers still plans.
@@ -83,7 +92,8 @@ TEST(PlanChecks, PlanOfADestroyedContextIsRefusedByItsSuccessor) {
     else
       flashcpu_context_destroy(created);
   }
-  if (!successor) GTEST_SKIP() << "no new context was allocated at the old address";
+  if (!successor)
+    GTEST_SKIP() << "no new context was allocated at the old address";
   call.ctx = call.call_ctx = successor;
   const Snapshot before(call);
   EXPECT_EQ(call.Run(), FLASHCPU_ERROR_INVALID_ARGUMENT);
@@ -93,5 +103,5 @@ TEST(PlanChecks, PlanOfADestroyedContextIsRefusedByItsSuccessor) {
   EXPECT_TRUE(before.Same(call));
 }
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

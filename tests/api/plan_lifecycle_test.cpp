@@ -66,14 +66,16 @@ std::string Describe(const flashcpu_plan *plan) {
 TEST(PlanLifecycle, DescribeNamesTheFamiliesItRuns) {
   ScopedEnv no_tune_file("FLASHCPU_TUNE_FILE", nullptr);
   flashcpu_context_options options = DefaultOptions();
-  options.settings = "splitkv_max_rows = 2";  // request 0 (1 row) decodes, 1 and 2 (3, 2 rows)...
+  options.settings = "splitkv_max_rows = 2"; // request 0 (1 row) decodes, 1 and
+                                             // 2 (3, 2 rows)...
   Context context(options);
   ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
   PagedCall call;
   call.plan_ctx = context;
   ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(context);
   const std::string text = Describe(call.plan);
-  EXPECT_NE(text.find("split-KV decode: 2 requests"), std::string::npos) << text;
+  EXPECT_NE(text.find("split-KV decode: 2 requests"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("prefill: 1 requests"), std::string::npos) << text;
   EXPECT_NE(text.find("tree masks"), std::string::npos) << text;
   EXPECT_NE(text.find("3 requests"), std::string::npos) << text;
@@ -81,7 +83,8 @@ TEST(PlanLifecycle, DescribeNamesTheFamiliesItRuns) {
   // Like snprintf: the full length whatever the buffer, truncated with a NUL.
   char small[12];
   std::memset(small, 'x', sizeof small);
-  EXPECT_EQ(flashcpu_plan_describe(call.plan, small, sizeof small), text.size());
+  EXPECT_EQ(flashcpu_plan_describe(call.plan, small, sizeof small),
+            text.size());
   EXPECT_EQ(std::string(small), text.substr(0, sizeof small - 1));
 
   // A step of decode rows only has no prefill part.
@@ -90,7 +93,8 @@ TEST(PlanLifecycle, DescribeNamesTheFamiliesItRuns) {
   call.batch.tree_num_keys = nullptr;
   ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(context);
   const std::string decode_only = Describe(call.plan);
-  EXPECT_NE(decode_only.find("split-KV decode: 3 requests"), std::string::npos) << decode_only;
+  EXPECT_NE(decode_only.find("split-KV decode: 3 requests"), std::string::npos)
+      << decode_only;
   EXPECT_EQ(decode_only.find("prefill"), std::string::npos) << decode_only;
   EXPECT_EQ(decode_only.find("tree masks"), std::string::npos) << decode_only;
 }
@@ -114,7 +118,8 @@ TEST(PlanLifecycle, ForcedPrefillKernelRunsEveryRequest) {
 // cannot take that kernel, and the message says why.
 TEST(PlanLifecycle, PlansInt8PagesOntoTheirOwnKernel) {
   int ran = 0;
-  for (const std::string name : {"fc_decode_splitkv_i8dot__avx512vnni", "fc_decode_splitkv_i16dot__avx512vnni",
+  for (const std::string name : {"fc_decode_splitkv_i8dot__avx512vnni",
+                                 "fc_decode_splitkv_i16dot__avx512vnni",
                                  "fc_decode_splitkv_i16dot__avx2"}) {
     bool runnable = false;
     flashcpu_kernel_info info;
@@ -128,11 +133,13 @@ TEST(PlanLifecycle, PlansInt8PagesOntoTheirOwnKernel) {
     PagedCall call;
     call.plan_ctx = context;
     call.kv.k_dtype = FLASHCPU_DTYPE_I8;
-    ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << name << ": " << flashcpu_last_error(context);
+    ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK)
+        << name << ": " << flashcpu_last_error(context);
     EXPECT_NE(Describe(call.plan).find("split-KV"), std::string::npos) << name;
     call.kv.k_dtype = FLASHCPU_DTYPE_F32;
     EXPECT_EQ(call.CreatePlan(), FLASHCPU_ERROR_INVALID_ARGUMENT) << name;
-    EXPECT_NE(std::string(flashcpu_last_error(context)).find("not i8 or u8"), std::string::npos)
+    EXPECT_NE(std::string(flashcpu_last_error(context)).find("not i8 or u8"),
+              std::string::npos)
         << name << ": " << flashcpu_last_error(context);
   }
   if (ran == 0) GTEST_SKIP() << "no integer split-KV kernel runs on this CPU";
@@ -141,19 +148,23 @@ TEST(PlanLifecycle, PlansInt8PagesOntoTheirOwnKernel) {
 // Random inputs for the arena's q, pages, sinks, slopes and mask.
 void FillInputs(PagedCall &call, uint64_t seed) {
   Rng rng(seed);
-  for (PagedCall::Region r : {PagedCall::kQ, PagedCall::kK, PagedCall::kV, PagedCall::kSinks,
-                              PagedCall::kAlibi, PagedCall::kAdditive})
+  for (PagedCall::Region r :
+       {PagedCall::kQ, PagedCall::kK, PagedCall::kV, PagedCall::kSinks,
+        PagedCall::kAlibi, PagedCall::kAdditive})
     for (int64_t e = 0; e < PagedCall::kRegion; e++)
       call.region(r)[e] = static_cast<float>(rng.NonZeroUnit());
 }
 
 // What a step wrote: out's and lse's elements.
 std::vector<unsigned char> OutputBytes(PagedCall &call) {
-  const unsigned char *out = reinterpret_cast<const unsigned char *>(call.region(PagedCall::kOut));
-  const unsigned char *lse = reinterpret_cast<const unsigned char *>(call.region(PagedCall::kLse));
-  const size_t out_bytes =
-      PagedCall::kTokens * PagedCall::kQHeads * PagedCall::kHeadDim * sizeof(float);
-  const size_t lse_bytes = PagedCall::kTokens * PagedCall::kQHeads * sizeof(float);
+  const unsigned char *out =
+      reinterpret_cast<const unsigned char *>(call.region(PagedCall::kOut));
+  const unsigned char *lse =
+      reinterpret_cast<const unsigned char *>(call.region(PagedCall::kLse));
+  const size_t out_bytes = PagedCall::kTokens * PagedCall::kQHeads *
+                           PagedCall::kHeadDim * sizeof(float);
+  const size_t lse_bytes =
+      PagedCall::kTokens * PagedCall::kQHeads * sizeof(float);
   std::vector<unsigned char> bytes(out_bytes + lse_bytes);
   std::memcpy(bytes.data(), out, out_bytes);
   std::memcpy(bytes.data() + out_bytes, lse, lse_bytes);
@@ -184,8 +195,10 @@ TEST(PlanLifecycle, PlanKeepsItsOwnCopyOfTheBatch) {
     overwrite_and_free(call.block_offsets, 1 << 20);
     overwrite_and_free(call.tree_num_keys, 1 << 20);
     overwrite_and_free(call.tree_bits, uint64_t{0});
-    std::memset(call.region(PagedCall::kOut), 0, PagedCall::kRegion * sizeof(float));
-    std::memset(call.region(PagedCall::kLse), 0, PagedCall::kRegion * sizeof(float));
+    std::memset(call.region(PagedCall::kOut), 0,
+                PagedCall::kRegion * sizeof(float));
+    std::memset(call.region(PagedCall::kLse), 0,
+                PagedCall::kRegion * sizeof(float));
     ASSERT_EQ(call.Run(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
     EXPECT_EQ(OutputBytes(call), reference);
   }
@@ -199,15 +212,22 @@ TEST(PlanLifecycle, LseIsOptional) {
   ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
   ASSERT_EQ(call.Run(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
   const std::vector<unsigned char> with_lse = OutputBytes(call);
-  std::memset(call.region(PagedCall::kOut), 0, PagedCall::kRegion * sizeof(float));
-  std::memset(call.region(PagedCall::kLse), 0x3c, PagedCall::kRegion * sizeof(float));
+  std::memset(call.region(PagedCall::kOut), 0,
+              PagedCall::kRegion * sizeof(float));
+  std::memset(call.region(PagedCall::kLse), 0x3c,
+              PagedCall::kRegion * sizeof(float));
   const std::vector<float> lse_before(call.region(PagedCall::kLse),
-                                      call.region(PagedCall::kLse) + PagedCall::kRegion);
+                                      call.region(PagedCall::kLse) +
+                                          PagedCall::kRegion);
   call.lse = nullptr;
   ASSERT_EQ(call.Run(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
-  const size_t out_bytes = PagedCall::kTokens * PagedCall::kQHeads * PagedCall::kHeadDim * sizeof(float);
-  EXPECT_EQ(std::memcmp(OutputBytes(call).data(), with_lse.data(), out_bytes), 0);
-  EXPECT_EQ(std::memcmp(lse_before.data(), call.region(PagedCall::kLse), lse_before.size() * sizeof(float)), 0);
+  const size_t out_bytes = PagedCall::kTokens * PagedCall::kQHeads *
+                           PagedCall::kHeadDim * sizeof(float);
+  EXPECT_EQ(std::memcmp(OutputBytes(call).data(), with_lse.data(), out_bytes),
+            0);
+  EXPECT_EQ(std::memcmp(lse_before.data(), call.region(PagedCall::kLse),
+                        lse_before.size() * sizeof(float)),
+            0);
 }
 
 // One plan serves every layer of a step: caches of the same shape with other
@@ -217,12 +237,14 @@ TEST(PlanLifecycle, OnePlanServesEveryLayerLikeFreshPlans) {
   struct Layer {
     flashcpu_dtype q, kv, out;
   };
-  const Layer layers[] = {{FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32},
-                          {FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_F16},
-                          {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_BF16},
-                          {FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_BF16}};
-  PagedCall shared;  // its plan serves every layer
-  ASSERT_EQ(shared.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(shared.ctx);
+  const Layer layers[] = {
+      {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32},
+      {FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_F16},
+      {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_BF16},
+      {FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_BF16}};
+  PagedCall shared; // its plan serves every layer
+  ASSERT_EQ(shared.CreatePlan(), FLASHCPU_OK)
+      << flashcpu_last_error(shared.ctx);
 
   auto run_layer = [&](const Layer &layer, int index, bool fresh_plan) {
     PagedCall call;
@@ -232,10 +254,12 @@ TEST(PlanLifecycle, OnePlanServesEveryLayerLikeFreshPlans) {
     // rewrite every element from the random floats.
     for (PagedCall::Region r : {PagedCall::kQ, PagedCall::kK, PagedCall::kV}) {
       const flashcpu_dtype dtype = r == PagedCall::kQ ? layer.q : layer.kv;
-      std::vector<float> values(call.region(r), call.region(r) + PagedCall::kRegion);
+      std::vector<float> values(call.region(r),
+                                call.region(r) + PagedCall::kRegion);
       unsigned char *bytes = reinterpret_cast<unsigned char *>(call.region(r));
       for (int64_t e = 0; e < PagedCall::kRegion / 2; e++)
-        StoreAs(bytes + e * static_cast<int64_t>(ElementBytes(dtype)), dtype, values[static_cast<size_t>(e)]);
+        StoreAs(bytes + e * static_cast<int64_t>(ElementBytes(dtype)), dtype,
+                values[static_cast<size_t>(e)]);
     }
     call.q.dtype = layer.q;
     call.out.dtype = layer.out;
@@ -244,24 +268,29 @@ TEST(PlanLifecycle, OnePlanServesEveryLayerLikeFreshPlans) {
     call.call_ctx = shared.ctx;
     if (fresh_plan) {
       call.plan_ctx = shared.ctx;
-      EXPECT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(shared.ctx);
+      EXPECT_EQ(call.CreatePlan(), FLASHCPU_OK)
+          << flashcpu_last_error(shared.ctx);
     } else {
       call.run_plan = shared.plan;
     }
-    EXPECT_EQ(call.Run(), FLASHCPU_OK) << "layer " << index << ": " << flashcpu_last_error(shared.ctx);
+    EXPECT_EQ(call.Run(), FLASHCPU_OK)
+        << "layer " << index << ": " << flashcpu_last_error(shared.ctx);
     return OutputBytes(call);
   };
   std::vector<std::vector<unsigned char>> reused;
   for (int i = 0; i < 4; i++) reused.push_back(run_layer(layers[i], i, false));
   for (int i : {2, 0, 3, 1}) {
-    EXPECT_EQ(run_layer(layers[i], i, true), reused[static_cast<size_t>(i)]) << "layer " << i;
-    EXPECT_EQ(run_layer(layers[i], i, false), reused[static_cast<size_t>(i)]) << "layer " << i << " again";
+    EXPECT_EQ(run_layer(layers[i], i, true), reused[static_cast<size_t>(i)])
+        << "layer " << i;
+    EXPECT_EQ(run_layer(layers[i], i, false), reused[static_cast<size_t>(i)])
+        << "layer " << i << " again";
   }
 }
 
 TEST(PagedKvHelpers, NhdAndHndFillTheDocumentedStrides) {
   float k[1], v[1];
-  const flashcpu_paged_kv nhd = flashcpu_paged_kv_nhd(k, v, FLASHCPU_DTYPE_F16, 7, 3, 2, 5);
+  const flashcpu_paged_kv nhd =
+      flashcpu_paged_kv_nhd(k, v, FLASHCPU_DTYPE_F16, 7, 3, 2, 5);
   EXPECT_EQ(nhd.k, static_cast<void *>(k));
   EXPECT_EQ(nhd.v, static_cast<void *>(v));
   EXPECT_EQ(nhd.k_dtype, FLASHCPU_DTYPE_F16);
@@ -279,7 +308,8 @@ TEST(PagedKvHelpers, NhdAndHndFillTheDocumentedStrides) {
   }
   EXPECT_EQ(nhd.k_scales, nullptr);
   EXPECT_EQ(nhd.v_scales, nullptr);
-  const flashcpu_paged_kv hnd = flashcpu_paged_kv_hnd(k, v, FLASHCPU_DTYPE_BF16, 7, 3, 2, 5);
+  const flashcpu_paged_kv hnd =
+      flashcpu_paged_kv_hnd(k, v, FLASHCPU_DTYPE_BF16, 7, 3, 2, 5);
   EXPECT_EQ(hnd.k_dtype, FLASHCPU_DTYPE_BF16);
   for (int d = 0; d < 3; d++) {
     EXPECT_EQ(hnd.k_strides[d], hnd_strides[d]) << d;
@@ -305,5 +335,5 @@ TEST(PagedKvHelpers, BatchInitZeroesAndSetsStructSize) {
   EXPECT_EQ(batch.tree_num_keys, nullptr);
 }
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -18,12 +18,13 @@ namespace {
 
 // A version-2 tune file holding `body`, removed with the object.
 class TuneText {
- public:
+public:
   explicit TuneText(const std::string &body) {
     const char *tmp = std::getenv("TMPDIR");
     static int count = 0;
-    path_ = std::string(tmp && *tmp ? tmp : "/tmp") + "/flashcpu_settings_test_" +
-            std::to_string(getpid()) + "_" + std::to_string(count++) + ".tune";
+    path_ = std::string(tmp && *tmp ? tmp : "/tmp") +
+            "/flashcpu_settings_test_" + std::to_string(getpid()) + "_" +
+            std::to_string(count++) + ".tune";
     FILE *file = std::fopen(path_.c_str(), "wb");
     EXPECT_NE(file, nullptr) << path_;
     if (file) {
@@ -34,12 +35,12 @@ class TuneText {
   ~TuneText() { std::remove(path_.c_str()); }
   const char *path() const { return path_.c_str(); }
 
- private:
+private:
   std::string path_;
 };
 
 class Settings : public testing::Test {
- protected:
+protected:
   ScopedEnv no_env_file_{"FLASHCPU_TUNE_FILE", nullptr};
 };
 
@@ -56,8 +57,10 @@ std::vector<OneSetting> EverySetting() {
       {"launch", "pool", "region", "pool"},
       {"prefill_bf16_dot", "off", "on", "off"},
       {"prefill_amx", "on", "off", "on"},
-      {"decode_bf16_dot", amd_bf16 ? "on" : "off", amd_bf16 ? "off" : "on", amd_bf16 ? "on" : "off"},
-      {"decode_prefetch", amd ? "l1" : "l2", amd ? "l2" : "l1", amd ? "l1" : "l2"},
+      {"decode_bf16_dot", amd_bf16 ? "on" : "off", amd_bf16 ? "off" : "on",
+       amd_bf16 ? "on" : "off"},
+      {"decode_prefetch", amd ? "l1" : "l2", amd ? "l2" : "l1",
+       amd ? "l1" : "l2"},
       {"team_level", "auto", "l3", "core"},
       {"max_team_size", "0", "2", "3"},
   };
@@ -80,15 +83,16 @@ TEST_F(Settings, TuneFileTeamShapeShapesTheTeams) {
     options.tune_file = file.path();
     Context by_file(options);
     ASSERT_TRUE(by_file.ok()) << flashcpu_last_error(nullptr);
-    EXPECT_EQ(flashcpu_context_num_teams(by_file), flashcpu_context_num_teams(by_options))
+    EXPECT_EQ(flashcpu_context_num_teams(by_file),
+              flashcpu_context_num_teams(by_options))
         << threads << " threads";
 
-    options.team_level = FLASHCPU_TEAM_CORE;  // the field wins
+    options.team_level = FLASHCPU_TEAM_CORE; // the field wins
     options.max_team_size = 0;
     Context core(options);
     ASSERT_TRUE(core.ok()) << flashcpu_last_error(nullptr);
     options.team_level = FLASHCPU_TEAM_AUTO;
-    options.settings = "team_level = core";  // so does the string
+    options.settings = "team_level = core"; // so does the string
     Context core_by_string(options);
     ASSERT_TRUE(core_by_string.ok()) << flashcpu_last_error(nullptr);
     options = DefaultOptions();
@@ -96,9 +100,11 @@ TEST_F(Settings, TuneFileTeamShapeShapesTheTeams) {
     options.team_level = FLASHCPU_TEAM_CORE;
     Context plain_core(options);
     ASSERT_TRUE(plain_core.ok()) << flashcpu_last_error(nullptr);
-    EXPECT_EQ(flashcpu_context_num_teams(core), flashcpu_context_num_teams(plain_core))
+    EXPECT_EQ(flashcpu_context_num_teams(core),
+              flashcpu_context_num_teams(plain_core))
         << threads << " threads";
-    EXPECT_EQ(flashcpu_context_num_teams(core_by_string), flashcpu_context_num_teams(plain_core))
+    EXPECT_EQ(flashcpu_context_num_teams(core_by_string),
+              flashcpu_context_num_teams(plain_core))
         << threads << " threads";
   }
 }
@@ -140,8 +146,9 @@ TEST_F(Settings, FieldsAwayFromTheirDefaultsWinOverTheTuneFile) {
 }
 
 TEST_F(Settings, KeysTheStringLeavesOutKeepTheTuneFilesValues) {
-  TuneText file("splitkv_max_rows = 12\nlaunch = region\nprefill_bf16_dot = on\n"
-                "decode_bf16_dot = on\ndecode_prefetch = l2\n");
+  TuneText file(
+      "splitkv_max_rows = 12\nlaunch = region\nprefill_bf16_dot = on\n"
+      "decode_bf16_dot = on\ndecode_prefetch = l2\n");
   flashcpu_context_options options = DefaultOptions();
   options.num_threads = 1;
   options.tune_file = file.path();
@@ -164,7 +171,8 @@ TEST_F(Settings, EmptyStringKeepsTheDefaults) {
   ASSERT_TRUE(plain.ok());
   const std::string text = ContextDescription(plain);
   const std::string expected = text.substr(text.find("\nsettings: "));
-  for (const char *empty : {"", "   ", ";", " ; ;\n", "# only a comment", "\n\n"}) {
+  for (const char *empty :
+       {"", "   ", ";", " ; ;\n", "# only a comment", "\n\n"}) {
     SCOPED_TRACE(std::string("\"") + empty + "\"");
     options.settings = empty;
     Context context(options);
@@ -178,15 +186,17 @@ TEST_F(Settings, EmptyStringKeepsTheDefaults) {
 TEST_F(Settings, StringGrammarIsTheTuneFiles) {
   flashcpu_context_options options = DefaultOptions();
   options.num_threads = 1;
-  options.settings = "  splitkv_max_rows=4 ;launch\t=\tregion\r\n# decode_prefetch = l1\n"
-                     "prefill_amx = off # why\n;; max_team_size = 2;";
+  options.settings =
+      "  splitkv_max_rows=4 ;launch\t=\tregion\r\n# decode_prefetch = l1\n"
+      "prefill_amx = off # why\n;; max_team_size = 2;";
   Context context(options);
   ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
   EXPECT_EQ(DescribedSetting(context, "splitkv_max_rows"), "4");
   EXPECT_EQ(DescribedSetting(context, "launch"), "region");
   EXPECT_EQ(DescribedSetting(context, "prefill_amx"), "off");
   EXPECT_EQ(DescribedSetting(context, "max_team_size"), "2");
-  EXPECT_EQ(DescribedSetting(context, "decode_prefetch"), VendorIsAmd() ? "l1" : "l2");
+  EXPECT_EQ(DescribedSetting(context, "decode_prefetch"),
+            VendorIsAmd() ? "l1" : "l2");
 }
 
 TEST_F(Settings, KernelInTheStringWinsOverTheTuneFile) {
@@ -222,7 +232,8 @@ TEST_F(Settings, ThreadCountDoesNotChangeThem) {
     const std::string text = ContextDescription(context);
     const std::string line = text.substr(text.find("\nsettings: "));
     if (first.empty()) first = line.substr(0, line.find('\n', 1));
-    EXPECT_EQ(line.substr(0, line.find('\n', 1)), first) << threads << " threads";
+    EXPECT_EQ(line.substr(0, line.find('\n', 1)), first)
+        << threads << " threads";
   }
 }
 
@@ -241,10 +252,11 @@ TEST_F(Settings, StringIsNotKeptByTheContext) {
 struct BadString {
   const char *name;
   const char *settings;
-  std::vector<std::string> message;  // each must be in the error
+  std::vector<std::string> message; // each must be in the error
 };
 
-class SettingsBadString : public Settings, public testing::WithParamInterface<BadString> {};
+class SettingsBadString : public Settings,
+                          public testing::WithParamInterface<BadString> {};
 
 TEST_P(SettingsBadString, FailsNamingTheKeyAndValue) {
   flashcpu_context_options options = DefaultOptions();
@@ -255,31 +267,60 @@ TEST_P(SettingsBadString, FailsNamingTheKeyAndValue) {
   const std::string message = flashcpu_last_error(nullptr);
   EXPECT_NE(message.find("options->settings"), std::string::npos) << message;
   for (const std::string &part : GetParam().message)
-    EXPECT_NE(message.find(part), std::string::npos) << "missing \"" << part << "\" in: " << message;
+    EXPECT_NE(message.find(part), std::string::npos)
+        << "missing \"" << part << "\" in: " << message;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Strings, SettingsBadString,
     testing::Values(
-        BadString{"rows_65", "splitkv_max_rows = 65", {"splitkv_max_rows", "\"65\"", "0 to 64"}},
-        BadString{"rows_minus_2", "splitkv_max_rows=-2", {"splitkv_max_rows", "\"-2\""}},
-        BadString{"launch_auto", "launch = auto", {"launch", "\"auto\"", "pool or region"}},
-        BadString{"prefill_dot_3", "prefill_bf16_dot = 3", {"prefill_bf16_dot", "\"3\"", "auto, on or off"}},
-        BadString{"prefill_amx_yes", "prefill_amx = yes", {"prefill_amx", "\"yes\""}},
-        BadString{"decode_dot_upper", "decode_bf16_dot = ON", {"decode_bf16_dot", "\"ON\""}},
-        BadString{"prefetch_l3", "decode_prefetch = l3", {"decode_prefetch", "\"l3\"", "auto, l1 or l2"}},
-        BadString{"team_level_socket", "team_level = socket", {"team_level", "\"socket\""}},
-        BadString{"max_team_size_big", "max_team_size = 4097", {"max_team_size", "\"4097\""}},
-        BadString{"kernel_unknown", "kernel = no_such_kernel", {"kernel", "no_such_kernel"}},
+        BadString{"rows_65",
+                  "splitkv_max_rows = 65",
+                  {"splitkv_max_rows", "\"65\"", "0 to 64"}},
+        BadString{"rows_minus_2",
+                  "splitkv_max_rows=-2",
+                  {"splitkv_max_rows", "\"-2\""}},
+        BadString{"launch_auto",
+                  "launch = auto",
+                  {"launch", "\"auto\"", "pool or region"}},
+        BadString{"prefill_dot_3",
+                  "prefill_bf16_dot = 3",
+                  {"prefill_bf16_dot", "\"3\"", "auto, on or off"}},
+        BadString{
+            "prefill_amx_yes", "prefill_amx = yes", {"prefill_amx", "\"yes\""}},
+        BadString{"decode_dot_upper",
+                  "decode_bf16_dot = ON",
+                  {"decode_bf16_dot", "\"ON\""}},
+        BadString{"prefetch_l3",
+                  "decode_prefetch = l3",
+                  {"decode_prefetch", "\"l3\"", "auto, l1 or l2"}},
+        BadString{"team_level_socket",
+                  "team_level = socket",
+                  {"team_level", "\"socket\""}},
+        BadString{"max_team_size_big",
+                  "max_team_size = 4097",
+                  {"max_team_size", "\"4097\""}},
+        BadString{"kernel_unknown",
+                  "kernel = no_such_kernel",
+                  {"kernel", "no_such_kernel"}},
         BadString{"kernel_empty", "kernel =", {"kernel", "\"\""}},
-        BadString{"unknown_key", "splitkv_max_rows = 4; bogus = 1",
-                  {"unknown key \"bogus\"", "splitkv_max_rows", "decode_prefetch"}},
-        BadString{"removed_key", "onepass_min_tiles = 1", {"unknown key \"onepass_min_tiles\""}},
-        BadString{"no_equals", "launch pool", {"key = value", "\"launch pool\""}},
-        BadString{"duplicate_key", "launch = pool; kernel = auto\nlaunch = region",
+        BadString{
+            "unknown_key",
+            "splitkv_max_rows = 4; bogus = 1",
+            {"unknown key \"bogus\"", "splitkv_max_rows", "decode_prefetch"}},
+        BadString{"removed_key",
+                  "onepass_min_tiles = 1",
+                  {"unknown key \"onepass_min_tiles\""}},
+        BadString{
+            "no_equals", "launch pool", {"key = value", "\"launch pool\""}},
+        BadString{"duplicate_key",
+                  "launch = pool; kernel = auto\nlaunch = region",
                   {"launch", "given twice"}},
-        BadString{"header_is_not_an_entry", "flashcpu-tune 2", {"key = value"}}),
-    [](const testing::TestParamInfo<BadString> &param_info) { return std::string(param_info.param.name); });
+        BadString{
+            "header_is_not_an_entry", "flashcpu-tune 2", {"key = value"}}),
+    [](const testing::TestParamInfo<BadString> &param_info) {
+      return std::string(param_info.param.name);
+    });
 
 // A key given both as a field and in the string is refused rather than
 // one of them guessed.
@@ -312,5 +353,5 @@ TEST_F(Settings, BadStringFailsOverAGoodTuneFile) {
   EXPECT_NE(message.find("\"many\""), std::string::npos) << message;
 }
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

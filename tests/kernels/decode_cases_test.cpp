@@ -20,7 +20,9 @@
 namespace fctest {
 namespace {
 
-void ConfigureDecode(AttentionCase &c, const DecodeCase &decode_case) { decode_case.configure(c); }
+void ConfigureDecode(AttentionCase &c, const DecodeCase &decode_case) {
+  decode_case.configure(c);
+}
 
 using DecodeMatchesOracle = KernelSuite<DecodeCase>;
 
@@ -31,12 +33,13 @@ TEST_P(DecodeMatchesOracle, EveryRow) {
   Check(c);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, DecodeMatchesOracle,
-    testing::ValuesIn(ForEveryKernel<DecodeCase>(
-        DecodeCases(),
-        TakesConfigured<DecodeCase>(ConfigureDecode))),
-    KernelParamName<DecodeCase>([](const DecodeCase &c) { return std::string(c.name); }));
+INSTANTIATE_TEST_SUITE_P(Cases, DecodeMatchesOracle,
+                         testing::ValuesIn(ForEveryKernel<DecodeCase>(
+                             DecodeCases(),
+                             TakesConfigured<DecodeCase>(ConfigureDecode))),
+                         KernelParamName<DecodeCase>([](const DecodeCase &c) {
+                           return std::string(c.name);
+                         }));
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -21,11 +21,17 @@ namespace {
 constexpr int64_t kS = 600, kHq = 8, kHkv = 2, kD = 128;
 
 class DecodeNan : public KernelSuite<flashcpu_dtype> {
- protected:
+protected:
   AttentionCase &Configure(AttentionCase &c, int64_t rows) {
     const flashcpu_dtype t = test_case();
-    return c.batch(2).q_len(rows).kv_len(kS).heads(kHq, kHkv).head_dim(kD)
-        .causal().dtypes(t, t, t).seed(97);
+    return c.batch(2)
+        .q_len(rows)
+        .kv_len(kS)
+        .heads(kHq, kHkv)
+        .head_dim(kD)
+        .causal()
+        .dtypes(t, t, t)
+        .seed(97);
   }
 };
 
@@ -55,7 +61,7 @@ TEST_P(DecodeNan, NanQueryPoisonsOnlyThatHead) {
 TEST_P(DecodeNan, NanKeyInAMiddleSplitPoisonsItsGroup) {
   AttentionCase c;
   Configure(c, 1).Build();
-  c.k().Set(0, 300, 1, 64, NAN);  // split 1, kv head 1: q heads 4..7
+  c.k().Set(0, 300, 1, 64, NAN); // split 1, kv head 1: q heads 4..7
   if (!Check(c)) return;
   ExpectNanHeads(c, 0, [](int64_t h) { return h / 4 == 1; });
 }
@@ -63,7 +69,7 @@ TEST_P(DecodeNan, NanKeyInAMiddleSplitPoisonsItsGroup) {
 TEST_P(DecodeNan, NanValuePoisonsThatElement) {
   AttentionCase c;
   Configure(c, 1).Build();
-  c.v().Set(0, 520, 0, 7, NAN);  // split 2, kv head 0: q heads 0..3
+  c.v().Set(0, 520, 0, 7, NAN); // split 2, kv head 0: q heads 0..3
   if (!Check(c)) return;
   for (int64_t h = 0; h < kHq; h++) {
     EXPECT_EQ(std::isnan(c.out_at(0, 0, h, 7)), h < 4) << "head " << h;
@@ -77,7 +83,7 @@ TEST_P(DecodeNan, NanValuePoisonsThatElement) {
 TEST_P(DecodeNan, InfiniteValueStaysInThatElement) {
   AttentionCase c;
   Configure(c, 1).Build();
-  c.v().Set(0, 520, 0, 9, INFINITY);  // split 2, kv head 0: q heads 0..3
+  c.v().Set(0, 520, 0, 9, INFINITY); // split 2, kv head 0: q heads 0..3
   if (!Check(c)) return;
   for (int64_t h = 0; h < kHq; h++) {
     EXPECT_EQ(std::isinf(c.out_at(0, 0, h, 9)), h < 4) << "head " << h;
@@ -92,9 +98,9 @@ TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
   AttentionCase c;
   Configure(c, 4).kv_lengths({kS, 400}).Build();
   for (int64_t d = 0; d < kD; d++) {
-    c.k().Set(0, kS - 1, 0, d, NAN);  // seen by row 3 only
+    c.k().Set(0, kS - 1, 0, d, NAN); // seen by row 3 only
     c.v().Set(0, kS - 1, 0, d, NAN);
-    c.k().Set(1, 450, 1, d, NAN);     // past batch 1's length
+    c.k().Set(1, 450, 1, d, NAN); // past batch 1's length
     c.v().Set(1, 450, 1, d, NAN);
   }
   if (!Check(c)) return;
@@ -105,7 +111,8 @@ TEST_P(DecodeNan, HiddenKeysAreIgnoredAcrossRows) {
       } else {
         EXPECT_TRUE(c.out_row_finite(0, i, h)) << "row " << i << " head " << h;
       }
-      EXPECT_TRUE(c.out_row_finite(1, i, h)) << "batch 1 row " << i << " head " << h;
+      EXPECT_TRUE(c.out_row_finite(1, i, h))
+          << "batch 1 row " << i << " head " << h;
     }
 }
 
@@ -117,10 +124,17 @@ TEST_P(DecodeNan, NanNeverBecomesAnEmptyRowAtAnyKeyCount) {
   for (int64_t keys = 1; keys <= 33; keys++)
     for (int where = 0; where < 3; where++) {
       SCOPED_TRACE("keys " + std::to_string(keys) + ", NaN in " +
-                   (where == 0 ? "q" : where == 1 ? "k" : "v"));
+                   (where == 0   ? "q"
+                    : where == 1 ? "k"
+                                 : "v"));
       AttentionCase c;
-      c.batch(1).q_len(1).kv_len(keys).heads(1, 1).head_dim(1)
-          .dtypes(t, t, t).seed(static_cast<uint64_t>(keys));
+      c.batch(1)
+          .q_len(1)
+          .kv_len(keys)
+          .heads(1, 1)
+          .head_dim(1)
+          .dtypes(t, t, t)
+          .seed(static_cast<uint64_t>(keys));
       if (where > 0) c.causal().window(0, 0);
       c.Build();
       if (where == 0) c.q().Set(0, 0, 0, 0, NAN);
@@ -138,11 +152,14 @@ INSTANTIATE_TEST_SUITE_P(
     Dtypes, DecodeNan,
     testing::ValuesIn(ForEveryKernel<flashcpu_dtype>(
         {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16},
-        TakesConfigured<flashcpu_dtype>([](AttentionCase &c, const flashcpu_dtype &dtype) {
-          c.batch(2).q_len(4).kv_len(kS).heads(kHq, kHkv).head_dim(kD).dtypes(dtype, dtype, dtype);
+        TakesConfigured<flashcpu_dtype>([](AttentionCase &c,
+                                           const flashcpu_dtype &dtype) {
+          c.batch(2).q_len(4).kv_len(kS).heads(kHq, kHkv).head_dim(kD).dtypes(
+              dtype, dtype, dtype);
         }))),
-    KernelParamName<flashcpu_dtype>(
-        [](const flashcpu_dtype &dtype) { return std::string(flashcpu_dtype_name(dtype)); }));
+    KernelParamName<flashcpu_dtype>([](const flashcpu_dtype &dtype) {
+      return std::string(flashcpu_dtype_name(dtype));
+    }));
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "fixtures.h"
-#include "test_tensor.h"  // Rng (header-only)
+#include "test_tensor.h" // Rng (header-only)
 
 extern "C" {
 float fctest_f16_to_f32(uint16_t half);
@@ -37,8 +37,12 @@ float FloatOf(uint32_t bits) {
   return value;
 }
 
-bool IsHalfNan(uint16_t bits) { return (bits & 0x7c00) == 0x7c00 && (bits & 0x3ff) != 0; }
-bool IsBfloat16Nan(uint16_t bits) { return (bits & 0x7f80) == 0x7f80 && (bits & 0x7f) != 0; }
+bool IsHalfNan(uint16_t bits) {
+  return (bits & 0x7c00) == 0x7c00 && (bits & 0x3ff) != 0;
+}
+bool IsBfloat16Nan(uint16_t bits) {
+  return (bits & 0x7f80) == 0x7f80 && (bits & 0x7f) != 0;
+}
 
 // Floats on and around the rounding boundaries of a 16-bit format whose
 // values are decode(0..0xffff): each value, the midpoint to the next one
@@ -53,7 +57,8 @@ std::vector<float> BoundaryFloats(double (*decode)(uint16_t)) {
     floats.push_back(static_cast<float>(value));
     if (std::isfinite(next) && std::fabs(next) > std::fabs(value)) {
       const float middle = static_cast<float>((value + next) / 2);
-      EXPECT_EQ(static_cast<double>(middle), (value + next) / 2) << "midpoint not exact";
+      EXPECT_EQ(static_cast<double>(middle), (value + next) / 2)
+          << "midpoint not exact";
       floats.push_back(middle);
       floats.push_back(std::nextafter(middle, 0.0f));
       floats.push_back(std::nextafter(middle, 2.0f * middle));
@@ -63,16 +68,36 @@ std::vector<float> BoundaryFloats(double (*decode)(uint16_t)) {
 }
 
 std::vector<float> SpecialFloats() {
-  std::vector<float> floats = {0.0f, -0.0f, INFINITY, -INFINITY, 65504.0f, 65519.996f, 65520.0f,
-                               -65520.0f, 65536.0f, 1e30f, 3.4028235e38f, -3.4028235e38f,
-                               std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(1.5f, -25),
-                               std::ldexp(1.0f, -26), std::ldexp(1.0f, -14), std::ldexp(1.0f, -133),
-                               std::ldexp(1.0f, -134), std::ldexp(1.5f, -134), 1.0e-45f, -1.0e-45f,
-                               1.17549435e-38f, 1.1754942e-38f};
+  std::vector<float> floats = {0.0f,
+                               -0.0f,
+                               INFINITY,
+                               -INFINITY,
+                               65504.0f,
+                               65519.996f,
+                               65520.0f,
+                               -65520.0f,
+                               65536.0f,
+                               1e30f,
+                               3.4028235e38f,
+                               -3.4028235e38f,
+                               std::ldexp(1.0f, -24),
+                               std::ldexp(1.0f, -25),
+                               std::ldexp(1.5f, -25),
+                               std::ldexp(1.0f, -26),
+                               std::ldexp(1.0f, -14),
+                               std::ldexp(1.0f, -133),
+                               std::ldexp(1.0f, -134),
+                               std::ldexp(1.5f, -134),
+                               1.0e-45f,
+                               -1.0e-45f,
+                               1.17549435e-38f,
+                               1.1754942e-38f};
   floats.push_back(std::nextafter(65520.0f, 0.0f));
-  floats.push_back(std::nextafter(3.3961776e38f, INFINITY));  // bf16 overflow edge
+  floats.push_back(
+      std::nextafter(3.3961776e38f, INFINITY)); // bf16 overflow edge
   Rng rng(2024);
-  for (int n = 0; n < 1000000; n++) floats.push_back(FloatOf(static_cast<uint32_t>(rng.NextU64())));
+  for (int n = 0; n < 1000000; n++)
+    floats.push_back(FloatOf(static_cast<uint32_t>(rng.NextU64())));
   return floats;
 }
 
@@ -85,7 +110,8 @@ TEST(DtypeConvert, HalfToFloatAllInputs) {
       EXPECT_EQ(std::signbit(got), (bits & 0x8000) != 0) << std::hex << bits;
       continue;
     }
-    ASSERT_EQ(BitsOf(got), BitsOf(static_cast<float>(DecodeHalf(half)))) << std::hex << bits;
+    ASSERT_EQ(BitsOf(got), BitsOf(static_cast<float>(DecodeHalf(half))))
+        << std::hex << bits;
   }
 }
 
@@ -97,35 +123,41 @@ TEST(DtypeConvert, Bfloat16ToFloatAllInputs) {
       EXPECT_TRUE(std::isnan(got)) << std::hex << bits;
       continue;
     }
-    ASSERT_EQ(BitsOf(got), BitsOf(static_cast<float>(DecodeBfloat16(value)))) << std::hex << bits;
+    ASSERT_EQ(BitsOf(got), BitsOf(static_cast<float>(DecodeBfloat16(value))))
+        << std::hex << bits;
   }
 }
 
-void CheckNarrowing(const std::vector<float> &inputs, uint16_t (*convert)(float),
-                    uint16_t (*reference)(double), bool (*is_nan)(uint16_t)) {
+void CheckNarrowing(const std::vector<float> &inputs,
+                    uint16_t (*convert)(float), uint16_t (*reference)(double),
+                    bool (*is_nan)(uint16_t)) {
   int64_t failures = 0;
   for (float input : inputs) {
     const uint16_t got = convert(input);
     if (std::isnan(input)) {
-      EXPECT_TRUE(is_nan(got)) << "NaN " << std::hex << BitsOf(input) << " became " << got;
+      EXPECT_TRUE(is_nan(got))
+          << "NaN " << std::hex << BitsOf(input) << " became " << got;
       continue;
     }
     const uint16_t expected = reference(input);
     if (got != expected && failures++ < 10)
-      ADD_FAILURE() << "input " << input << " (0x" << std::hex << BitsOf(input) << "): got 0x" << got
-                    << ", expected 0x" << expected;
+      ADD_FAILURE() << "input " << input << " (0x" << std::hex << BitsOf(input)
+                    << "): got 0x" << got << ", expected 0x" << expected;
   }
   EXPECT_EQ(failures, 0);
 }
 
 TEST(DtypeConvert, FloatToHalfRoundsToNearestEven) {
-  CheckNarrowing(BoundaryFloats(DecodeHalf), fctest_f32_to_f16, EncodeHalf, IsHalfNan);
+  CheckNarrowing(BoundaryFloats(DecodeHalf), fctest_f32_to_f16, EncodeHalf,
+                 IsHalfNan);
   CheckNarrowing(SpecialFloats(), fctest_f32_to_f16, EncodeHalf, IsHalfNan);
 }
 
 TEST(DtypeConvert, FloatToBfloat16RoundsToNearestEven) {
-  CheckNarrowing(BoundaryFloats(DecodeBfloat16), fctest_f32_to_bf16, EncodeBfloat16, IsBfloat16Nan);
-  CheckNarrowing(SpecialFloats(), fctest_f32_to_bf16, EncodeBfloat16, IsBfloat16Nan);
+  CheckNarrowing(BoundaryFloats(DecodeBfloat16), fctest_f32_to_bf16,
+                 EncodeBfloat16, IsBfloat16Nan);
+  CheckNarrowing(SpecialFloats(), fctest_f32_to_bf16, EncodeBfloat16,
+                 IsBfloat16Nan);
 }
 
 TEST(DtypeConvert, HalfOverflowBoundary) {
@@ -136,15 +168,19 @@ TEST(DtypeConvert, HalfOverflowBoundary) {
   EXPECT_EQ(fctest_f32_to_f16(65520.0f), 0x7c00);
   EXPECT_EQ(fctest_f32_to_f16(-65520.0f), 0xfc00);
   EXPECT_EQ(fctest_f32_to_f16(INFINITY), 0x7c00);
-  EXPECT_EQ(fctest_f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie to even: 0
+  EXPECT_EQ(fctest_f32_to_f16(std::ldexp(1.0f, -25)), 0x0000); // tie to even: 0
   EXPECT_EQ(fctest_f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(fctest_f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);  // 1.5 ulp: tie to even 2
+  EXPECT_EQ(fctest_f32_to_f16(std::ldexp(3.0f, -25)),
+            0x0002); // 1.5 ulp: tie to even 2
 }
 
 TEST(DtypeConvert, NegativeNanStaysNanThroughBothFormats) {
-  for (uint32_t bits : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7f802000u}) {
-    EXPECT_TRUE(IsHalfNan(fctest_f32_to_f16(FloatOf(bits)))) << std::hex << bits;
-    EXPECT_TRUE(IsBfloat16Nan(fctest_f32_to_bf16(FloatOf(bits)))) << std::hex << bits;
+  for (uint32_t bits : {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u,
+                        0x7fbfffffu, 0x7f802000u}) {
+    EXPECT_TRUE(IsHalfNan(fctest_f32_to_f16(FloatOf(bits))))
+        << std::hex << bits;
+    EXPECT_TRUE(IsBfloat16Nan(fctest_f32_to_bf16(FloatOf(bits))))
+        << std::hex << bits;
   }
 }
 
@@ -164,5 +200,5 @@ TEST(DtypeConvert, AgreesWithCompilerFloat16) {
 }
 #endif
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -25,11 +25,17 @@ const int64_t kKeyCounts[] = {1, 2, 15, 16, 17, 33, 300};
 const int64_t kRowCounts[] = {1, 4};
 
 class FiniteScores : public KernelSuite<flashcpu_dtype> {
- protected:
-  AttentionCase &Configure(AttentionCase &c, int64_t rows, int64_t keys, int64_t dim) {
+protected:
+  AttentionCase &Configure(AttentionCase &c, int64_t rows, int64_t keys,
+                           int64_t dim) {
     const flashcpu_dtype t = test_case();
-    return c.batch(1).q_len(rows).kv_len(keys).heads(kHq, kHkv).head_dim(dim)
-        .dtypes(t, t, F32).seed(static_cast<uint64_t>(keys * 10 + rows));
+    return c.batch(1)
+        .q_len(rows)
+        .kv_len(keys)
+        .heads(kHq, kHkv)
+        .head_dim(dim)
+        .dtypes(t, t, F32)
+        .seed(static_cast<uint64_t>(keys * 10 + rows));
   }
 };
 
@@ -51,7 +57,8 @@ void ExpectUniform(AttentionCase &c, int64_t rows, int64_t keys, int64_t dv) {
         EXPECT_NEAR(c.out_at(0, i, h, d), mean, 1e-5 * largest + 1e-30)
             << "row " << i << " head " << h << " column " << d;
       }
-      EXPECT_TRUE(std::isfinite(c.lse_at(0, h, i))) << "row " << i << " head " << h;
+      EXPECT_TRUE(std::isfinite(c.lse_at(0, h, i)))
+          << "row " << i << " head " << h;
     }
 }
 
@@ -61,7 +68,8 @@ void ExpectSelects(AttentionCase &c, int64_t i, int64_t key, int64_t dv) {
     for (int64_t d = 0; d < dv; d++)
       EXPECT_EQ(c.out_at(0, i, h, d), c.v().Get(0, key, h / (kHq / kHkv), d))
           << "row " << i << " head " << h << " column " << d;
-    EXPECT_TRUE(std::isfinite(c.lse_at(0, h, i))) << "row " << i << " head " << h;
+    EXPECT_TRUE(std::isfinite(c.lse_at(0, h, i)))
+        << "row " << i << " head " << h;
   }
 }
 
@@ -70,10 +78,13 @@ TEST_P(FiniteScores, MinFloatMaskOnEveryKeyGivesTheUniformSoftmax) {
     for (int64_t keys : kKeyCounts) {
       SCOPED_TRACE(Where(rows, keys));
       AttentionCase c;
-      Configure(c, rows, keys, 16).additive(AdditivePattern::kFull, 0.0).Build();
+      Configure(c, rows, keys, 16)
+          .additive(AdditivePattern::kFull, 0.0)
+          .Build();
       for (int64_t h = 0; h < kHq; h++)
         for (int64_t i = 0; i < rows; i++)
-          for (int64_t j = 0; j < keys; j++) c.additive_at(0, h, i, j) = -FLT_MAX;
+          for (int64_t j = 0; j < keys; j++)
+            c.additive_at(0, h, i, j) = -FLT_MAX;
       if (!RunOk(c)) return;
       ExpectUniform(c, rows, keys, 16);
       EXPECT_LE(c.lse_at(0, 0, 0), -2e38f);
@@ -85,24 +96,28 @@ TEST_P(FiniteScores, HugeBiasSelectsItsKey) {
     for (int64_t keys : kKeyCounts) {
       SCOPED_TRACE(Where(rows, keys));
       AttentionCase c;
-      Configure(c, rows, keys, 16).additive(AdditivePattern::kFull, 0.0).Build();
+      Configure(c, rows, keys, 16)
+          .additive(AdditivePattern::kFull, 0.0)
+          .Build();
       for (int64_t h = 0; h < kHq; h++)
         for (int64_t i = 0; i < rows; i++) {
           for (int64_t j = 0; j < keys; j++) c.additive_at(0, h, i, j) = 0.0f;
           c.additive_at(0, h, i, (i * 7 + 3) % keys) = 3e38f;
         }
       if (!RunOk(c)) return;
-      for (int64_t i = 0; i < rows; i++) ExpectSelects(c, i, (i * 7 + 3) % keys, 16);
+      for (int64_t i = 0; i < rows; i++)
+        ExpectSelects(c, i, (i * 7 + 3) % keys, 16);
       EXPECT_GE(c.lse_at(0, 0, 0), 2e38f);
     }
 }
 
 // head_dim 2 (the bf16 pair kernels take even ones), q = (+-1, 0), k = (1,
-// 0) except one key of (32768, 0) (exact in every dtype), scale 1e34: scores of 1e34 and 3.2768e38, finite, whose log2(e)
-// multiples are not. With `with_mask`, a zero additive mask sends the
-// scores through the finishing path instead of Q carrying log2(e).
-void HugeScoreCase(AttentionCase &c, int64_t rows, int64_t keys, int64_t big_key, double sign,
-                   bool with_mask) {
+// 0) except one key of (32768, 0) (exact in every dtype), scale 1e34: scores of
+// 1e34 and 3.2768e38, finite, whose log2(e) multiples are not. With
+// `with_mask`, a zero additive mask sends the scores through the finishing path
+// instead of Q carrying log2(e).
+void HugeScoreCase(AttentionCase &c, int64_t rows, int64_t keys,
+                   int64_t big_key, double sign, bool with_mask) {
   c.scale(1e34f);
   if (with_mask) c.additive(AdditivePattern::kFull, 0.0);
   c.Build();
@@ -152,11 +167,14 @@ INSTANTIATE_TEST_SUITE_P(
     Dtypes, FiniteScores,
     testing::ValuesIn(ForEveryKernel<flashcpu_dtype>(
         {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16},
-        TakesConfigured<flashcpu_dtype>([](AttentionCase &c, const flashcpu_dtype &dtype) {
-          c.batch(1).q_len(4).kv_len(300).heads(kHq, kHkv).head_dim(16).dtypes(dtype, dtype, F32);
+        TakesConfigured<flashcpu_dtype>([](AttentionCase &c,
+                                           const flashcpu_dtype &dtype) {
+          c.batch(1).q_len(4).kv_len(300).heads(kHq, kHkv).head_dim(16).dtypes(
+              dtype, dtype, F32);
         }))),
-    KernelParamName<flashcpu_dtype>(
-        [](const flashcpu_dtype &dtype) { return std::string(flashcpu_dtype_name(dtype)); }));
+    KernelParamName<flashcpu_dtype>([](const flashcpu_dtype &dtype) {
+      return std::string(flashcpu_dtype_name(dtype));
+    }));
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

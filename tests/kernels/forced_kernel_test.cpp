@@ -19,13 +19,16 @@ namespace {
 
 using ForcedKernel = KernelOnly;
 
-TEST(ForcedKernelRegistry, NamesAreUniqueAndEveryFamilyEndsInARowTakingEverything) {
+TEST(ForcedKernelRegistry,
+     NamesAreUniqueAndEveryFamilyEndsInARowTakingEverything) {
   std::vector<std::string> names;
   for (Kernel kernel : AllKernels()) {
     for (const std::string &name : names) EXPECT_NE(name, kernel->name);
     names.push_back(kernel->name);
     // A name is a test-name part: letters, digits and '_' only.
-    for (const char ch : names.back()) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') << names.back();
+    for (const char ch : names.back())
+      EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_')
+          << names.back();
   }
   // Every ISA's candidate list ends with a row that takes every problem (the
   // choice never runs out): the last row of each ISA has no takes().
@@ -40,12 +43,14 @@ TEST(ForcedKernelRegistry, NamesAreUniqueAndEveryFamilyEndsInARowTakingEverythin
     for (Kernel kernel : AllKernels())
       if (kernel->isa == isa) last = kernel;
     ASSERT_NE(last, nullptr);
-    EXPECT_EQ(last->takes, nullptr) << flashcpu_isa_name(isa) << ": " << last->name;
+    EXPECT_EQ(last->takes, nullptr)
+        << flashcpu_isa_name(isa) << ": " << last->name;
   }
 }
 
 // Not SetUp's skip: this test is about rows this CPU cannot run too.
-class ForcedKernelCreation : public testing::TestWithParam<KernelParam<NoCase>> {};
+class ForcedKernelCreation
+    : public testing::TestWithParam<KernelParam<NoCase>> {};
 
 TEST_P(ForcedKernelCreation, RunsHereOrFailsNamingTheKernel) {
   const Kernel kernel = GetParam().kernel;
@@ -56,15 +61,17 @@ TEST_P(ForcedKernelCreation, RunsHereOrFailsNamingTheKernel) {
   if (!runs) {
     EXPECT_EQ(status, FLASHCPU_ERROR_INVALID_ARGUMENT) << why;
     EXPECT_FALSE(context.ok());
-    EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find(kernel->name), std::string::npos)
+    EXPECT_NE(std::string(flashcpu_last_error(nullptr)).find(kernel->name),
+              std::string::npos)
         << flashcpu_last_error(nullptr);
     return;
   }
   ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(nullptr);
   EXPECT_EQ(flashcpu_context_isa(context), kernel->isa);
   EXPECT_EQ(DescribedSetting(context, "kernel"), kernel->name);
-  EXPECT_NE(ContextDescription(context).find(std::string(kernel->name) + " (forced)"),
-            std::string::npos)
+  EXPECT_NE(
+      ContextDescription(context).find(std::string(kernel->name) + " (forced)"),
+      std::string::npos)
       << ContextDescription(context);
 }
 
@@ -82,8 +89,8 @@ TEST_P(ForcedKernelCreation, AboveTheIsaCapFailsNamingIt) {
   EXPECT_NE(message.find("cap"), std::string::npos) << message;
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, ForcedKernelCreation, testing::ValuesIn(ForEveryKernel()),
-                         KernelOnlyName);
+INSTANTIATE_TEST_SUITE_P(Kernels, ForcedKernelCreation,
+                         testing::ValuesIn(ForEveryKernel()), KernelOnlyName);
 
 // A call each row does not take: found by walking a few shapes through the
 // row's takes() (rows that take everything skip).
@@ -91,14 +98,12 @@ TEST_P(ForcedKernel, CallItCannotTakeFailsAndWritesNothing) {
   std::vector<std::function<void(AttentionCase &)>> shapes = {
       [](AttentionCase &c) { c.q_len(65).kv_len(80).heads(2, 1).head_dim(16); },
       [](AttentionCase &c) {
-        c.q_len(3).kv_len(80).heads(2, 1).head_dim(16).dtypes(FLASHCPU_DTYPE_F32,
-                                                              FLASHCPU_DTYPE_F32,
-                                                              FLASHCPU_DTYPE_F32);
+        c.q_len(3).kv_len(80).heads(2, 1).head_dim(16).dtypes(
+            FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32);
       },
       [](AttentionCase &c) {
-        c.q_len(70).kv_len(80).heads(2, 1).head_dim(15).dtypes(FLASHCPU_DTYPE_BF16,
-                                                               FLASHCPU_DTYPE_BF16,
-                                                               FLASHCPU_DTYPE_F32);
+        c.q_len(70).kv_len(80).heads(2, 1).head_dim(15).dtypes(
+            FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_F32);
       },
   };
   int refused = 0;
@@ -118,14 +123,16 @@ TEST_P(ForcedKernel, CallItCannotTakeFailsAndWritesNothing) {
     for (int64_t i = 0; i < s.q_len; i++)
       for (int64_t h = 0; h < s.q_heads; h++) {
         ASSERT_TRUE(std::isnan(c.lse_at(0, h, i)));
-        for (int64_t d = 0; d < s.v_head_dim; d++) ASSERT_TRUE(std::isnan(c.out_at(0, i, h, d)));
+        for (int64_t d = 0; d < s.v_head_dim; d++)
+          ASSERT_TRUE(std::isnan(c.out_at(0, i, h, d)));
       }
   }
-  if (refused == 0) GTEST_SKIP() << kernel()->name << " takes every shape tried";
+  if (refused == 0)
+    GTEST_SKIP() << kernel()->name << " takes every shape tried";
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, ForcedKernel, testing::ValuesIn(ForEveryKernel()),
-                         KernelOnlyName);
+INSTANTIATE_TEST_SUITE_P(Kernels, ForcedKernel,
+                         testing::ValuesIn(ForEveryKernel()), KernelOnlyName);
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -12,7 +12,8 @@ namespace fctest {
 
 std::vector<Kernel> AllKernels() {
   std::vector<Kernel> kernels;
-  for (size_t i = 0; i < fc_attention_kernel_count; i++) kernels.push_back(&fc_attention_kernels[i]);
+  for (size_t i = 0; i < fc_attention_kernel_count; i++)
+    kernels.push_back(&fc_attention_kernels[i]);
   return kernels;
 }
 
@@ -25,33 +26,35 @@ std::vector<Kernel> KernelsOfFamily(fc_kernel_family family) {
 
 bool KernelRunsHere(Kernel kernel, std::string *why) {
   if (!flashcpu_isa_supported(kernel->isa)) {
-    *why = std::string("this CPU (or its OS) lacks ") + flashcpu_isa_name(kernel->isa);
+    *why = std::string("this CPU (or its OS) lacks ") +
+           flashcpu_isa_name(kernel->isa);
     return false;
   }
   const fc_cpu_features *cpu = fc_cpu_features_get();
   switch (kernel->need) {
-    case FC_NEED_NONE: return true;
-    case FC_NEED_AVX512_BF16:
-      if (cpu->avx512_bf16) return true;
-      *why = "this CPU (or its OS) lacks AVX512-BF16";
-      return false;
-    case FC_NEED_AVX512_VNNI:
-      if (cpu->avx512_vnni) return true;
-      *why = "this CPU (or its OS) lacks AVX512-VNNI";
-      return false;
-    case FC_NEED_AMX_BF16:
-      if (cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16) return true;
-      *why = cpu->amx_bf16 ? "the OS did not grant this process AMX tile data"
-                           : "this CPU (or its OS) lacks AMX-BF16";
-      return false;
-    case FC_NEED_AMX_INT8:
-      if (cpu->amx_int8 && cpu->amx_permitted && cpu->avx512_vnni) return true;
-      *why = cpu->amx_int8 ? "the OS did not grant this process AMX tile data"
-                           : "this CPU (or its OS) lacks AMX-INT8";
-      return false;
+  case FC_NEED_NONE:
+    return true;
+  case FC_NEED_AVX512_BF16:
+    if (cpu->avx512_bf16) return true;
+    *why = "this CPU (or its OS) lacks AVX512-BF16";
+    return false;
+  case FC_NEED_AVX512_VNNI:
+    if (cpu->avx512_vnni) return true;
+    *why = "this CPU (or its OS) lacks AVX512-VNNI";
+    return false;
+  case FC_NEED_AMX_BF16:
+    if (cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16) return true;
+    *why = cpu->amx_bf16 ? "the OS did not grant this process AMX tile data"
+                         : "this CPU (or its OS) lacks AMX-BF16";
+    return false;
+  case FC_NEED_AMX_INT8:
+    if (cpu->amx_int8 && cpu->amx_permitted && cpu->avx512_vnni) return true;
+    *why = cpu->amx_int8 ? "the OS did not grant this process AMX tile data"
+                         : "this CPU (or its OS) lacks AMX-INT8";
+    return false;
   }
-  *why = "a CPU need the tester does not know (" + std::to_string(kernel->need) +
-         "): teach KernelRunsHere";
+  *why = "a CPU need the tester does not know (" +
+         std::to_string(kernel->need) + "): teach KernelRunsHere";
   ADD_FAILURE() << *why;
   return false;
 }
@@ -85,17 +88,21 @@ flashcpu_context_options KernelContextOptions(Kernel kernel, int threads) {
   return KernelOptions(FLASHCPU_ISA_AUTO, kernel->name, threads);
 }
 
-flashcpu_context *KernelContext(Kernel kernel, int threads, flashcpu_team_level team) {
-  static std::map<std::tuple<Kernel, int, int>, std::unique_ptr<Context>> contexts;
-  std::unique_ptr<Context> &slot = contexts[{kernel, threads, static_cast<int>(team)}];
+flashcpu_context *KernelContext(Kernel kernel, int threads,
+                                flashcpu_team_level team) {
+  static std::map<std::tuple<Kernel, int, int>, std::unique_ptr<Context>>
+      contexts;
+  std::unique_ptr<Context> &slot =
+      contexts[{kernel, threads, static_cast<int>(team)}];
   if (!slot) {
     flashcpu_context_options options = KernelContextOptions(kernel, threads);
     options.team_level = team;
     auto context = std::make_unique<Context>();
     const flashcpu_status status = context->Create(options);
     if (status != FLASHCPU_OK) {
-      ADD_FAILURE() << "context forcing " << kernel->name << ": " << flashcpu_status_name(status)
-                    << ": " << flashcpu_last_error(nullptr);
+      ADD_FAILURE() << "context forcing " << kernel->name << ": "
+                    << flashcpu_status_name(status) << ": "
+                    << flashcpu_last_error(nullptr);
       return nullptr;
     }
     slot = std::move(context);
@@ -103,4 +110,4 @@ flashcpu_context *KernelContext(Kernel kernel, int threads, flashcpu_team_level 
   return slot->get();
 }
 
-}  // namespace fctest
+} // namespace fctest

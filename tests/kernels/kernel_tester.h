@@ -55,8 +55,7 @@ flashcpu_context *KernelContext(Kernel kernel, int threads = 0,
 flashcpu_context_options KernelContextOptions(Kernel kernel, int threads = 0);
 
 // One test of a suite: a row and a case.
-template <typename Case>
-struct KernelParam {
+template <typename Case> struct KernelParam {
   Kernel kernel;
   Case test_case;
 };
@@ -80,8 +79,8 @@ inline std::vector<KernelParam<NoCase>> ForEveryKernel() {
 
 // A probe for cases that configure an AttentionCase.
 template <typename Case>
-std::function<bool(Kernel, const Case &)> TakesConfigured(
-    std::function<void(AttentionCase &, const Case &)> configure) {
+std::function<bool(Kernel, const Case &)>
+TakesConfigured(std::function<void(AttentionCase &, const Case &)> configure) {
   return [configure](Kernel kernel, const Case &test_case) {
     AttentionCase c;
     configure(c, test_case);
@@ -91,31 +90,37 @@ std::function<bool(Kernel, const Case &)> TakesConfigured(
 
 // The test name: the row's name, then the case's (if any).
 template <typename Case>
-std::function<std::string(const testing::TestParamInfo<KernelParam<Case>> &)> KernelParamName(
-    std::function<std::string(const Case &)> case_name) {
-  return [case_name](const testing::TestParamInfo<KernelParam<Case>> &param_info) {
-    return std::string(param_info.param.kernel->name) + "__" + case_name(param_info.param.test_case);
-  };
+std::function<std::string(const testing::TestParamInfo<KernelParam<Case>> &)>
+KernelParamName(std::function<std::string(const Case &)> case_name) {
+  return
+      [case_name](const testing::TestParamInfo<KernelParam<Case>> &param_info) {
+        return std::string(param_info.param.kernel->name) + "__" +
+               case_name(param_info.param.test_case);
+      };
 }
-inline std::string KernelOnlyName(const testing::TestParamInfo<KernelParam<NoCase>> &param_info) {
+inline std::string
+KernelOnlyName(const testing::TestParamInfo<KernelParam<NoCase>> &param_info) {
   return param_info.param.kernel->name;
 }
 
 template <typename Case>
 class KernelSuite : public testing::TestWithParam<KernelParam<Case>> {
- protected:
+protected:
   void SetUp() override {
     std::string why;
-    if (!KernelRunsHere(kernel(), &why)) GTEST_SKIP() << kernel()->name << ": " << why;
+    if (!KernelRunsHere(kernel(), &why))
+      GTEST_SKIP() << kernel()->name << ": " << why;
   }
   void TearDown() override {
     if (checked_ == 0 && !not_taken_.empty() && !this->HasFailure())
-      GTEST_SKIP() << kernel()->name << " takes none of this test's cases: " << not_taken_;
+      GTEST_SKIP() << kernel()->name
+                   << " takes none of this test's cases: " << not_taken_;
   }
 
   Kernel kernel() const { return this->GetParam().kernel; }
   const Case &test_case() const { return this->GetParam().test_case; }
-  flashcpu_context *ctx(int threads = 0, flashcpu_team_level team = FLASHCPU_TEAM_AUTO) {
+  flashcpu_context *ctx(int threads = 0,
+                        flashcpu_team_level team = FLASHCPU_TEAM_AUTO) {
     return KernelContext(kernel(), threads, team);
   }
 
@@ -151,17 +156,18 @@ class KernelSuite : public testing::TestWithParam<KernelParam<Case>> {
       return false;
     }
     const flashcpu_status status = c.Run(use);
-    EXPECT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(use) << "; " << c.Describe();
+    EXPECT_EQ(status, FLASHCPU_OK)
+        << flashcpu_last_error(use) << "; " << c.Describe();
     return status == FLASHCPU_OK;
   }
 
- private:
+private:
   int checked_ = 0;
   std::string not_taken_;
 };
 
 using KernelOnly = KernelSuite<NoCase>;
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_KERNELS_KERNEL_TESTER_H
+#endif // FLASHCPU_TESTS_KERNELS_KERNEL_TESTER_H

@@ -18,10 +18,13 @@ namespace {
 constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, F16 = FLASHCPU_DTYPE_F16,
                          BF16 = FLASHCPU_DTYPE_BF16;
 
-void ExpectRowEmpty(const AttentionCase &c, int64_t b, int64_t i, int64_t h, int64_t v_head_dim) {
+void ExpectRowEmpty(const AttentionCase &c, int64_t b, int64_t i, int64_t h,
+                    int64_t v_head_dim) {
   for (int64_t d = 0; d < v_head_dim; d++)
-    ASSERT_EQ(c.out_at(b, i, h, d), 0.0) << "b=" << b << " i=" << i << " h=" << h << " d=" << d;
-  ASSERT_EQ(c.lse_at(b, h, i), -INFINITY) << "b=" << b << " i=" << i << " h=" << h;
+    ASSERT_EQ(c.out_at(b, i, h, d), 0.0)
+        << "b=" << b << " i=" << i << " h=" << h << " d=" << d;
+  ASSERT_EQ(c.lse_at(b, h, i), -INFINITY)
+      << "b=" << b << " i=" << i << " h=" << h;
 }
 
 using FullyMaskedRows = KernelOnly;
@@ -42,24 +45,37 @@ TEST_P(FullyMaskedRows, TreeMaskInFirstMiddleAndLastTile) {
     for (flashcpu_dtype out : {F32, F16, BF16}) {
       AttentionCase c;
       // The tree covers every key, so a row with no bits sees nothing.
-      c.batch(2).q_len(t.q_len).kv_len(130).heads(t.q_heads, t.kv_heads).head_dim(24)
-          .dtypes(F16, F16, out).tree(130, 0.5).seed(31);
+      c.batch(2)
+          .q_len(t.q_len)
+          .kv_len(130)
+          .heads(t.q_heads, t.kv_heads)
+          .head_dim(24)
+          .dtypes(F16, F16, out)
+          .tree(130, 0.5)
+          .seed(31);
       c.Build();
       for (int64_t b = 0; b < 2; b++)
         for (int64_t i : FirstMiddleLastRows(t))
-          for (int64_t key = 0; key < 130; key++) c.set_tree_bit(b, i, key, false);
+          for (int64_t key = 0; key < 130; key++)
+            c.set_tree_bit(b, i, key, false);
       if (!Check(c)) continue;
       for (int64_t b = 0; b < 2; b++)
         for (int64_t i : FirstMiddleLastRows(t))
-          for (int64_t h = 0; h < t.q_heads; h++) ExpectRowEmpty(c, b, i, h, 24);
+          for (int64_t h = 0; h < t.q_heads; h++)
+            ExpectRowEmpty(c, b, i, h, 24);
     }
 }
 
 TEST_P(FullyMaskedRows, AdditiveMaskInFirstMiddleAndLastTile) {
   for (const TileLayout &t : kTileLayouts) {
     AttentionCase c;
-    c.q_len(t.q_len).kv_len(70).heads(t.q_heads, t.kv_heads).head_dim(40)
-        .additive(AdditivePattern::kFull, 0.05).softcap(2.0f).seed(37);
+    c.q_len(t.q_len)
+        .kv_len(70)
+        .heads(t.q_heads, t.kv_heads)
+        .head_dim(40)
+        .additive(AdditivePattern::kFull, 0.05)
+        .softcap(2.0f)
+        .seed(37);
     c.Build();
     // Hide every key from the chosen rows of head 1 only: head 0 of the
     // same rows must be unaffected.
@@ -77,7 +93,14 @@ TEST_P(FullyMaskedRows, AdditiveMaskInFirstMiddleAndLastTile) {
 // (32-row tiles) and L - S = 130, whole tiles and part of one are empty.
 TEST_P(FullyMaskedRows, CausalRowsBeforeTheFirstKey) {
   AttentionCase c;
-  c.batch(2).q_len(150).kv_len(20).heads(4, 2).head_dim(16).causal().dtypes(BF16, BF16, F32).seed(41);
+  c.batch(2)
+      .q_len(150)
+      .kv_len(20)
+      .heads(4, 2)
+      .head_dim(16)
+      .causal()
+      .dtypes(BF16, BF16, F32)
+      .seed(41);
   if (!Check(c)) return;
   for (int64_t b = 0; b < 2; b++)
     for (int64_t i = 0; i < 150; i++)
@@ -85,7 +108,8 @@ TEST_P(FullyMaskedRows, CausalRowsBeforeTheFirstKey) {
         if (i < 130) {
           ExpectRowEmpty(c, b, i, h, 16);
         } else {
-          EXPECT_NE(c.lse_at(b, h, i), -INFINITY) << "row " << i << " sees key " << i - 130;
+          EXPECT_NE(c.lse_at(b, h, i), -INFINITY)
+              << "row " << i << " sees key " << i - 130;
         }
       }
 }
@@ -107,8 +131,15 @@ TEST_P(FullyMaskedRows, WindowPastTheKeys) {
 TEST_P(FullyMaskedRows, KvLengthZeroForOneBatch) {
   for (bool causal : {false, true}) {
     AttentionCase c;
-    c.batch(3).q_len(70).kv_len(90).heads(4, 1).head_dim(64).causal(causal)
-        .kv_lengths({90, 0, 33}).dtypes(F16, BF16, F16).seed(47);
+    c.batch(3)
+        .q_len(70)
+        .kv_len(90)
+        .heads(4, 1)
+        .head_dim(64)
+        .causal(causal)
+        .kv_lengths({90, 0, 33})
+        .dtypes(F16, BF16, F16)
+        .seed(47);
     if (!Check(c)) continue;
     for (int64_t i = 0; i < 70; i++)
       for (int64_t h = 0; h < 4; h++) ExpectRowEmpty(c, 1, i, h, 64);
@@ -119,7 +150,13 @@ TEST_P(FullyMaskedRows, EmptyKeyValueViews) {
   // S = 0: k and v have no rows at all; every row is empty.
   for (flashcpu_dtype out : {F32, F16, BF16}) {
     AttentionCase c;
-    c.batch(2).q_len(65).kv_len(0).heads(6, 3).head_dim(100).dtypes(F32, F32, out).seed(53);
+    c.batch(2)
+        .q_len(65)
+        .kv_len(0)
+        .heads(6, 3)
+        .head_dim(100)
+        .dtypes(F32, F32, out)
+        .seed(53);
     if (!Check(c)) continue;
     for (int64_t b = 0; b < 2; b++)
       for (int64_t i = 0; i < 65; i++)
@@ -133,7 +170,12 @@ TEST_P(FullyMaskedRows, EmptyKeyValueViews) {
 // an empty side without NaN from -inf - (-inf).
 TEST_P(EmptyStateMerging, VisibleKeysOnlyInALaterBlock) {
   AttentionCase c;
-  c.q_len(8).kv_len(200).heads(2, 2).head_dim(16).additive(AdditivePattern::kFull, 0.0).seed(59);
+  c.q_len(8)
+      .kv_len(200)
+      .heads(2, 2)
+      .head_dim(16)
+      .additive(AdditivePattern::kFull, 0.0)
+      .seed(59);
   c.Build();
   for (int64_t h = 0; h < 2; h++)
     for (int64_t i = 0; i < 8; i++)
@@ -159,7 +201,8 @@ TEST_P(EmptyStateMerging, OnlyTheLastKeyVisible) {
   for (int64_t kv_len : {1, 63, 64, 65, 128, 129}) {
     AttentionCase c;
     c.q_len(3).kv_len(kv_len).heads(2, 2).head_dim(8).window(0, 0).seed(67);
-    if (!Check(c)) continue;  // the last row sees only key S - 1, the others one key each
+    if (!Check(c))
+      continue; // the last row sees only key S - 1, the others one key each
   }
 }
 
@@ -167,20 +210,28 @@ TEST_P(EmptyStateMerging, LargeNegativeScoresDoNotUnderflowToEmpty) {
   // Every visible score near -300: exp of the raw score underflows, but the
   // max-subtracted weights do not; the rows are not empty.
   AttentionCase c;
-  c.q_len(16).kv_len(100).heads(2, 2).head_dim(32).magnitude(Magnitude::kLarge).seed(71);
+  c.q_len(16)
+      .kv_len(100)
+      .heads(2, 2)
+      .head_dim(32)
+      .magnitude(Magnitude::kLarge)
+      .seed(71);
   c.Build();
   for (int64_t j = 0; j < 100; j++)
-    for (int64_t d = 0; d < 32; d++) c.k().Set(0, j, 0, d, std::fabs(c.k().Get(0, j, 0, d)));
+    for (int64_t d = 0; d < 32; d++)
+      c.k().Set(0, j, 0, d, std::fabs(c.k().Get(0, j, 0, d)));
   for (int64_t i = 0; i < 16; i++)
-    for (int64_t d = 0; d < 32; d++) c.q().Set(0, i, 0, d, -std::fabs(c.q().Get(0, i, 0, d)));
+    for (int64_t d = 0; d < 32; d++)
+      c.q().Set(0, i, 0, d, -std::fabs(c.q().Get(0, i, 0, d)));
   if (!Check(c)) return;
-  for (int64_t i = 0; i < 16; i++) EXPECT_LT(c.lse_at(0, 0, i), -50.0) << "row " << i;
+  for (int64_t i = 0; i < 16; i++)
+    EXPECT_LT(c.lse_at(0, 0, i), -50.0) << "row " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, FullyMaskedRows, testing::ValuesIn(ForEveryKernel()),
-                         KernelOnlyName);
-INSTANTIATE_TEST_SUITE_P(Kernels, EmptyStateMerging, testing::ValuesIn(ForEveryKernel()),
-                         KernelOnlyName);
+INSTANTIATE_TEST_SUITE_P(Kernels, FullyMaskedRows,
+                         testing::ValuesIn(ForEveryKernel()), KernelOnlyName);
+INSTANTIATE_TEST_SUITE_P(Kernels, EmptyStateMerging,
+                         testing::ValuesIn(ForEveryKernel()), KernelOnlyName);
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -14,12 +14,18 @@ namespace fctest {
 namespace {
 
 constexpr int64_t kL = 70, kS = 100, kHq = 4, kHkv = 2, kD = 16;
-constexpr int64_t kOffset = kS - kL;  // causal: row i sees keys j <= i + 30
+constexpr int64_t kOffset = kS - kL; // causal: row i sees keys j <= i + 30
 
 // Causal, GQA 2, two batches, the q rows spanning two tiles.
 AttentionCase &Configure(AttentionCase &c, flashcpu_dtype dtype) {
-  return c.batch(2).q_len(kL).kv_len(kS).heads(kHq, kHkv).head_dim(kD).causal()
-      .dtypes(dtype, dtype, dtype).seed(83);
+  return c.batch(2)
+      .q_len(kL)
+      .kv_len(kS)
+      .heads(kHq, kHkv)
+      .head_dim(kD)
+      .causal()
+      .dtypes(dtype, dtype, dtype)
+      .seed(83);
 }
 
 using NanPropagation = KernelSuite<flashcpu_dtype>;
@@ -31,7 +37,8 @@ TEST_P(NanPropagation, NanQueryRowPoisonsOnlyThatRow) {
   if (!Check(c)) return;
   EXPECT_TRUE(c.out_row_has_nan(1, 40, 3));
   EXPECT_TRUE(std::isnan(c.lse_at(1, 3, 40)));
-  EXPECT_TRUE(c.out_row_finite(1, 40, 2)) << "same row, the other head of the group";
+  EXPECT_TRUE(c.out_row_finite(1, 40, 2))
+      << "same row, the other head of the group";
   EXPECT_TRUE(c.out_row_finite(1, 39, 3)) << "same head, previous row";
   EXPECT_TRUE(c.out_row_finite(0, 40, 3)) << "same row and head, other batch";
 }
@@ -39,7 +46,7 @@ TEST_P(NanPropagation, NanQueryRowPoisonsOnlyThatRow) {
 TEST_P(NanPropagation, NanVisibleKeyPoisonsTheRowsThatSeeIt) {
   AttentionCase c;
   Configure(c, test_case()).Build();
-  const int64_t key = 50;  // first seen by row 50 - 30 = 20
+  const int64_t key = 50; // first seen by row 50 - 30 = 20
   c.k().Set(0, key, 1, 0, NAN);
   if (!Check(c)) return;
   for (int64_t i = 0; i < kL; i++)
@@ -47,7 +54,8 @@ TEST_P(NanPropagation, NanVisibleKeyPoisonsTheRowsThatSeeIt) {
       const bool sees = h / 2 == 1 && key <= i + kOffset;
       if (sees) {
         EXPECT_TRUE(c.out_row_has_nan(0, i, h)) << "row " << i << " head " << h;
-        EXPECT_TRUE(std::isnan(c.lse_at(0, h, i))) << "row " << i << " head " << h;
+        EXPECT_TRUE(std::isnan(c.lse_at(0, h, i)))
+            << "row " << i << " head " << h;
       } else {
         EXPECT_TRUE(c.out_row_finite(0, i, h)) << "row " << i << " head " << h;
       }
@@ -57,14 +65,16 @@ TEST_P(NanPropagation, NanVisibleKeyPoisonsTheRowsThatSeeIt) {
 TEST_P(NanPropagation, NanVisibleValuePoisonsThatElementOfTheRowsThatSeeIt) {
   AttentionCase c;
   Configure(c, test_case()).Build();
-  const int64_t key = 64;  // first key of the second KV block
+  const int64_t key = 64; // first key of the second KV block
   c.v().Set(0, key, 0, 7, NAN);
   if (!Check(c)) return;
   for (int64_t i = 0; i < kL; i++)
     for (int64_t h = 0; h < 2; h++) {
       const bool sees = key <= i + kOffset;
-      EXPECT_EQ(std::isnan(c.out_at(0, i, h, 7)), sees) << "row " << i << " head " << h;
-      EXPECT_TRUE(std::isfinite(c.out_at(0, i, h, 6))) << "row " << i << " head " << h;
+      EXPECT_EQ(std::isnan(c.out_at(0, i, h, 7)), sees)
+          << "row " << i << " head " << h;
+      EXPECT_TRUE(std::isfinite(c.out_at(0, i, h, 6)))
+          << "row " << i << " head " << h;
       EXPECT_TRUE(std::isfinite(c.lse_at(0, h, i))) << "V does not enter lse";
     }
 }
@@ -91,8 +101,10 @@ TEST_P(NanPropagation, NanInKeysARowDoesNotSeeIsIgnored) {
     c.v().Set(1, 75, 0, d, NAN);
   }
   if (!Check(c)) return;
-  for (int64_t i = 0; i < kL - 1; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
-  EXPECT_TRUE(c.out_row_has_nan(0, kL - 1, 0));  // the last row does see key S - 1
+  for (int64_t i = 0; i < kL - 1; i++)
+    EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
+  EXPECT_TRUE(
+      c.out_row_has_nan(0, kL - 1, 0)); // the last row does see key S - 1
   // Rows 65..68 see key 75 when their random tree bit says so (the oracle
   // comparison covers them); every other row of batch 1 is finite.
   for (int64_t i = 0; i < kL; i++)
@@ -105,8 +117,8 @@ TEST_P(NanPropagation, NanInKeysARowDoesNotSeeIsIgnored) {
 TEST_P(NanPropagation, NanVisibleAdditiveValuePoisonsThatRow) {
   AttentionCase c;
   Configure(c, test_case()).additive(AdditivePattern::kFull, 0.0).Build();
-  c.additive_at(0, 2, 33, 12) = NAN;   // key 12 <= 33 + 30: visible
-  c.additive_at(0, 1, 10, 90) = NAN;   // key 90 > 10 + 30: causally hidden
+  c.additive_at(0, 2, 33, 12) = NAN; // key 12 <= 33 + 30: visible
+  c.additive_at(0, 1, 10, 90) = NAN; // key 90 > 10 + 30: causally hidden
   if (!Check(c)) return;
   EXPECT_TRUE(c.out_row_has_nan(0, 33, 2));
   EXPECT_TRUE(std::isnan(c.lse_at(0, 2, 33)));
@@ -121,7 +133,8 @@ TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanValue) {
   for (int64_t i = 0; i < kL; i++) c.additive_at(0, 0, i, 20) = -INFINITY;
   for (int64_t d = 0; d < kD; d++) c.v().Set(0, 20, 0, d, NAN);
   if (!Check(c)) return;
-  for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
+  for (int64_t i = 0; i < kL; i++)
+    EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
 }
 
 // The additive mask's -inf is a mask ("-INFINITY hides a key"; "a key is
@@ -135,7 +148,8 @@ TEST_P(NanPropagation, MinusInfinityAdditiveHidesNanKey) {
   for (int64_t i = 0; i < kL; i++) c.additive_at(0, 0, i, 20) = -INFINITY;
   for (int64_t d = 0; d < kD; d++) c.k().Set(0, 20, 0, d, NAN);
   if (!Check(c)) return;
-  for (int64_t i = 0; i < kL; i++) EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
+  for (int64_t i = 0; i < kL; i++)
+    EXPECT_TRUE(c.out_row_finite(0, i, 0)) << "row " << i;
 }
 
 TEST_P(NanPropagation, NanQueryInRowHiddenByAdditiveMaskGivesEmptyRow) {
@@ -152,10 +166,13 @@ INSTANTIATE_TEST_SUITE_P(
     Dtypes, NanPropagation,
     testing::ValuesIn(ForEveryKernel<flashcpu_dtype>(
         {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_BF16},
-        TakesConfigured<flashcpu_dtype>(
-            [](AttentionCase &c, const flashcpu_dtype &dtype) { Configure(c, dtype); }))),
-    KernelParamName<flashcpu_dtype>(
-        [](const flashcpu_dtype &dtype) { return std::string(flashcpu_dtype_name(dtype)); }));
+        TakesConfigured<flashcpu_dtype>([](AttentionCase &c,
+                                           const flashcpu_dtype &dtype) {
+          Configure(c, dtype);
+        }))),
+    KernelParamName<flashcpu_dtype>([](const flashcpu_dtype &dtype) {
+      return std::string(flashcpu_dtype_name(dtype));
+    }));
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

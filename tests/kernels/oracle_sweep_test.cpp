@@ -1,7 +1,7 @@
 // Random attention cases against the oracle over dtype x mask kind x layout
 // x GQA ratio x head_dim x lengths, on every kernel of the registry (each
-// row gets the cases its takes() accepts). The full product is far too large, so
-// the sweep is a covering design: a few pairs of dimensions are crossed in
+// row gets the cases its takes() accepts). The full product is far too large,
+// so the sweep is a covering design: a few pairs of dimensions are crossed in
 // full, the other dimensions of each case are drawn from a fixed seed, and
 // a last suite draws every dimension at random. Every case name spells its
 // configuration, so a failure can be rerun alone with --gtest_filter.
@@ -26,22 +26,36 @@ struct DtypeSet {
   flashcpu_dtype q, k, v, out;
 };
 const DtypeSet kDtypeSets[] = {
-    {F32, F32, F32, F32},     {F16, F16, F16, F16},    {BF16, BF16, BF16, BF16},
-    {F16, F16, F16, F32},     {BF16, BF16, BF16, F32}, {F32, F16, F16, F32},
-    {F32, BF16, F16, BF16},   {BF16, F16, F32, F16},
+    {F32, F32, F32, F32},   {F16, F16, F16, F16},    {BF16, BF16, BF16, BF16},
+    {F16, F16, F16, F32},   {BF16, BF16, BF16, F32}, {F32, F16, F16, F32},
+    {F32, BF16, F16, BF16}, {BF16, F16, F32, F16},
 };
 
 enum MaskBits : unsigned {
-  kCausal = 1, kWindow = 2, kTree = 4, kAdditive = 8, kSoftcap = 16,
+  kCausal = 1,
+  kWindow = 2,
+  kTree = 4,
+  kAdditive = 8,
+  kSoftcap = 16,
 };
 const unsigned kMaskKinds[] = {
-    0,        kCausal,           kWindow,          kTree,
-    kAdditive, kSoftcap,         kCausal | kWindow, kCausal | kTree,
-    kCausal | kSoftcap, kWindow | kAdditive, kTree | kAdditive | kSoftcap,
-    kWindow | kTree, kCausal | kWindow | kTree | kAdditive | kSoftcap,
+    0,
+    kCausal,
+    kWindow,
+    kTree,
+    kAdditive,
+    kSoftcap,
+    kCausal | kWindow,
+    kCausal | kTree,
+    kCausal | kSoftcap,
+    kWindow | kAdditive,
+    kTree | kAdditive | kSoftcap,
+    kWindow | kTree,
+    kCausal | kWindow | kTree | kAdditive | kSoftcap,
 };
 
-const Layout kLayouts[] = {Layout::kBSHD, Layout::kBHSD, Layout::kCache, Layout::kUnaligned};
+const Layout kLayouts[] = {Layout::kBSHD, Layout::kBHSD, Layout::kCache,
+                           Layout::kUnaligned};
 
 struct Gqa {
   int64_t q_heads, kv_heads;
@@ -56,12 +70,13 @@ struct Lengths {
 };
 // L != S both ways, L = 1, S = 0, S = 1, and lengths on and off the tile
 // sizes (64 keys per block, 64 / group query rows per tile). Cheapest first.
-const Lengths kLengths[] = {{1, 0},   {1, 1},   {3, 1},    {9, 16},  {37, 37},
-                            {1, 300}, {64, 64}, {100, 33}, {5, 257}, {130, 70},
-                            {65, 129}, {70, 150}};
+const Lengths kLengths[] = {{1, 0},   {1, 1},    {3, 1},    {9, 16},
+                            {37, 37}, {1, 300},  {64, 64},  {100, 33},
+                            {5, 257}, {130, 70}, {65, 129}, {70, 150}};
 
-template <typename T, size_t N>
-constexpr int Count(const T (&)[N]) { return static_cast<int>(N); }
+template <typename T, size_t N> constexpr int Count(const T (&)[N]) {
+  return static_cast<int>(N);
+}
 
 struct SweepCase {
   int dtypes = 0, mask = 0, layout = 0, gqa = 0, head_dim = 0, lengths = 0;
@@ -75,8 +90,8 @@ struct SweepCase {
 constexpr int64_t kWorkBudget = 6'000'000;
 int64_t Work(const SweepCase &c) {
   const Lengths &n = kLengths[c.lengths];
-  return c.batch * kGqas[c.gqa].q_heads * n.q_len * std::max<int64_t>(n.kv_len, 1) *
-         2 * kHeadDims[c.head_dim];
+  return c.batch * kGqas[c.gqa].q_heads * n.q_len *
+         std::max<int64_t>(n.kv_len, 1) * 2 * kHeadDims[c.head_dim];
 }
 
 struct Fixed {
@@ -85,11 +100,16 @@ struct Fixed {
 
 SweepCase Fit(SweepCase c, Fixed fixed) {
   while (Work(c) > kWorkBudget) {
-    if (c.batch > 1) c.batch = 1;
-    else if (!fixed.lengths && c.lengths > 0) c.lengths--;
-    else if (!fixed.head_dim && kHeadDims[c.head_dim] > 64) c.head_dim = 1;  // d = 64
-    else if (!fixed.gqa && kGqas[c.gqa].q_heads > 4) c.gqa = 1;
-    else break;
+    if (c.batch > 1)
+      c.batch = 1;
+    else if (!fixed.lengths && c.lengths > 0)
+      c.lengths--;
+    else if (!fixed.head_dim && kHeadDims[c.head_dim] > 64)
+      c.head_dim = 1; // d = 64
+    else if (!fixed.gqa && kGqas[c.gqa].q_heads > 4)
+      c.gqa = 1;
+    else
+      break;
   }
   return c;
 }
@@ -171,8 +191,9 @@ std::vector<SweepCase> RandomMix() {
 }
 
 std::string DtypeSetName(const DtypeSet &s) {
-  return std::string(flashcpu_dtype_name(s.q)) + "_" + flashcpu_dtype_name(s.k) + "_" +
-         flashcpu_dtype_name(s.v) + "_" + flashcpu_dtype_name(s.out);
+  return std::string(flashcpu_dtype_name(s.q)) + "_" +
+         flashcpu_dtype_name(s.k) + "_" + flashcpu_dtype_name(s.v) + "_" +
+         flashcpu_dtype_name(s.out);
 }
 
 std::string MaskName(unsigned mask) {
@@ -180,19 +201,22 @@ std::string MaskName(unsigned mask) {
   std::string name;
   const char *names[] = {"causal", "window", "tree", "additive", "softcap"};
   for (int bit = 0; bit < 5; bit++)
-    if (mask & (1u << bit)) name += (name.empty() ? "" : "_") + std::string(names[bit]);
+    if (mask & (1u << bit))
+      name += (name.empty() ? "" : "_") + std::string(names[bit]);
   return name;
 }
 
 std::string CaseName(const SweepCase &c, size_t index) {
   const Lengths &n = kLengths[c.lengths];
-  return DtypeSetName(kDtypeSets[c.dtypes]) + "__" + MaskName(kMaskKinds[c.mask]) + "__" +
-         LayoutName(kLayouts[c.layout]) + "__h" + std::to_string(kGqas[c.gqa].q_heads) + "_" +
-         std::to_string(kGqas[c.gqa].kv_heads) + "__d" + std::to_string(kHeadDims[c.head_dim]) +
-         "__L" + std::to_string(n.q_len) + "_S" + std::to_string(n.kv_len) + "__b" +
-         std::to_string(c.batch) + (c.kv_lengths ? "_kvlen" : "") + (c.lse ? "" : "_nolse") +
-         (c.large ? "__large" : "__small") +
-         "__" + std::to_string(index);
+  return DtypeSetName(kDtypeSets[c.dtypes]) + "__" +
+         MaskName(kMaskKinds[c.mask]) + "__" + LayoutName(kLayouts[c.layout]) +
+         "__h" + std::to_string(kGqas[c.gqa].q_heads) + "_" +
+         std::to_string(kGqas[c.gqa].kv_heads) + "__d" +
+         std::to_string(kHeadDims[c.head_dim]) + "__L" +
+         std::to_string(n.q_len) + "_S" + std::to_string(n.kv_len) + "__b" +
+         std::to_string(c.batch) + (c.kv_lengths ? "_kvlen" : "") +
+         (c.lse ? "" : "_nolse") + (c.large ? "__large" : "__small") + "__" +
+         std::to_string(index);
 }
 
 // Shape of the case (what a row's takes() reads); the options are drawn
@@ -213,11 +237,13 @@ struct IndexedCase {
   SweepCase sweep;
   size_t index;
 };
-std::vector<KernelParam<IndexedCase>> OnEveryKernel(const std::vector<SweepCase> &cases) {
+std::vector<KernelParam<IndexedCase>>
+OnEveryKernel(const std::vector<SweepCase> &cases) {
   std::vector<IndexedCase> indexed;
   for (size_t n = 0; n < cases.size(); n++) indexed.push_back({cases[n], n});
   return ForEveryKernel<IndexedCase>(
-      indexed, TakesConfigured<IndexedCase>([](AttentionCase &a, const IndexedCase &c) {
+      indexed,
+      TakesConfigured<IndexedCase>([](AttentionCase &a, const IndexedCase &c) {
         ConfigureShape(a, c.sweep);
       }));
 }
@@ -253,12 +279,13 @@ TEST_P(AttentionSweep, MatchesOracle) {
   }
   if (mask & kCausal) attention.causal();
   if (mask & kWindow) {
-    const int64_t windows[][2] = {{S / 3, 4}, {0, 0}, {7, -1}, {-1, 2}, {S + 3, S + 3}, {1, 64}};
+    const int64_t windows[][2] = {{S / 3, 4}, {0, 0},         {7, -1},
+                                  {-1, 2},    {S + 3, S + 3}, {1, 64}};
     const auto &w = windows[rng.Below(6)];
     attention.window(w[0], w[1]);
   }
   if (mask & kTree) {
-    const int64_t keys[] = {5, 70, S};  // one word, two words, every key
+    const int64_t keys[] = {5, 70, S}; // one word, two words, every key
     attention.tree(keys[rng.Below(3)], 0.7, rng.Chance(0.5));
   }
   if (mask & kAdditive)
@@ -268,11 +295,20 @@ TEST_P(AttentionSweep, MatchesOracle) {
   Check(attention);
 }
 
-INSTANTIATE_TEST_SUITE_P(DtypeByMask, AttentionSweep, testing::ValuesIn(OnEveryKernel(DtypeByMask())), kName);
-INSTANTIATE_TEST_SUITE_P(HeadDimByLayout, AttentionSweep, testing::ValuesIn(OnEveryKernel(HeadDimByLayout())), kName);
-INSTANTIATE_TEST_SUITE_P(GqaByLengths, AttentionSweep, testing::ValuesIn(OnEveryKernel(GqaByLengths())), kName);
-INSTANTIATE_TEST_SUITE_P(MaskByLengths, AttentionSweep, testing::ValuesIn(OnEveryKernel(MaskByLengths())), kName);
-INSTANTIATE_TEST_SUITE_P(RandomMix, AttentionSweep, testing::ValuesIn(OnEveryKernel(RandomMix())), kName);
+INSTANTIATE_TEST_SUITE_P(DtypeByMask, AttentionSweep,
+                         testing::ValuesIn(OnEveryKernel(DtypeByMask())),
+                         kName);
+INSTANTIATE_TEST_SUITE_P(HeadDimByLayout, AttentionSweep,
+                         testing::ValuesIn(OnEveryKernel(HeadDimByLayout())),
+                         kName);
+INSTANTIATE_TEST_SUITE_P(GqaByLengths, AttentionSweep,
+                         testing::ValuesIn(OnEveryKernel(GqaByLengths())),
+                         kName);
+INSTANTIATE_TEST_SUITE_P(MaskByLengths, AttentionSweep,
+                         testing::ValuesIn(OnEveryKernel(MaskByLengths())),
+                         kName);
+INSTANTIATE_TEST_SUITE_P(RandomMix, AttentionSweep,
+                         testing::ValuesIn(OnEveryKernel(RandomMix())), kName);
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

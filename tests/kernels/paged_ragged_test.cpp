@@ -34,7 +34,8 @@ namespace {
 // ---------------------------------------------------------------------------
 // The steps.
 
-StepSpec Spec(const std::string &name, const std::function<void(StepSpec &)> &configure) {
+StepSpec Spec(const std::string &name,
+              const std::function<void(StepSpec &)> &configure) {
   StepSpec spec;
   spec.name = name;
   configure(spec);
@@ -50,82 +51,131 @@ std::vector<StepSpec> Steps() {
            }),
       Spec("f16_hnd_p3_gqa7_d80_window_softcap",
            [](StepSpec &s) {
-             s.q_heads = 7; s.kv_heads = 1; s.head_dim = s.v_head_dim = 80;
+             s.q_heads = 7;
+             s.kv_heads = 1;
+             s.head_dim = s.v_head_dim = 80;
              s.q = s.kv = s.out = F16;
-             s.page_size = 3; s.layout = PageLayout::kHnd;
-             s.window_left = 24; s.window_right = 0; s.softcap = 30.0f;
+             s.page_size = 3;
+             s.layout = PageLayout::kHnd;
+             s.window_left = 24;
+             s.window_right = 0;
+             s.softcap = 30.0f;
              s.max_prefix = 100;
              s.seed = 2;
            }),
       Spec("bf16_nhd_p1_mha_d72_packed_mask",
            [](StepSpec &s) {
-             s.q_heads = s.kv_heads = 4; s.head_dim = s.v_head_dim = 72;
-             s.q = s.kv = BF16; s.out = F32;
+             s.q_heads = s.kv_heads = 4;
+             s.head_dim = s.v_head_dim = 72;
+             s.q = s.kv = BF16;
+             s.out = F32;
              s.page_size = 1;
              s.mask = MaskLayout::kPackedRows;
-             s.max_prefix = 60; s.max_prefill_rows = 48;
+             s.max_prefix = 60;
+             s.max_prefill_rows = 48;
              s.seed = 3;
            }),
       Spec("f32_hnd_p128_trees_wide_tree_f16_sinks",
            [](StepSpec &s) {
-             s.page_size = 128; s.layout = PageLayout::kHnd;
-             s.verify = 5; s.trees = 3; s.wide_tree = true;
-             s.sinks = true; s.sinks_dtype = F16;
+             s.page_size = 128;
+             s.layout = PageLayout::kHnd;
+             s.verify = 5;
+             s.trees = 3;
+             s.wide_tree = true;
+             s.sinks = true;
+             s.sinks_dtype = F16;
              s.max_prefix = 300;
              s.seed = 4;
            }),
       Spec("f16_nhd_p16_alibi_per_head_two_long_chunks",
            [](StepSpec &s) {
-             s.q_heads = 4; s.kv_heads = 1;
+             s.q_heads = 4;
+             s.kv_heads = 1;
              s.q = s.kv = s.out = F16;
              s.alibi = Alibi::kPerHead;
-             s.decode = 2; s.verify = 1; s.prefill = 2; s.max_prefill_rows = 200; s.max_prefix = 200;
+             s.decode = 2;
+             s.verify = 1;
+             s.prefill = 2;
+             s.max_prefill_rows = 200;
+             s.max_prefix = 200;
              s.seed = 5;
            }),
       Spec("bf16_hnd_p3_alibi_per_request_window_not_causal",
            [](StepSpec &s) {
-             s.q = F32; s.kv = BF16; s.out = BF16;
-             s.page_size = 3; s.layout = PageLayout::kHnd;
+             s.q = F32;
+             s.kv = BF16;
+             s.out = BF16;
+             s.page_size = 3;
+             s.layout = PageLayout::kHnd;
              s.alibi = Alibi::kPerRequest;
-             s.causal = false; s.window_left = 40; s.window_right = 5;
+             s.causal = false;
+             s.window_left = 40;
+             s.window_right = 5;
              s.seed = 6;
            }),
       Spec("one_buffer_offsets_strided_q_d100_key_padding_mask_softcap",
            [](StepSpec &s) {
-             s.q_heads = 6; s.kv_heads = 3; s.head_dim = s.v_head_dim = 100;
-             s.q = F32; s.kv = BF16; s.out = F16;
-             s.layout = PageLayout::kOneBuffer; s.block_offsets = true; s.strided_q = true;
-             s.mask = MaskLayout::kKeyPadding; s.softcap = 20.0f;
+             s.q_heads = 6;
+             s.kv_heads = 3;
+             s.head_dim = s.v_head_dim = 100;
+             s.q = F32;
+             s.kv = BF16;
+             s.out = F16;
+             s.layout = PageLayout::kOneBuffer;
+             s.block_offsets = true;
+             s.strided_q = true;
+             s.mask = MaskLayout::kKeyPadding;
+             s.softcap = 20.0f;
              s.seed = 7;
            }),
       Spec("f16_nhd_p16_large_scores",
            [](StepSpec &s) {
-             s.q = s.kv = F16; s.out = F32;
+             s.q = s.kv = F16;
+             s.out = F32;
              s.large = true;
              s.seed = 8;
            }),
       Spec("bf16_nhd_p16_decode_long_prefixes_d128_mqa",
            [](StepSpec &s) {
-             s.q_heads = 4; s.kv_heads = 1; s.head_dim = s.v_head_dim = 128;
+             s.q_heads = 4;
+             s.kv_heads = 1;
+             s.head_dim = s.v_head_dim = 128;
              s.q = s.kv = s.out = BF16;
-             s.decode = 5; s.verify = 1; s.trees = 1; s.prefill = 0; s.max_prefix = 900;
+             s.decode = 5;
+             s.verify = 1;
+             s.trees = 1;
+             s.prefill = 0;
+             s.max_prefix = 900;
              s.seed = 9;
            }),
       Spec("p3_empty_requests_rows_past_keys_bf16_sinks",
            [](StepSpec &s) {
-             s.q_heads = 4; s.kv_heads = 2; s.head_dim = s.v_head_dim = 32;
+             s.q_heads = 4;
+             s.kv_heads = 2;
+             s.head_dim = s.v_head_dim = 32;
              s.page_size = 3;
-             s.decode = 2; s.verify = 2; s.trees = 2; s.prefill = 0; s.no_rows = 4; s.no_keys = 3;
-             s.rows_past_keys = true; s.max_prefix = 20;
-             s.sinks = true; s.sinks_dtype = BF16;
+             s.decode = 2;
+             s.verify = 2;
+             s.trees = 2;
+             s.prefill = 0;
+             s.no_rows = 4;
+             s.no_keys = 3;
+             s.rows_past_keys = true;
+             s.max_prefix = 20;
+             s.sinks = true;
+             s.sinks_dtype = BF16;
              s.seed = 10;
            }),
       Spec("f32_nhd_p16_gqa7_d40_dv24_not_causal_head_major_out",
            [](StepSpec &s) {
-             s.q_heads = 14; s.kv_heads = 2; s.head_dim = 40; s.v_head_dim = 24;
+             s.q_heads = 14;
+             s.kv_heads = 2;
+             s.head_dim = 40;
+             s.v_head_dim = 24;
              s.head_major_out = true;
              s.causal = false;
-             s.max_prefix = 80; s.max_prefill_rows = 40;
+             s.max_prefix = 80;
+             s.max_prefill_rows = 40;
              s.seed = 12;
            }),
   };
@@ -135,7 +185,9 @@ std::string StepName(const StepSpec &spec) { return spec.name; }
 
 // Rows that take every request of the step: a forced split-KV kernel
 // refuses requests of more than 64 rows (so do the rows' takes()).
-bool Instantiable(Kernel kernel, const StepSpec &spec) { return RowTakesStep(kernel, spec, nullptr); }
+bool Instantiable(Kernel kernel, const StepSpec &spec) {
+  return RowTakesStep(kernel, spec, nullptr);
+}
 
 using PagedRagged = KernelSuite<StepSpec>;
 
@@ -144,13 +196,15 @@ TEST_P(PagedRagged, EveryRowMatchesTheOracle) {
   flashcpu_context *context = ctx();
   ASSERT_NE(context, nullptr);
   std::string error;
-  ASSERT_EQ(step.Run(context, &error), FLASHCPU_OK) << error << "; " << step.Describe();
+  ASSERT_EQ(step.Run(context, &error), FLASHCPU_OK)
+      << error << "; " << step.Describe();
   EXPECT_TRUE(step.CheckAgainstOracle());
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, PagedRagged,
-                         testing::ValuesIn(ForEveryKernel<StepSpec>(Steps(), Instantiable)),
-                         KernelParamName<StepSpec>(StepName));
+INSTANTIATE_TEST_SUITE_P(
+    Steps, PagedRagged,
+    testing::ValuesIn(ForEveryKernel<StepSpec>(Steps(), Instantiable)),
+    KernelParamName<StepSpec>(StepName));
 
 // The plan refuses a step a forced split-KV kernel cannot take whole (a
 // chunk of 65 rows), naming the kernel, rather than running part of it.
@@ -158,16 +212,18 @@ using PagedRaggedForcedSplitKv = KernelOnly;
 
 TEST_P(PagedRaggedForcedSplitKv, RefusesAChunkOf65Rows) {
   StepSpec spec = Steps().front();
-  spec.q = spec.kv = BF16;  // what every row takes, the bf16-dot ones included
+  spec.q = spec.kv = BF16; // what every row takes, the bf16-dot ones included
   spec.prefill = 1;
   spec.min_prefill_rows = spec.max_prefill_rows = 65;
   PagedStep step(spec);
   std::string error;
-  EXPECT_EQ(step.Run(ctx(), &error), FLASHCPU_ERROR_INVALID_ARGUMENT) << step.Describe();
+  EXPECT_EQ(step.Run(ctx(), &error), FLASHCPU_ERROR_INVALID_ARGUMENT)
+      << step.Describe();
   EXPECT_NE(error.find(kernel()->name), std::string::npos) << error;
   spec.min_prefill_rows = spec.max_prefill_rows = 64;
   std::string why;
-  if (!RowTakesStep(kernel(), spec, &why))  // e.g. integer scores: K must be i8/u8
+  if (!RowTakesStep(kernel(), spec,
+                    &why)) // e.g. integer scores: K must be i8/u8
     GTEST_SKIP() << kernel()->name << " takes no bf16 step: " << why;
   PagedStep fits(spec);
   EXPECT_EQ(fits.Run(ctx(), &error), FLASHCPU_OK) << error;
@@ -175,9 +231,12 @@ TEST_P(PagedRaggedForcedSplitKv, RefusesAChunkOf65Rows) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kernels, PagedRaggedForcedSplitKv,
-    testing::ValuesIn(ForEveryKernel<NoCase>({NoCase{}}, [](Kernel kernel, const NoCase &) {
-      return kernel->family == FC_FAMILY_SPLITKV;  // a prefill row takes any number of rows
-    })),
+    testing::ValuesIn(ForEveryKernel<NoCase>(
+        {NoCase{}},
+        [](Kernel kernel, const NoCase &) {
+          return kernel->family ==
+                 FC_FAMILY_SPLITKV; // a prefill row takes any number of rows
+        })),
     KernelOnlyName);
 
 // ---------------------------------------------------------------------------
@@ -198,7 +257,8 @@ TEST_P(PagedRaggedDeterminism, SameBytesWithOneTwoAndThreeThreads) {
   PagedStep step(test_case());
   std::string error;
   ASSERT_EQ(step.Run(ctx(1), &error), FLASHCPU_OK) << error;
-  ASSERT_TRUE(step.CheckAgainstOracle());  // the reference is right, not just stable
+  ASSERT_TRUE(
+      step.CheckAgainstOracle()); // the reference is right, not just stable
   const std::vector<unsigned char> reference = step.Written();
   for (int threads : {2, 3, 1}) {
     flashcpu_context *context = ctx(threads);
@@ -209,7 +269,8 @@ TEST_P(PagedRaggedDeterminism, SameBytesWithOneTwoAndThreeThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, PagedRaggedDeterminism,
-                         testing::ValuesIn(ForEveryKernel<StepSpec>(DeterminismSteps(), Instantiable)),
+                         testing::ValuesIn(ForEveryKernel<StepSpec>(
+                             DeterminismSteps(), Instantiable)),
                          KernelParamName<StepSpec>(StepName));
 
 // ---------------------------------------------------------------------------
@@ -224,8 +285,9 @@ struct ChoiceCase {
 
 std::vector<ChoiceCase> ChoiceCases() {
   std::vector<ChoiceCase> cases;
-  for (flashcpu_isa isa : {FLASHCPU_ISA_AUTO, FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2, FLASHCPU_ISA_NEON,
-                           FLASHCPU_ISA_SCALAR})
+  for (flashcpu_isa isa :
+       {FLASHCPU_ISA_AUTO, FLASHCPU_ISA_AVX512, FLASHCPU_ISA_AVX2,
+        FLASHCPU_ISA_NEON, FLASHCPU_ISA_SCALAR})
     for (const StepSpec &spec : Steps())
       if (spec.name == "f32_nhd_p16_gqa4_causal_long_chunk" ||
           spec.name == "bf16_hnd_p3_alibi_per_request_window_not_causal")
@@ -233,13 +295,16 @@ std::vector<ChoiceCase> ChoiceCases() {
   return cases;
 }
 
-void PrintTo(const ChoiceCase &c, std::ostream *os) { *os << flashcpu_isa_name(c.isa) << " " << c.step.name; }
+void PrintTo(const ChoiceCase &c, std::ostream *os) {
+  *os << flashcpu_isa_name(c.isa) << " " << c.step.name;
+}
 
 class PagedRaggedDefaultChoice : public testing::TestWithParam<ChoiceCase> {};
 
 TEST_P(PagedRaggedDefaultChoice, BothFamiliesInOnePlanMatchTheOracle) {
   const ChoiceCase &c = GetParam();
-  if (!flashcpu_isa_supported(c.isa)) GTEST_SKIP() << "this CPU (or its OS) lacks " << flashcpu_isa_name(c.isa);
+  if (!flashcpu_isa_supported(c.isa))
+    GTEST_SKIP() << "this CPU (or its OS) lacks " << flashcpu_isa_name(c.isa);
   ScopedEnv no_tune_file("FLASHCPU_TUNE_FILE", nullptr);
   flashcpu_context_options options = KernelOptions(c.isa, nullptr);
   options.settings = "splitkv_max_rows = 8";
@@ -258,10 +323,12 @@ TEST_P(PagedRaggedDefaultChoice, BothFamiliesInOnePlanMatchTheOracle) {
   EXPECT_TRUE(step.CheckAgainstOracle());
 }
 
-INSTANTIATE_TEST_SUITE_P(Steps, PagedRaggedDefaultChoice, testing::ValuesIn(ChoiceCases()),
-                         [](const testing::TestParamInfo<ChoiceCase> &param_info) {
-                           return std::string(flashcpu_isa_name(param_info.param.isa)) + "__" + param_info.param.step.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Steps, PagedRaggedDefaultChoice, testing::ValuesIn(ChoiceCases()),
+    [](const testing::TestParamInfo<ChoiceCase> &param_info) {
+      return std::string(flashcpu_isa_name(param_info.param.isa)) + "__" +
+             param_info.param.step.name;
+    });
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -12,8 +12,7 @@ static int64_t take_all(fc_prefetch_sweep *sweep, const char **lines,
   int64_t count = 0;
   for (const char *line = fc_sweep_take(sweep); line;
        line = fc_sweep_take(sweep)) {
-    if (count < capacity)
-      lines[count] = line;
+    if (count < capacity) lines[count] = line;
     count++;
   }
   return count;
@@ -37,8 +36,8 @@ int64_t fctest_sweep_lines_listed(const char *const *key_rows, int64_t keys,
                                   int64_t row_bytes, const char **lines,
                                   int64_t capacity) {
   fc_prefetch_sweep sweep;
-  fc_sweep_init(&sweep, key_rows[0], keys, heads, heads * head_step,
-                head_step, row_bytes);
+  fc_sweep_init(&sweep, key_rows[0], keys, heads, heads * head_step, head_step,
+                row_bytes);
   fc_sweep_use_rows(&sweep, key_rows, 0);
   return take_all(&sweep, lines, capacity);
 }

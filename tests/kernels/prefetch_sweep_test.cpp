@@ -11,12 +11,10 @@ extern "C" int64_t fctest_sweep_lines(const char *first_row, int64_t keys,
                                       int64_t heads, int64_t key_step,
                                       int64_t head_step, int64_t row_bytes,
                                       const char **lines, int64_t capacity);
-extern "C" int64_t fctest_sweep_lines_listed(const char *const *key_rows,
-                                             int64_t keys, int64_t heads,
-                                             int64_t head_step,
-                                             int64_t row_bytes,
-                                             const char **lines,
-                                             int64_t capacity);
+extern "C" int64_t
+fctest_sweep_lines_listed(const char *const *key_rows, int64_t keys,
+                          int64_t heads, int64_t head_step, int64_t row_bytes,
+                          const char **lines, int64_t capacity);
 
 namespace {
 
@@ -40,10 +38,9 @@ const char *Base(int64_t offset) {
 
 std::vector<const char *> Lines(const Layout &l) {
   std::vector<const char *> lines(1 << 16);
-  const int64_t count =
-      fctest_sweep_lines(Base(l.offset), l.keys, l.heads, l.key_step,
-                         l.head_step, l.row_bytes, lines.data(),
-                         static_cast<int64_t>(lines.size()));
+  const int64_t count = fctest_sweep_lines(
+      Base(l.offset), l.keys, l.heads, l.key_step, l.head_step, l.row_bytes,
+      lines.data(), static_cast<int64_t>(lines.size()));
   EXPECT_LE(count, static_cast<int64_t>(lines.size()));
   lines.resize(static_cast<size_t>(count));
   return lines;
@@ -123,7 +120,7 @@ TEST(PrefetchSweep, RowsListedPerKeyAreWalkedKeyByKey) {
   lines.resize(static_cast<size_t>(count));
   EXPECT_EQ(std::set<const char *>(lines.begin(), lines.end()), want);
   ASSERT_EQ(lines.size(), want.size());
-  for (int64_t k = 0; k < keys; k++)  // key by key, each key's run ascending
+  for (int64_t k = 0; k < keys; k++) // key by key, each key's run ascending
     for (int64_t i = 0; i < heads * row_bytes / kLine; i++)
       EXPECT_EQ(lines[static_cast<size_t>(k * heads * row_bytes / kLine + i)],
                 rows[static_cast<size_t>(k)] + i * kLine);
@@ -136,4 +133,4 @@ TEST(PrefetchSweep, EmptySweepHandsOutNothing) {
   EXPECT_TRUE(Lines({16, 8, 2048, 256, 0, 0}).empty());
 }
 
-}  // namespace
+} // namespace

@@ -22,7 +22,8 @@ void Append(const AttentionCase &c, std::vector<double> *values) {
   const AttentionCase::Shape s = c.shape();
   for (int64_t i = 0; i < s.q_len; i++)
     for (int64_t h = 0; h < s.q_heads; h++) {
-      for (int64_t d = 0; d < s.v_head_dim; d++) values->push_back(c.out_at(0, i, h, d));
+      for (int64_t d = 0; d < s.v_head_dim; d++)
+        values->push_back(c.out_at(0, i, h, d));
       values->push_back(c.lse_at(0, h, i));
     }
 }
@@ -39,29 +40,45 @@ TEST_P(DecodePrefetch, EitherLevelIsNamedAndGivesTheSameBytes) {
     AddSetting(options, std::string("decode_prefetch = ") + levels[n]);
     Context context(options);
     ASSERT_TRUE(context.ok()) << flashcpu_last_error(nullptr);
-    EXPECT_EQ(DescribedSetting(context, "decode_prefetch"), n == 0 ? "l1" : "l2");
+    EXPECT_EQ(DescribedSetting(context, "decode_prefetch"),
+              n == 0 ? "l1" : "l2");
     AttentionCase one;
-    one.q_len(1).kv_len(777).heads(32, 8).head_dim(128).dtypes(BF16, BF16, BF16).seed(61);
+    one.q_len(1)
+        .kv_len(777)
+        .heads(32, 8)
+        .head_dim(128)
+        .dtypes(BF16, BF16, BF16)
+        .seed(61);
     if (!Check(one, context)) return;
     Append(one, &values[n]);
     AttentionCase rows;
-    rows.q_len(3).kv_len(530).heads(8, 2).head_dim(64).dtypes(BF16, BF16, F32).causal().seed(62);
+    rows.q_len(3)
+        .kv_len(530)
+        .heads(8, 2)
+        .head_dim(64)
+        .dtypes(BF16, BF16, F32)
+        .causal()
+        .seed(62);
     if (!Check(rows, context)) return;
     Append(rows, &values[n]);
   }
   ASSERT_EQ(values[0].size(), values[1].size());
-  EXPECT_EQ(std::memcmp(values[0].data(), values[1].data(), values[0].size() * sizeof(double)), 0);
+  EXPECT_EQ(std::memcmp(values[0].data(), values[1].data(),
+                        values[0].size() * sizeof(double)),
+            0);
 }
 
 std::vector<KernelParam<NoCase>> SplitKvRows() {
   std::vector<KernelParam<NoCase>> params;
-  for (Kernel kernel : KernelsOfFamily(FC_FAMILY_SPLITKV)) params.push_back({kernel, NoCase{}});
+  for (Kernel kernel : KernelsOfFamily(FC_FAMILY_SPLITKV))
+    params.push_back({kernel, NoCase{}});
   return params;
 }
 
-INSTANTIATE_TEST_SUITE_P(SplitKv, DecodePrefetch, testing::ValuesIn(SplitKvRows()),
-                         KernelOnlyName);
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(DecodePrefetch);  // a build without split-KV rows
+INSTANTIATE_TEST_SUITE_P(SplitKv, DecodePrefetch,
+                         testing::ValuesIn(SplitKvRows()), KernelOnlyName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(
+    DecodePrefetch); // a build without split-KV rows
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -49,7 +49,7 @@ TEST(PrefillTileSize, NeverBelowTheDefault) {
   const fc_problem p = Problem(64, 64);
   const fc_prefill_plan plan = fc_prefill_plan_tiles(&p, &kShape, 256);
   EXPECT_GE(plan.slots_per_tile, FC_PREFILL_TILE_SLOTS);
-  EXPECT_EQ(plan.tile_count, 16);  // 48-row tiles, two per kv head
+  EXPECT_EQ(plan.tile_count, 16); // 48-row tiles, two per kv head
 }
 
 TEST(PrefillTileSize, RaggedBatchesKeepTheKernelsSize) {
@@ -59,4 +59,4 @@ TEST(PrefillTileSize, RaggedBatchesKeepTheKernelsSize) {
   EXPECT_EQ(fc_prefill_plan_tiles(&p, &kShape, 16).slots_per_tile, 768);
 }
 
-}  // namespace
+} // namespace

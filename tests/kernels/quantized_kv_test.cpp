@@ -32,29 +32,43 @@ struct QuantCase {
 };
 
 const QuantCase kCases[] = {
-    {"i8_token_decode", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken, Scales::kPerToken, false, 1, 300, 128},
-    {"i8_token_verify", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken, Scales::kPerToken, false, 5, 77, 72},
-    {"i8_token_prefill", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken, Scales::kPerToken, false, 37, 101, 64},
-    {"u8_zero_decode", FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_U8, Scales::kPerToken, Scales::kPerToken, true, 1, 130, 64},
-    {"u8_zero_prefill", FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_U8, Scales::kPerToken, Scales::kPerToken, true, 20, 45, 40},
-    {"e4m3_tensor_decode", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3, Scales::kPerTensor, Scales::kPerTensor, false, 1, 200, 128},
-    {"e4m3_head_prefill", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3, Scales::kPerHead, Scales::kNone, false, 33, 70, 48},
-    {"e5m2_head_decode", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2, Scales::kPerHead, Scales::kPerHead, false, 2, 90, 80},
-    {"e5m2_tensor_prefill", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2, Scales::kPerTensor, Scales::kPerTensor, false, 19, 40, 64},
-    {"q8_0_decode", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone, Scales::kNone, false, 1, 260, 128},
-    {"q8_0_prefill", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone, Scales::kNone, false, 24, 50, 64},
-    {"i8_channel_k_bf16_v", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_BF16, Scales::kPerChannel, Scales::kNone, false, 1, 150, 64},
-    {"i8_channel_k_prefill", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_F16, Scales::kPerChannel, Scales::kNone, false, 17, 66, 96},
+    {"i8_token_decode", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken,
+     Scales::kPerToken, false, 1, 300, 128},
+    {"i8_token_verify", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8, Scales::kPerToken,
+     Scales::kPerToken, false, 5, 77, 72},
+    {"i8_token_prefill", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_I8,
+     Scales::kPerToken, Scales::kPerToken, false, 37, 101, 64},
+    {"u8_zero_decode", FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_U8, Scales::kPerToken,
+     Scales::kPerToken, true, 1, 130, 64},
+    {"u8_zero_prefill", FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_U8, Scales::kPerToken,
+     Scales::kPerToken, true, 20, 45, 40},
+    {"e4m3_tensor_decode", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3,
+     Scales::kPerTensor, Scales::kPerTensor, false, 1, 200, 128},
+    {"e4m3_head_prefill", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3,
+     Scales::kPerHead, Scales::kNone, false, 33, 70, 48},
+    {"e5m2_head_decode", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2,
+     Scales::kPerHead, Scales::kPerHead, false, 2, 90, 80},
+    {"e5m2_tensor_prefill", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2,
+     Scales::kPerTensor, Scales::kPerTensor, false, 19, 40, 64},
+    {"q8_0_decode", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone,
+     Scales::kNone, false, 1, 260, 128},
+    {"q8_0_prefill", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone,
+     Scales::kNone, false, 24, 50, 64},
+    {"i8_channel_k_bf16_v", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_BF16,
+     Scales::kPerChannel, Scales::kNone, false, 1, 150, 64},
+    {"i8_channel_k_prefill", FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_F16,
+     Scales::kPerChannel, Scales::kNone, false, 17, 66, 96},
 };
 
 constexpr int64_t kBatch = 2, kQHeads = 8, kKvHeads = 2;
 
 // Element strides of a [B, S, H, D] scales view of a granularity.
-void ScaleStrides(Scales kind, int64_t S, int64_t H, int64_t D, int64_t strides[4]) {
-  const int64_t token[4] = {S * H, H, 1, 0}, head[4] = {0, 0, 1, 0}, tensor[4] = {0, 0, 0, 0},
-                channel[4] = {0, 0, D, 1};
-  const int64_t *from = kind == Scales::kPerToken ? token
-                        : kind == Scales::kPerHead ? head
+void ScaleStrides(Scales kind, int64_t S, int64_t H, int64_t D,
+                  int64_t strides[4]) {
+  const int64_t token[4] = {S * H, H, 1, 0}, head[4] = {0, 0, 1, 0},
+                tensor[4] = {0, 0, 0, 0}, channel[4] = {0, 0, D, 1};
+  const int64_t *from = kind == Scales::kPerToken     ? token
+                        : kind == Scales::kPerHead    ? head
                         : kind == Scales::kPerChannel ? channel
                                                       : tensor;
   std::memcpy(strides, from, 4 * sizeof(int64_t));
@@ -62,10 +76,14 @@ void ScaleStrides(Scales kind, int64_t S, int64_t H, int64_t D, int64_t strides[
 
 int64_t ScaleCount(Scales kind, int64_t S, int64_t H, int64_t D) {
   switch (kind) {
-    case Scales::kPerToken: return kBatch * S * H;
-    case Scales::kPerHead: return H;
-    case Scales::kPerChannel: return H * D;
-    default: return 1;
+  case Scales::kPerToken:
+    return kBatch * S * H;
+  case Scales::kPerHead:
+    return H;
+  case Scales::kPerChannel:
+    return H * D;
+  default:
+    return 1;
   }
 }
 
@@ -78,35 +96,42 @@ struct Side {
   flashcpu_kv_scales view{};
   bool scaled = false;
 
-  void Make(flashcpu_context *ctx, flashcpu_dtype storage, Scales kind, bool zero_points, int64_t S,
-            int64_t D, Rng &rng) {
+  void Make(flashcpu_context *ctx, flashcpu_dtype storage, Scales kind,
+            bool zero_points, int64_t S, int64_t D, Rng &rng) {
     dtype = storage;
     const int64_t count = kBatch * S * kKvHeads * D;
     source.resize(static_cast<size_t>(count));
     for (float &x : source) x = static_cast<float>(rng.Uniform(-2.0, 2.5));
     dequantized.assign(source.size(), 0.0f);
-    const flashcpu_tensor src = flashcpu_tensor_bshd(source.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
-    flashcpu_tensor deq = flashcpu_tensor_bshd(dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
-    if (storage == FLASHCPU_DTYPE_F16 || storage == FLASHCPU_DTYPE_BF16) {  // plain V beside a quantized K
+    const flashcpu_tensor src = flashcpu_tensor_bshd(
+        source.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+    flashcpu_tensor deq = flashcpu_tensor_bshd(
+        dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+    if (storage == FLASHCPU_DTYPE_F16 ||
+        storage == FLASHCPU_DTYPE_BF16) { // plain V beside a quantized K
       codes.resize(static_cast<size_t>(count) * 2);
       for (int64_t i = 0; i < count; i++) {
-        StoreAs(&codes[static_cast<size_t>(i) * 2], storage, source[static_cast<size_t>(i)]);
+        StoreAs(&codes[static_cast<size_t>(i) * 2], storage,
+                source[static_cast<size_t>(i)]);
         dequantized[static_cast<size_t>(i)] = static_cast<float>(
             RoundToDtype(source[static_cast<size_t>(i)], storage));
       }
       return;
     }
-    const size_t bytes = storage == FLASHCPU_DTYPE_Q8_0 ? static_cast<size_t>(count / 32 * 34)
-                                                        : static_cast<size_t>(count);
+    const size_t bytes = storage == FLASHCPU_DTYPE_Q8_0
+                             ? static_cast<size_t>(count / 32 * 34)
+                             : static_cast<size_t>(count);
     codes.assign(bytes, 0);
     scaled = kind != Scales::kNone;
     if (scaled) {
       // Scales the library reads (per head, tensor, channel) are drawn
       // here; per-token ones flashcpu_quantize computes.
       scales.resize(static_cast<size_t>(ScaleCount(kind, S, kKvHeads, D)));
-      for (float &s : scales) s = static_cast<float>(storage == FLASHCPU_DTYPE_I8 ? rng.Uniform(0.01, 0.03)
-                                                     : storage == FLASHCPU_DTYPE_U8 ? rng.Uniform(0.01, 0.02)
-                                                                                    : rng.Uniform(0.5, 2.0));
+      for (float &s : scales)
+        s = static_cast<float>(
+            storage == FLASHCPU_DTYPE_I8   ? rng.Uniform(0.01, 0.03)
+            : storage == FLASHCPU_DTYPE_U8 ? rng.Uniform(0.01, 0.02)
+                                           : rng.Uniform(0.5, 2.0));
       view.data = scales.data();
       view.dtype = FLASHCPU_DTYPE_F32;
       ScaleStrides(kind, S, kKvHeads, D, view.strides);
@@ -116,9 +141,11 @@ struct Side {
       }
     }
     const flashcpu_tensor q = View(S, D);
-    ASSERT_EQ(flashcpu_quantize(ctx, &src, &q, scaled ? &view : nullptr), FLASHCPU_OK)
+    ASSERT_EQ(flashcpu_quantize(ctx, &src, &q, scaled ? &view : nullptr),
+              FLASHCPU_OK)
         << flashcpu_last_error(ctx);
-    ASSERT_EQ(flashcpu_dequantize(ctx, &q, scaled ? &view : nullptr, &deq), FLASHCPU_OK)
+    ASSERT_EQ(flashcpu_dequantize(ctx, &q, scaled ? &view : nullptr, &deq),
+              FLASHCPU_OK)
         << flashcpu_last_error(ctx);
   }
   flashcpu_tensor View(int64_t S, int64_t D) {
@@ -153,19 +180,25 @@ struct Inputs {
     lengths[1] = S - 3;
     params.kv_lengths = lengths;
   }
-  size_t OutCount() const { return static_cast<size_t>(kBatch * L * kQHeads * D); }
+  size_t OutCount() const {
+    return static_cast<size_t>(kBatch * L * kQHeads * D);
+  }
   // Runs attention on the quantized (or, with dequantized, the f32) cache
   // into out and lse; "cannot take" comes back as a skip reason.
-  flashcpu_status Run(flashcpu_context *context, bool dequantized, std::vector<float> *out,
-                      std::vector<float> *lse) {
+  flashcpu_status Run(flashcpu_context *context, bool dequantized,
+                      std::vector<float> *out, std::vector<float> *lse) {
     out->assign(OutCount(), NAN);
     lse->assign(static_cast<size_t>(kBatch * kQHeads * L), NAN);
-    const flashcpu_tensor q = flashcpu_tensor_bshd(q_data.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
-    const flashcpu_tensor o = flashcpu_tensor_bshd(out->data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+    const flashcpu_tensor q = flashcpu_tensor_bshd(
+        q_data.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+    const flashcpu_tensor o = flashcpu_tensor_bshd(
+        out->data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
     flashcpu_attention_params use = params;
     if (dequantized) {
-      const flashcpu_tensor kf = flashcpu_tensor_bshd(k.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
-      const flashcpu_tensor vf = flashcpu_tensor_bshd(v.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+      const flashcpu_tensor kf = flashcpu_tensor_bshd(
+          k.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
+      const flashcpu_tensor vf = flashcpu_tensor_bshd(
+          v.dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, S, kKvHeads, D);
       return flashcpu_attention(context, &q, &kf, &vf, &o, lse->data(), &use);
     }
     use.k_scales = k.Scaled();
@@ -177,7 +210,8 @@ struct Inputs {
 
 bool CannotTake(flashcpu_status status, flashcpu_context *context) {
   return status == FLASHCPU_ERROR_INVALID_ARGUMENT &&
-         std::string(flashcpu_last_error(context)).find("cannot take") != std::string::npos;
+         std::string(flashcpu_last_error(context)).find("cannot take") !=
+             std::string::npos;
 }
 
 // Kernels whose scores round q to integers (registry rows named "i16dot":
@@ -185,28 +219,37 @@ bool CannotTake(flashcpu_status status, flashcpu_context *context) {
 // AMX-INT8 kernel: 15-bit codes, weights to 32639 per 64-key group).
 bool RoundsQ(Kernel kernel) {
   const std::string name = kernel->name;
-  return name.find("i16dot") != std::string::npos || name.find("i8dot") != std::string::npos ||
+  return name.find("i16dot") != std::string::npos ||
+         name.find("i8dot") != std::string::npos ||
          name.find("__amxint8") != std::string::npos;
 }
-bool RoundsToBytes(Kernel kernel) { return std::string(kernel->name).find("i8dot") != std::string::npos; }
-bool OnAmxTiles(Kernel kernel) { return std::string(kernel->name).find("__amxint8") != std::string::npos; }
+bool RoundsToBytes(Kernel kernel) {
+  return std::string(kernel->name).find("i8dot") != std::string::npos;
+}
+bool OnAmxTiles(Kernel kernel) {
+  return std::string(kernel->name).find("__amxint8") != std::string::npos;
+}
 // Keys that share one step of the rounded weights, and the largest code.
-double KeysPerWeightStep(Kernel kernel) { return OnAmxTiles(kernel) ? 64.0 : 16.0; }
+double KeysPerWeightStep(Kernel kernel) {
+  return OnAmxTiles(kernel) ? 64.0 : 16.0;
+}
 double WeightCodes(Kernel kernel) {
   return RoundsToBytes(kernel) ? 255.0 : OnAmxTiles(kernel) ? 32639.0 : 32767.0;
 }
 
 // The f32 split-KV kernel of an integer kernel's ISA.
 Kernel ExactKernelOf(Kernel kernel) {
-  return fc_attention_kernel_find(kernel->isa == FLASHCPU_ISA_AVX2 ? "fc_decode_splitkv__avx2"
-                                                                   : "fc_decode_splitkv__avx512");
+  return fc_attention_kernel_find(kernel->isa == FLASHCPU_ISA_AVX2
+                                      ? "fc_decode_splitkv__avx2"
+                                      : "fc_decode_splitkv__avx512");
 }
 
 // Runs the quantized case on context's kernel into out and on the exact
 // kernel of its ISA into want; *skip says why the kernel does not take it
 // (nothing is run then).
-void RunAgainstTheExactKernel(Kernel kernel, flashcpu_context *context, Inputs *in,
-                              std::vector<float> *out, std::vector<float> *want, std::string *skip) {
+void RunAgainstTheExactKernel(Kernel kernel, flashcpu_context *context,
+                              Inputs *in, std::vector<float> *out,
+                              std::vector<float> *want, std::string *skip) {
   flashcpu_context *exact = KernelContext(ExactKernelOf(kernel));
   ASSERT_NE(exact, nullptr);
   std::vector<float> lse, want_lse;
@@ -216,24 +259,28 @@ void RunAgainstTheExactKernel(Kernel kernel, flashcpu_context *context, Inputs *
     return;
   }
   ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context);
-  ASSERT_EQ(in->Run(exact, false, want, &want_lse), FLASHCPU_OK) << flashcpu_last_error(exact);
+  ASSERT_EQ(in->Run(exact, false, want, &want_lse), FLASHCPU_OK)
+      << flashcpu_last_error(exact);
 }
 
 // Runs in on its dequantized (f32) cache into out_f and lse_f, then on the
 // quantized one into out_q and lse_q, with context's kernel; *skip says
 // why the kernel does not take one of them (nothing more is run then).
-void RunOnBothCaches(flashcpu_context *context, Inputs *in, std::vector<float> *out_q,
-                     std::vector<float> *lse_q, std::vector<float> *out_f, std::vector<float> *lse_f,
+void RunOnBothCaches(flashcpu_context *context, Inputs *in,
+                     std::vector<float> *out_q, std::vector<float> *lse_q,
+                     std::vector<float> *out_f, std::vector<float> *lse_f,
                      std::string *skip) {
   const flashcpu_status plain = in->Run(context, true, out_f, lse_f);
   if (CannotTake(plain, context)) {
-    *skip = std::string("does not take this shape: ") + flashcpu_last_error(context);
+    *skip = std::string("does not take this shape: ") +
+            flashcpu_last_error(context);
     return;
   }
   ASSERT_EQ(plain, FLASHCPU_OK) << flashcpu_last_error(context);
   const flashcpu_status quantized = in->Run(context, false, out_q, lse_q);
   if (CannotTake(quantized, context)) {
-    *skip = std::string("does not take quantized K/V: ") + flashcpu_last_error(context);
+    *skip = std::string("does not take quantized K/V: ") +
+            flashcpu_last_error(context);
     return;
   }
   ASSERT_EQ(quantized, FLASHCPU_OK) << flashcpu_last_error(context);
@@ -241,12 +288,15 @@ void RunOnBothCaches(flashcpu_context *context, Inputs *in, std::vector<float> *
 
 // The quantized cache gives the dequantized cache's bytes (output and
 // lse), all finite; *skip says why the kernel does not take the case.
-void ExpectTheDequantizedBytes(flashcpu_context *context, Inputs *in, std::string *skip) {
+void ExpectTheDequantizedBytes(flashcpu_context *context, Inputs *in,
+                               std::string *skip) {
   std::vector<float> out_q, out_f, lse_q, lse_f;
   RunOnBothCaches(context, in, &out_q, &lse_q, &out_f, &lse_f, skip);
   if (testing::Test::HasFatalFailure() || !skip->empty()) return;
-  EXPECT_EQ(std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
-  EXPECT_EQ(std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
+  EXPECT_EQ(
+      std::memcmp(out_q.data(), out_f.data(), out_q.size() * sizeof(float)), 0);
+  EXPECT_EQ(
+      std::memcmp(lse_q.data(), lse_f.data(), lse_q.size() * sizeof(float)), 0);
   for (size_t i = 0; i < out_q.size(); i++)
     ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
 }
@@ -255,7 +305,8 @@ TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   const QuantCase &c = test_case();
   flashcpu_context *context = ctx();
   ASSERT_NE(context, nullptr);
-  if (RoundsQ(kernel())) GTEST_SKIP() << "rounds q: IntegerScoresTrackTheExactKernel checks it";
+  if (RoundsQ(kernel()))
+    GTEST_SKIP() << "rounds q: IntegerScoresTrackTheExactKernel checks it";
   Inputs in;
   in.Make(context, c);
   if (HasFatalFailure()) return;
@@ -279,9 +330,11 @@ TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
 // without scales): what bounds the rounding of integer values.
 std::pair<double, double> ValueBounds(const Inputs &in) {
   double v_max = 0.0, scale_ratio = 1.0;
-  for (float x : in.v.dequantized) v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
+  for (float x : in.v.dequantized)
+    v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
   if (!in.v.scales.empty()) {
-    const auto [low, high] = std::minmax_element(in.v.scales.begin(), in.v.scales.end());
+    const auto [low, high] =
+        std::minmax_element(in.v.scales.begin(), in.v.scales.end());
     scale_ratio = static_cast<double>(*high) / static_cast<double>(*low);
   }
   return {v_max, scale_ratio};
@@ -289,7 +342,8 @@ std::pair<double, double> ValueBounds(const Inputs &in) {
 
 TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   const QuantCase &c = test_case();
-  if (!RoundsQ(kernel())) GTEST_SKIP() << "exact scores: SameBytesAsTheDequantizedCache checks it";
+  if (!RoundsQ(kernel()))
+    GTEST_SKIP() << "exact scores: SameBytesAsTheDequantizedCache checks it";
   flashcpu_context *context = ctx();
   ASSERT_NE(context, nullptr);
   Inputs in;
@@ -299,22 +353,32 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   std::string skip;
   RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
   if (HasFatalFailure()) return;
-  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  if (!skip.empty())
+    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
   double q_max = 0.0, k_l1 = 0.0;
-  for (float x : in.q_data) q_max = std::max(q_max, std::fabs(static_cast<double>(x)));
+  for (float x : in.q_data)
+    q_max = std::max(q_max, std::fabs(static_cast<double>(x)));
   const auto [v_max, scale_ratio] = ValueBounds(in);
-  for (size_t row = 0; row < in.k.dequantized.size() / static_cast<size_t>(in.D); row++) {
+  for (size_t row = 0;
+       row < in.k.dequantized.size() / static_cast<size_t>(in.D); row++) {
     double l1 = 0.0;
     for (int64_t d = 0; d < in.D; d++)
-      l1 += std::fabs(static_cast<double>(in.k.dequantized[row * static_cast<size_t>(in.D) + static_cast<size_t>(d)]));
+      l1 += std::fabs(
+          static_cast<double>(in.k.dequantized[row * static_cast<size_t>(in.D) +
+                                               static_cast<size_t>(d)]));
     k_l1 = std::max(k_l1, l1);
   }
   const bool bytes = RoundsToBytes(kernel());
-  const double q_codes = bytes ? 127.0 : 16383.0, w_codes = WeightCodes(kernel());
-  const double score_error = q_max / std::sqrt(static_cast<double>(in.D)) / (2.0 * q_codes) * k_l1;
-  const bool integer_values = c.v == FLASHCPU_DTYPE_I8 || c.v == FLASHCPU_DTYPE_U8;
+  const double q_codes = bytes ? 127.0 : 16383.0,
+               w_codes = WeightCodes(kernel());
+  const double score_error =
+      q_max / std::sqrt(static_cast<double>(in.D)) / (2.0 * q_codes) * k_l1;
+  const bool integer_values =
+      c.v == FLASHCPU_DTYPE_I8 || c.v == FLASHCPU_DTYPE_U8;
   const double value_error =
-      integer_values ? KeysPerWeightStep(kernel()) * scale_ratio / (2.0 * w_codes) * v_max : 0.0;
+      integer_values
+          ? KeysPerWeightStep(kernel()) * scale_ratio / (2.0 * w_codes) * v_max
+          : 0.0;
   const double bound = 4.0 * score_error * v_max + 2.0 * value_error + 1e-6;
   double worst = 0.0;
   for (size_t i = 0; i < out.size(); i++) {
@@ -350,7 +414,8 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
   std::string skip;
   RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
   if (HasFatalFailure()) return;
-  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  if (!skip.empty())
+    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
   // Batch 0 whole, and the NaN row's chunk (its 4 slots: one kv head's
   // group of the first row) of batch 1. The AMX kernel's f32 path sums in
   // another order and still rounds the weights where V is I8 or U8: within
@@ -358,7 +423,9 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
   const size_t chunk = static_cast<size_t>(kQHeads / kKvHeads * in.D);
   if (OnAmxTiles(kernel())) {
     const auto [v_max, scale_ratio] = ValueBounds(in);
-    const double bound = 2.0 * KeysPerWeightStep(kernel()) * scale_ratio / (2.0 * WeightCodes(kernel())) * v_max + 1e-5;
+    const double bound = 2.0 * KeysPerWeightStep(kernel()) * scale_ratio /
+                             (2.0 * WeightCodes(kernel())) * v_max +
+                         1e-5;
     for (size_t i = 0; i < per_batch + chunk; i++) {
       ASSERT_EQ(std::isnan(out[i]), std::isnan(want[i])) << "element " << i;
       if (!std::isnan(out[i])) {
@@ -366,8 +433,11 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
       }
     }
   } else {
-    EXPECT_EQ(std::memcmp(out.data(), want.data(), per_batch * sizeof(float)), 0);
-    EXPECT_EQ(std::memcmp(out.data() + per_batch, want.data() + per_batch, chunk * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), per_batch * sizeof(float)),
+              0);
+    EXPECT_EQ(std::memcmp(out.data() + per_batch, want.data() + per_batch,
+                          chunk * sizeof(float)),
+              0);
   }
   EXPECT_TRUE(std::isnan(out[per_batch])) << "the NaN row's head";
 }
@@ -377,8 +447,10 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
 // integers takes the f32 path.
 TEST_P(QuantSuite, NanValueScaleReachesTheRowsThatSeeIt) {
   const QuantCase &c = test_case();
-  if (!RoundsQ(kernel())) GTEST_SKIP() << "exact kernels: SameBytesAsTheDequantizedCache";
-  if (c.v_scales != Scales::kPerToken) GTEST_SKIP() << "V has no per-token scales";
+  if (!RoundsQ(kernel()))
+    GTEST_SKIP() << "exact kernels: SameBytesAsTheDequantizedCache";
+  if (c.v_scales != Scales::kPerToken)
+    GTEST_SKIP() << "V has no per-token scales";
   flashcpu_context *context = ctx();
   ASSERT_NE(context, nullptr);
   Inputs in;
@@ -390,7 +462,8 @@ TEST_P(QuantSuite, NanValueScaleReachesTheRowsThatSeeIt) {
   std::string skip;
   RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
   if (HasFatalFailure()) return;
-  if (!skip.empty()) GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  if (!skip.empty())
+    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
   size_t nans = 0;
   for (size_t i = 0; i < out.size(); i++) {
     ASSERT_EQ(std::isnan(out[i]), std::isnan(want[i])) << "element " << i;
@@ -405,7 +478,7 @@ TEST_P(QuantSuite, NanValueScaleReachesTheRowsThatSeeIt) {
 // the NaN reaches exactly the rows that see its key (the kernels widen
 // the codes of a block without their NaN step only where it holds none).
 class Fp8Suite : public KernelSuite<QuantCase> {
- protected:
+protected:
   // The case's inputs on the kernel's context; false (a failure recorded)
   // where they could not be made.
   bool MakeInputs(flashcpu_context **context, Inputs *in) {
@@ -442,7 +515,8 @@ TEST_P(Fp8Suite, NanCodesReachTheRowsThatSeeThem) {
       nans++;
       continue;
     }
-    ASSERT_EQ(std::memcmp(&out_q[i], &out_f[i], sizeof(float)), 0) << "element " << i;
+    ASSERT_EQ(std::memcmp(&out_q[i], &out_f[i], sizeof(float)), 0)
+        << "element " << i;
   }
   EXPECT_GT(nans, 0u);
   EXPECT_LT(nans, out_q.size() / 2) << "the NaNs stay in their kv heads";
@@ -462,8 +536,10 @@ TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
     for (float &s : side->scales) s = std::ldexp(1.0f, 121);
     const flashcpu_tensor codes = side->View(in.S, in.D);
     flashcpu_tensor deq =
-        flashcpu_tensor_bshd(side->dequantized.data(), FLASHCPU_DTYPE_F32, kBatch, in.S, kKvHeads, in.D);
-    ASSERT_EQ(flashcpu_dequantize(context, &codes, &side->view, &deq), FLASHCPU_OK)
+        flashcpu_tensor_bshd(side->dequantized.data(), FLASHCPU_DTYPE_F32,
+                             kBatch, in.S, kKvHeads, in.D);
+    ASSERT_EQ(flashcpu_dequantize(context, &codes, &side->view, &deq),
+              FLASHCPU_OK)
         << flashcpu_last_error(context);
   }
   if (in.k.scaled)
@@ -475,18 +551,25 @@ TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kernels, QuantSuite,
-    testing::ValuesIn(ForEveryKernel(std::vector<QuantCase>(std::begin(kCases), std::end(kCases)))),
-    KernelParamName<QuantCase>([](const QuantCase &c) { return std::string(c.name); }));
+    testing::ValuesIn(ForEveryKernel(std::vector<QuantCase>(std::begin(kCases),
+                                                            std::end(kCases)))),
+    KernelParamName<QuantCase>([](const QuantCase &c) {
+      return std::string(c.name);
+    }));
 
 // The fp8 cases only: one test per kernel and fp8 case.
 std::vector<QuantCase> Fp8Cases() {
   std::vector<QuantCase> cases;
   for (const QuantCase &c : kCases)
-    if (c.k == FLASHCPU_DTYPE_F8_E4M3 || c.k == FLASHCPU_DTYPE_F8_E5M2) cases.push_back(c);
+    if (c.k == FLASHCPU_DTYPE_F8_E4M3 || c.k == FLASHCPU_DTYPE_F8_E5M2)
+      cases.push_back(c);
   return cases;
 }
-INSTANTIATE_TEST_SUITE_P(Kernels, Fp8Suite, testing::ValuesIn(ForEveryKernel(Fp8Cases())),
-                         KernelParamName<QuantCase>([](const QuantCase &c) { return std::string(c.name); }));
+INSTANTIATE_TEST_SUITE_P(Kernels, Fp8Suite,
+                         testing::ValuesIn(ForEveryKernel(Fp8Cases())),
+                         KernelParamName<QuantCase>([](const QuantCase &c) {
+                           return std::string(c.name);
+                         }));
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

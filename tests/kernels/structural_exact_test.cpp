@@ -25,23 +25,153 @@ struct Config {
   int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim;
   bool causal;
   int64_t window_left, window_right;
-  int64_t tree_keys;                // 0: none
-  double additive_hidden_fraction;  // < 0: none; else a 0 / -inf mask
+  int64_t tree_keys;               // 0: none
+  double additive_hidden_fraction; // < 0: none; else a 0 / -inf mask
   std::vector<int64_t> kv_lengths;
   Layout layout;
 };
 
 const Config kConfigs[] = {
-    {"causal_fewer_queries_than_keys", 2, 70, 200, 4, 2, 64, true, -1, -1, 0, -1, {}, Layout::kBSHD},
-    {"causal_more_queries_than_keys", 1, 150, 40, 7, 1, 72, true, -1, -1, 0, -1, {}, Layout::kBHSD},
-    {"window_both_sides", 1, 130, 130, 2, 2, 80, false, 10, 3, 0, -1, {}, Layout::kCache},
-    {"window_causal_kv_lengths", 2, 65, 200, 8, 2, 96, true, 31, -1, 0, -1, {200, 77}, Layout::kUnaligned},
-    {"tree_two_words_causal", 2, 20, 150, 4, 4, 128, true, -1, -1, 70, -1, {}, Layout::kBSHD},
-    {"tree_all_keys_kv_lengths", 2, 9, 100, 6, 2, 16, false, -1, -1, 60, -1, {100, 61}, Layout::kBHSD},
-    {"additive_hides_keys", 2, 33, 129, 3, 3, 100, false, -1, -1, 0, 0.3, {}, Layout::kBSHD},
-    {"additive_window_tree", 1, 66, 190, 4, 1, 8, true, 50, 0, 9, 0.2, {}, Layout::kCache},
-    {"mqa_sixteen_heads", 1, 17, 64, 16, 1, 1, true, -1, -1, 0, -1, {}, Layout::kBSHD},
-    {"decode_gqa4", 3, 1, 256, 8, 2, 256, false, -1, -1, 0, -1, {256, 1, 129}, Layout::kBHSD},
+    {"causal_fewer_queries_than_keys",
+     2,
+     70,
+     200,
+     4,
+     2,
+     64,
+     true,
+     -1,
+     -1,
+     0,
+     -1,
+     {},
+     Layout::kBSHD},
+    {"causal_more_queries_than_keys",
+     1,
+     150,
+     40,
+     7,
+     1,
+     72,
+     true,
+     -1,
+     -1,
+     0,
+     -1,
+     {},
+     Layout::kBHSD},
+    {"window_both_sides",
+     1,
+     130,
+     130,
+     2,
+     2,
+     80,
+     false,
+     10,
+     3,
+     0,
+     -1,
+     {},
+     Layout::kCache},
+    {"window_causal_kv_lengths",
+     2,
+     65,
+     200,
+     8,
+     2,
+     96,
+     true,
+     31,
+     -1,
+     0,
+     -1,
+     {200, 77},
+     Layout::kUnaligned},
+    {"tree_two_words_causal",
+     2,
+     20,
+     150,
+     4,
+     4,
+     128,
+     true,
+     -1,
+     -1,
+     70,
+     -1,
+     {},
+     Layout::kBSHD},
+    {"tree_all_keys_kv_lengths",
+     2,
+     9,
+     100,
+     6,
+     2,
+     16,
+     false,
+     -1,
+     -1,
+     60,
+     -1,
+     {100, 61},
+     Layout::kBHSD},
+    {"additive_hides_keys",
+     2,
+     33,
+     129,
+     3,
+     3,
+     100,
+     false,
+     -1,
+     -1,
+     0,
+     0.3,
+     {},
+     Layout::kBSHD},
+    {"additive_window_tree",
+     1,
+     66,
+     190,
+     4,
+     1,
+     8,
+     true,
+     50,
+     0,
+     9,
+     0.2,
+     {},
+     Layout::kCache},
+    {"mqa_sixteen_heads",
+     1,
+     17,
+     64,
+     16,
+     1,
+     1,
+     true,
+     -1,
+     -1,
+     0,
+     -1,
+     {},
+     Layout::kBSHD},
+    {"decode_gqa4",
+     3,
+     1,
+     256,
+     8,
+     2,
+     256,
+     false,
+     -1,
+     -1,
+     0,
+     -1,
+     {256, 1, 129},
+     Layout::kBHSD},
     {"single_key", 2, 5, 1, 2, 1, 64, true, -1, -1, 0, -1, {}, Layout::kBSHD},
 };
 
@@ -68,12 +198,19 @@ std::string ParamName(const StructuralParam &p) {
 // Configures the case; Build() is left to the caller.
 void Configure(AttentionCase &c, const StructuralParam &p) {
   const Config &config = *p.config;
-  c.batch(config.batch).q_len(config.q_len).kv_len(config.kv_len)
-      .heads(config.q_heads, config.kv_heads).head_dim(config.head_dim)
-      .dtypes(p.q, p.kv, p.out).layout(config.layout).causal(config.causal)
-      .window(config.window_left, config.window_right).seed(7);
+  c.batch(config.batch)
+      .q_len(config.q_len)
+      .kv_len(config.kv_len)
+      .heads(config.q_heads, config.kv_heads)
+      .head_dim(config.head_dim)
+      .dtypes(p.q, p.kv, p.out)
+      .layout(config.layout)
+      .causal(config.causal)
+      .window(config.window_left, config.window_right)
+      .seed(7);
   if (config.tree_keys) c.tree(config.tree_keys, 0.6);
-  if (config.additive_hidden_fraction >= 0) c.additive(AdditivePattern::kFull, config.additive_hidden_fraction);
+  if (config.additive_hidden_fraction >= 0)
+    c.additive(AdditivePattern::kFull, config.additive_hidden_fraction);
   if (!config.kv_lengths.empty()) c.kv_lengths(config.kv_lengths);
 }
 
@@ -114,10 +251,11 @@ TEST_P(StructuralExact, ZeroQueryGivesMeanOfVisibleValues) {
           const double got = c.out_at(b, i, h, d);
           // The sum of m/64 values is exact in f32; only 1/count and the
           // final rounding to the output dtype may cost an ulp.
-          const double ulp = UlpOf(p.out, std::fmax(std::fabs(expected), std::fabs(got)));
+          const double ulp =
+              UlpOf(p.out, std::fmax(std::fabs(expected), std::fabs(got)));
           ASSERT_LE(std::fabs(got - expected), (p.out == F32 ? 2 : 1) * ulp)
-              << "b=" << b << " h=" << h << " i=" << i << " d=" << d << " got " << got
-              << " expected mean " << expected << "; " << c.Describe();
+              << "b=" << b << " h=" << h << " i=" << i << " d=" << d << " got "
+              << got << " expected mean " << expected << "; " << c.Describe();
         }
         // lse of k zero scores is log(k), exactly -inf for none.
         if (lse == -INFINITY) {
@@ -150,25 +288,27 @@ TEST_P(StructuralExact, ScoreGapGivesExactlyTheWinningValueRow) {
         const std::vector<double> winner = c.OracleRow(b, h, i, &lse);
         for (int64_t d = 0; d < config.head_dim; d++)
           ASSERT_EQ(c.out_at(b, i, h, d), winner[static_cast<size_t>(d)])
-              << "b=" << b << " h=" << h << " i=" << i << " d=" << d << "; " << c.Describe();
+              << "b=" << b << " h=" << h << " i=" << i << " d=" << d << "; "
+              << c.Describe();
         if (lse == -INFINITY) {
           EXPECT_EQ(c.lse_at(b, h, i), -INFINITY);
         } else {
           // lse is the winner's score, up to the f32 rounding of a large
           // score: its dot product summed in 4 to 32 lanes, the log2(e)
           // and ln(2) products (NEON's 4-lane split-KV: 12 ulp measured).
-          EXPECT_NEAR(c.lse_at(b, h, i), lse, 32 * UlpOf(F32, lse)) << "b=" << b << " h=" << h << " i=" << i;
+          EXPECT_NEAR(c.lse_at(b, h, i), lse, 32 * UlpOf(F32, lse))
+              << "b=" << b << " h=" << h << " i=" << i;
           rows_with_a_winner++;
         }
       }
   EXPECT_GT(rows_with_a_winner, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Configs, StructuralExact,
-    testing::ValuesIn(ForEveryKernel<StructuralParam>(
-        Params(), TakesConfigured<StructuralParam>(Configure))),
-    KernelParamName<StructuralParam>(ParamName));
+INSTANTIATE_TEST_SUITE_P(Configs, StructuralExact,
+                         testing::ValuesIn(ForEveryKernel<StructuralParam>(
+                             Params(),
+                             TakesConfigured<StructuralParam>(Configure))),
+                         KernelParamName<StructuralParam>(ParamName));
 
 using StructuralExactGqa = KernelOnly;
 
@@ -177,8 +317,12 @@ using StructuralExactGqa = KernelOnly;
 // row, so a wrong mapping is caught exactly.
 TEST_P(StructuralExactGqa, EachQueryHeadReadsItsKvHead) {
   // Groups above 64 leave one query row per tile.
-  for (auto [q_heads, kv_heads] :
-       {std::pair<int64_t, int64_t>{12, 3}, {7, 7}, {14, 2}, {5, 1}, {96, 1}, {130, 2}}) {
+  for (auto [q_heads, kv_heads] : {std::pair<int64_t, int64_t>{12, 3},
+                                   {7, 7},
+                                   {14, 2},
+                                   {5, 1},
+                                   {96, 1},
+                                   {130, 2}}) {
     AttentionCase c;
     c.q_len(70).kv_len(1).heads(q_heads, kv_heads).head_dim(4).Build();
     SetZeroQueries(c);
@@ -189,12 +333,13 @@ TEST_P(StructuralExactGqa, EachQueryHeadReadsItsKvHead) {
       for (int64_t i = 0; i < 70; i++)
         for (int64_t d = 0; d < 4; d++)
           ASSERT_EQ(c.out_at(0, i, h, d), c.v().Get(0, 0, h / group, d))
-              << "q head " << h << " of " << q_heads << "/" << kv_heads << " row " << i;
+              << "q head " << h << " of " << q_heads << "/" << kv_heads
+              << " row " << i;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, StructuralExactGqa, testing::ValuesIn(ForEveryKernel()),
-                         KernelOnlyName);
+INSTANTIATE_TEST_SUITE_P(Kernels, StructuralExactGqa,
+                         testing::ValuesIn(ForEveryKernel()), KernelOnlyName);
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

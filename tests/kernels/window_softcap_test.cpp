@@ -29,7 +29,7 @@ struct WindowCase {
   int64_t q_len, kv_len;
   int64_t left, right;
   bool causal;
-  std::vector<int64_t> kv_lengths;  // empty: S for every batch
+  std::vector<int64_t> kv_lengths; // empty: S for every batch
 };
 
 const WindowCase kWindowCases[] = {
@@ -54,7 +54,11 @@ const WindowCase kWindowCases[] = {
 
 void ConfigureWindow(AttentionCase &c, const WindowCase &w) {
   c.batch(w.kv_lengths.empty() ? 1 : static_cast<int64_t>(w.kv_lengths.size()))
-      .q_len(w.q_len).kv_len(w.kv_len).heads(4, 2).head_dim(8).causal(w.causal)
+      .q_len(w.q_len)
+      .kv_len(w.kv_len)
+      .heads(4, 2)
+      .head_dim(8)
+      .causal(w.causal)
       .window(w.left, w.right);
   if (!w.kv_lengths.empty()) c.kv_lengths(w.kv_lengths);
 }
@@ -63,10 +67,18 @@ using WindowEdges = KernelSuite<WindowCase>;
 
 TEST_P(WindowEdges, RowsSeeExactlyTheInclusiveRange) {
   const WindowCase &w = test_case();
-  const int64_t batch = w.kv_lengths.empty() ? 1 : static_cast<int64_t>(w.kv_lengths.size());
+  const int64_t batch =
+      w.kv_lengths.empty() ? 1 : static_cast<int64_t>(w.kv_lengths.size());
   AttentionCase c;
-  c.batch(batch).q_len(w.q_len).kv_len(w.kv_len).heads(4, 2).head_dim(8)
-      .causal(w.causal).window(w.left, w.right).scale(kRankScale).seed(3);
+  c.batch(batch)
+      .q_len(w.q_len)
+      .kv_len(w.kv_len)
+      .heads(4, 2)
+      .head_dim(8)
+      .causal(w.causal)
+      .window(w.left, w.right)
+      .scale(kRankScale)
+      .seed(3);
   if (!w.kv_lengths.empty()) c.kv_lengths(w.kv_lengths);
   c.Build();
   RankKeys(c);
@@ -85,29 +97,33 @@ TEST_P(WindowEdges, RowsSeeExactlyTheInclusiveRange) {
       if (w.causal && last > p) last = p;
       for (int64_t h = 0; h < 4; h++) {
         rows++;
-        if (first > last) {  // sees nothing: zeros and -inf
+        if (first > last) { // sees nothing: zeros and -inf
           empty_rows++;
-          for (int64_t d = 0; d < 8; d++) ASSERT_EQ(c.out_at(b, i, h, d), 0.0) << "row " << i;
+          for (int64_t d = 0; d < 8; d++)
+            ASSERT_EQ(c.out_at(b, i, h, d), 0.0) << "row " << i;
           ASSERT_EQ(c.lse_at(b, h, i), -INFINITY) << "row " << i;
           continue;
         }
         const int64_t winner = RankSign(b, h, i) > 0 ? last : first;
         for (int64_t d = 0; d < 8; d++)
           ASSERT_EQ(c.out_at(b, i, h, d), c.v().Get(b, winner, h / 2, d))
-              << "b=" << b << " row " << i << " head " << h << " should see keys [" << first << ", "
-              << last << "]; expected key " << winner << "'s V row";
+              << "b=" << b << " row " << i << " head " << h
+              << " should see keys [" << first << ", " << last
+              << "]; expected key " << winner << "'s V row";
       }
     }
   }
   EXPECT_LT(empty_rows, rows);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, WindowEdges,
-    testing::ValuesIn(ForEveryKernel<WindowCase>(
-        std::vector<WindowCase>(std::begin(kWindowCases), std::end(kWindowCases)),
-        TakesConfigured<WindowCase>(ConfigureWindow))),
-    KernelParamName<WindowCase>([](const WindowCase &w) { return std::string(w.name); }));
+INSTANTIATE_TEST_SUITE_P(Cases, WindowEdges,
+                         testing::ValuesIn(ForEveryKernel<WindowCase>(
+                             std::vector<WindowCase>(std::begin(kWindowCases),
+                                                     std::end(kWindowCases)),
+                             TakesConfigured<WindowCase>(ConfigureWindow))),
+                         KernelParamName<WindowCase>([](const WindowCase &w) {
+                           return std::string(w.name);
+                         }));
 
 // The same windows against the oracle with random inputs and the tolerance
 // rule (so that lse and ordinary scores are covered too).
@@ -115,8 +131,13 @@ TEST_P(WindowEdges, RandomInputsMatchOracle) {
   const WindowCase &w = test_case();
   AttentionCase c;
   c.batch(w.kv_lengths.empty() ? 1 : static_cast<int64_t>(w.kv_lengths.size()))
-      .q_len(w.q_len).kv_len(w.kv_len).heads(4, 2).head_dim(8).causal(w.causal)
-      .window(w.left, w.right).seed(9);
+      .q_len(w.q_len)
+      .kv_len(w.kv_len)
+      .heads(4, 2)
+      .head_dim(8)
+      .causal(w.causal)
+      .window(w.left, w.right)
+      .seed(9);
   if (!w.kv_lengths.empty()) c.kv_lengths(w.kv_lengths);
   Check(c);
 }
@@ -143,7 +164,8 @@ const HiddenKeyCase kHiddenKeyCases[] = {
        return j < p - 5 || j > p + 5;
      }},
     // Even keys are hidden from every row: set by the test below.
-    {"additive_minus_inf", [](AttentionCase &c) { c.additive(AdditivePattern::kKeyPadding, 0.0); },
+    {"additive_minus_inf",
+     [](AttentionCase &c) { c.additive(AdditivePattern::kKeyPadding, 0.0); },
      [](int64_t, int64_t j) { return j % 2 == 0; }},
     {"tree", [](AttentionCase &c) { c.tree(kHiddenS, 1.0); },
      [](int64_t i, int64_t j) { return (i + j) % 3 == 0; }},
@@ -155,7 +177,12 @@ TEST_P(SoftcapBeforeMask, HiddenKeysStayHidden) {
   const HiddenKeyCase &hk = test_case();
   for (float cap : {0.5f, 30.0f}) {
     AttentionCase c;
-    c.q_len(kHiddenL).kv_len(kHiddenS).heads(2, 1).head_dim(16).softcap(cap).seed(21);
+    c.q_len(kHiddenL)
+        .kv_len(kHiddenS)
+        .heads(2, 1)
+        .head_dim(16)
+        .softcap(cap)
+        .seed(21);
     hk.configure(c);
     c.Build();
     for (int64_t i = 0; i < kHiddenL; i++)
@@ -171,24 +198,30 @@ TEST_P(SoftcapBeforeMask, HiddenKeysStayHidden) {
       for (int64_t i = 0; i < kHiddenL; i++) seen_by += hk.hidden(i, j) ? 0 : 1;
       if (seen_by == kHiddenL) continue;
       hidden_somewhere++;
-      for (int64_t d = 0; d < 16; d++) c.v().Set(0, j, 0, d, seen_by == 0 ? NAN : 1000.0);
+      for (int64_t d = 0; d < 16; d++)
+        c.v().Set(0, j, 0, d, seen_by == 0 ? NAN : 1000.0);
     }
     ASSERT_GT(hidden_somewhere, 0);
     if (!Check(c)) continue;
     for (int64_t i = 0; i < kHiddenL; i++)
       for (int64_t h = 0; h < 2; h++)
-        ASSERT_FALSE(std::isnan(c.out_at(0, i, h, 0))) << "row " << i << " saw a hidden key; cap " << cap;
+        ASSERT_FALSE(std::isnan(c.out_at(0, i, h, 0)))
+            << "row " << i << " saw a hidden key; cap " << cap;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Masks, SoftcapBeforeMask,
     testing::ValuesIn(ForEveryKernel<HiddenKeyCase>(
-        std::vector<HiddenKeyCase>(std::begin(kHiddenKeyCases), std::end(kHiddenKeyCases)),
-        TakesConfigured<HiddenKeyCase>([](AttentionCase &c, const HiddenKeyCase &) {
+        std::vector<HiddenKeyCase>(std::begin(kHiddenKeyCases),
+                                   std::end(kHiddenKeyCases)),
+        TakesConfigured<HiddenKeyCase>([](AttentionCase &c,
+                                          const HiddenKeyCase &) {
           c.q_len(kHiddenL).kv_len(kHiddenS).heads(2, 1).head_dim(16);
         }))),
-    KernelParamName<HiddenKeyCase>([](const HiddenKeyCase &hk) { return std::string(hk.name); }));
+    KernelParamName<HiddenKeyCase>([](const HiddenKeyCase &hk) {
+      return std::string(hk.name);
+    }));
 
 // Softcap bounds every score to (-cap, cap): with a tiny cap the weights of
 // all visible keys are within exp(2 cap) of each other, so a row's output
@@ -197,7 +230,13 @@ using Softcap = KernelOnly;
 
 TEST_P(Softcap, SaturatesLargeScores) {
   AttentionCase c;
-  c.q_len(20).kv_len(50).heads(2, 2).head_dim(32).softcap(1e-3f).magnitude(Magnitude::kLarge).seed(4);
+  c.q_len(20)
+      .kv_len(50)
+      .heads(2, 2)
+      .head_dim(32)
+      .softcap(1e-3f)
+      .magnitude(Magnitude::kLarge)
+      .seed(4);
   if (!Check(c)) return;
   for (int64_t i = 0; i < 20; i++) {
     double mean = 0.0;
@@ -206,7 +245,8 @@ TEST_P(Softcap, SaturatesLargeScores) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, Softcap, testing::ValuesIn(ForEveryKernel()), KernelOnlyName);
+INSTANTIATE_TEST_SUITE_P(Kernels, Softcap, testing::ValuesIn(ForEveryKernel()),
+                         KernelOnlyName);
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

@@ -54,7 +54,8 @@ static double load_scalar(const void *data, flashcpu_dtype dtype,
     memcpy(&bits, bytes + index * 2, sizeof bits);
     return bfloat16_to_double(bits);
   }
-  default: return NAN; /* quantized dtypes: see dequantized() */
+  default:
+    return NAN; /* quantized dtypes: see dequantized() */
   }
 }
 
@@ -71,8 +72,8 @@ static double decode_fp8(uint8_t code, int mantissa_bits, int bias) {
     return mantissa ? NAN : sign * INFINITY;
   if (exponent == 0)
     return sign * ldexp((double)mantissa, 1 - bias - mantissa_bits);
-  return sign * ldexp(1.0 + ldexp((double)mantissa, -mantissa_bits),
-                      exponent - bias);
+  return sign *
+         ldexp(1.0 + ldexp((double)mantissa, -mantissa_bits), exponent - bias);
 }
 
 double flashcpu_oracle_load_quantized(const flashcpu_tensor *t,
@@ -88,15 +89,24 @@ double flashcpu_oracle_load_quantized(const flashcpu_tensor *t,
     memcpy(&bits, block, sizeof bits);
     /* d * code in f32: the product of an f16 and an int8 is exact in
      * double, and rounds once. */
-    return (double)(float)(half_to_double(bits) * (double)(int8_t)block[2 + element % 32]);
+    return (double)(float)(half_to_double(bits) *
+                           (double)(int8_t)block[2 + element % 32]);
   }
   const uint8_t code = bytes[element];
   double value;
   switch (t->dtype) {
-  case FLASHCPU_DTYPE_I8: value = (double)(int8_t)code; break;
-  case FLASHCPU_DTYPE_U8: value = (double)code; break;
-  case FLASHCPU_DTYPE_F8_E4M3: value = decode_fp8(code, 3, 7); break;
-  default: value = decode_fp8(code, 2, 15); break;
+  case FLASHCPU_DTYPE_I8:
+    value = (double)(int8_t)code;
+    break;
+  case FLASHCPU_DTYPE_U8:
+    value = (double)code;
+    break;
+  case FLASHCPU_DTYPE_F8_E4M3:
+    value = decode_fp8(code, 3, 7);
+    break;
+  default:
+    value = decode_fp8(code, 2, 15);
+    break;
   }
   if (!scales) return value;
   const int64_t at = b * scales->strides[0] + s * scales->strides[1] +
@@ -113,15 +123,15 @@ double flashcpu_oracle_load(const flashcpu_tensor *t, int64_t b, int64_t s,
   if (t->dtype >= FLASHCPU_DTYPE_I8 && t->dtype <= FLASHCPU_DTYPE_Q8_0)
     return flashcpu_oracle_load_quantized(t, NULL, b, s, h, d);
   return load_scalar(t->data, t->dtype,
-                     b * t->strides[0] + s * t->strides[1] +
-                         h * t->strides[2] + d * t->strides[3]);
+                     b * t->strides[0] + s * t->strides[1] + h * t->strides[2] +
+                         d * t->strides[3]);
 }
 
 /* Whether causal, window and tree masks let query row i see key j, given the
  * batch's kv length. The additive mask is handled with the score. */
 static bool structurally_visible(const flashcpu_attention_params *params,
-                                 int64_t b, int64_t i, int64_t j,
-                                 int64_t q_len, int64_t kv_length) {
+                                 int64_t b, int64_t i, int64_t j, int64_t q_len,
+                                 int64_t kv_length) {
   int64_t position = i + (kv_length - q_len); /* bottom-right aligned */
   if ((params->flags & FLASHCPU_FLAG_CAUSAL) && j > position) return false;
   /* p - left <= j <= p + right, written as differences so that windows up
@@ -135,8 +145,8 @@ static bool structurally_visible(const flashcpu_attention_params *params,
     int64_t tree_begin = kv_length - tree->num_keys;
     if (j >= tree_begin) {
       int64_t bit = j - tree_begin;
-      uint64_t word = tree->bits[b * tree->batch_stride + i * tree->row_stride +
-                                 bit / 64];
+      uint64_t word =
+          tree->bits[b * tree->batch_stride + i * tree->row_stride + bit / 64];
       if (((word >> (bit % 64)) & 1u) == 0) return false;
     }
   }
@@ -146,8 +156,8 @@ static bool structurally_visible(const flashcpu_attention_params *params,
 /* Whether the caller's params struct reaches the end of a field added in a
  * later version: a struct of an earlier version's size leaves it unset. */
 #define PARAMS_HAVE(params, field)                                             \
-  ((params)->struct_size >= offsetof(flashcpu_attention_params, field) +       \
-                                sizeof((params)->field))
+  ((params)->struct_size >=                                                    \
+   offsetof(flashcpu_attention_params, field) + sizeof((params)->field))
 
 /* The documented defaults, spelled out here rather than taken from
  * flashcpu_attention_params_init: the oracle does not link the library. */
@@ -166,13 +176,13 @@ typedef struct oracle_head {
   int64_t b, h, kv_head, q_len, head_dim, v_head_dim, kv_length;
   double scale, cap;
   bool has_sink;
-  double sink;  /* the head's sink logit, when has_sink */
-  double slope; /* ALiBi slope of (b, h); 0 without ALiBi */
-  double *keys;    /* [kv_length][head_dim] */
-  double *values;  /* [kv_length][v_head_dim] */
-  double *q_row;   /* [head_dim] */
-  double *scores;  /* [kv_length] */
-  bool *visible;   /* [kv_length] */
+  double sink;    /* the head's sink logit, when has_sink */
+  double slope;   /* ALiBi slope of (b, h); 0 without ALiBi */
+  double *keys;   /* [kv_length][head_dim] */
+  double *values; /* [kv_length][v_head_dim] */
+  double *q_row;  /* [head_dim] */
+  double *scores; /* [kv_length] */
+  bool *visible;  /* [kv_length] */
 } oracle_head;
 
 static void free_head(oracle_head *head) {
@@ -254,11 +264,12 @@ static void attend_row(const flashcpu_tensor *q, oracle_head *head, int64_t i,
   double max_score = -INFINITY;
   bool any_visible = false, any_nan = false;
   for (int64_t j = 0; j < head->kv_length; j++) {
-    visible[j] = structurally_visible(params, b, i, j, head->q_len,
-                                      head->kv_length);
+    visible[j] =
+        structurally_visible(params, b, i, j, head->q_len, head->kv_length);
     if (!visible[j]) continue;
     double dot = 0.0;
-    for (int64_t d = 0; d < D; d++) dot += head->q_row[d] * head->keys[j * D + d];
+    for (int64_t d = 0; d < D; d++)
+      dot += head->q_row[d] * head->keys[j * D + d];
     double score = dot * head->scale;
     if (head->cap > 0.0) score = head->cap * tanh(score / head->cap);
     /* ALiBi: -slope * |p - j|, after the softcap, beside the additive mask. */
@@ -266,10 +277,10 @@ static void attend_row(const flashcpu_tensor *q, oracle_head *head, int64_t i,
     const int64_t distance = position > j ? position - j : j - position;
     score -= head->slope * (double)distance;
     if (additive) {
-      double added = (double)additive->data[b * additive->strides[0] +
-                                            h * additive->strides[1] +
-                                            i * additive->strides[2] +
-                                            j * additive->strides[3]];
+      double added =
+          (double)additive
+              ->data[b * additive->strides[0] + h * additive->strides[1] +
+                     i * additive->strides[2] + j * additive->strides[3]];
       /* -inf is the additive mask saying "hidden": a mask decision, taken
        * whatever the score is. */
       if (added == -INFINITY) {

@@ -29,16 +29,27 @@ struct Tiny {
         v(static_cast<size_t>(s * hkv * d + 1), 0.0f) {
     flashcpu_attention_params_init(&params);
   }
-  float &Q(int64_t i, int64_t h, int64_t d) { return q[static_cast<size_t>((i * Hq + h) * D + d)]; }
-  float &K(int64_t j, int64_t h, int64_t d) { return k[static_cast<size_t>((j * Hkv + h) * D + d)]; }
-  float &V(int64_t j, int64_t h, int64_t d) { return v[static_cast<size_t>((j * Hkv + h) * D + d)]; }
+  float &Q(int64_t i, int64_t h, int64_t d) {
+    return q[static_cast<size_t>((i * Hq + h) * D + d)];
+  }
+  float &K(int64_t j, int64_t h, int64_t d) {
+    return k[static_cast<size_t>((j * Hkv + h) * D + d)];
+  }
+  float &V(int64_t j, int64_t h, int64_t d) {
+    return v[static_cast<size_t>((j * Hkv + h) * D + d)];
+  }
 
-  std::vector<double> Row(int64_t h, int64_t i, double *lse, bool null_params = false) {
-    flashcpu_tensor tq = flashcpu_tensor_bshd(q.data(), FLASHCPU_DTYPE_F32, 1, L, Hq, D);
-    flashcpu_tensor tk = flashcpu_tensor_bshd(k.data(), FLASHCPU_DTYPE_F32, 1, S, Hkv, D);
-    flashcpu_tensor tv = flashcpu_tensor_bshd(v.data(), FLASHCPU_DTYPE_F32, 1, S, Hkv, D);
+  std::vector<double> Row(int64_t h, int64_t i, double *lse,
+                          bool null_params = false) {
+    flashcpu_tensor tq =
+        flashcpu_tensor_bshd(q.data(), FLASHCPU_DTYPE_F32, 1, L, Hq, D);
+    flashcpu_tensor tk =
+        flashcpu_tensor_bshd(k.data(), FLASHCPU_DTYPE_F32, 1, S, Hkv, D);
+    flashcpu_tensor tv =
+        flashcpu_tensor_bshd(v.data(), FLASHCPU_DTYPE_F32, 1, S, Hkv, D);
     std::vector<double> out(static_cast<size_t>(D));
-    flashcpu_oracle_row(&tq, &tk, &tv, null_params ? nullptr : &params, 0, h, i, out.data(), lse);
+    flashcpu_oracle_row(&tq, &tk, &tv, null_params ? nullptr : &params, 0, h, i,
+                        out.data(), lse);
     return out;
   }
 };
@@ -70,9 +81,10 @@ TEST(Oracle, DefaultScaleIsOneOverSqrtHeadDim) {
     t.V(1, 0, d) = 0.0f;
   }
   double lse;
-  EXPECT_NEAR(t.Row(0, 0, &lse)[0], std::exp(2.0) / (std::exp(2.0) + 1.0), 1e-14);
+  EXPECT_NEAR(t.Row(0, 0, &lse)[0], std::exp(2.0) / (std::exp(2.0) + 1.0),
+              1e-14);
   EXPECT_NEAR(lse, std::log(std::exp(2.0) + 1.0), 1e-14);
-  double lse_null;  // NULL params are the defaults
+  double lse_null; // NULL params are the defaults
   EXPECT_EQ(t.Row(0, 0, &lse_null, true)[0], t.Row(0, 0, &lse)[0]);
 }
 
@@ -85,11 +97,13 @@ struct MeanCase {
     for (int64_t j = 0; j < S; j++) t.V(j, 0, 0) = static_cast<float>(j);
   }
   // Mean over keys [first, last], inclusive.
-  static double Mean(int64_t first, int64_t last) { return (first + last) / 2.0; }
+  static double Mean(int64_t first, int64_t last) {
+    return (first + last) / 2.0;
+  }
 };
 
 TEST(Oracle, CausalIsBottomRightAligned) {
-  MeanCase m(2, 5);  // row 0 sees keys 0..3, row 1 keys 0..4
+  MeanCase m(2, 5); // row 0 sees keys 0..3, row 1 keys 0..4
   m.t.params.flags = FLASHCPU_FLAG_CAUSAL;
   double lse;
   EXPECT_DOUBLE_EQ(m.t.Row(0, 0, &lse)[0], MeanCase::Mean(0, 3));
@@ -98,7 +112,7 @@ TEST(Oracle, CausalIsBottomRightAligned) {
 }
 
 TEST(Oracle, CausalRowsBeforeTheKeysAreEmpty) {
-  MeanCase m(4, 2);  // position i - 2: rows 0 and 1 see nothing
+  MeanCase m(4, 2); // position i - 2: rows 0 and 1 see nothing
   m.t.params.flags = FLASHCPU_FLAG_CAUSAL;
   double lse;
   EXPECT_EQ(m.t.Row(0, 1, &lse)[0], 0.0);
@@ -154,12 +168,12 @@ TEST(Oracle, AdditiveMaskAddsAfterSoftcapAndMinusInfinityHides) {
   t.params.scale = 1.0f;
   t.params.softcap = 5.0f;
   t.Q(0, 0, 0) = 1.0f;
-  t.K(0, 0, 0) = 10.0f;  // score 10 -> 5 tanh(2), then + 1
-  t.K(1, 0, 0) = 0.0f;   // score 0 -> 0, then + 0
-  t.K(2, 0, 0) = 50.0f;  // hidden by -inf: would dominate otherwise
+  t.K(0, 0, 0) = 10.0f; // score 10 -> 5 tanh(2), then + 1
+  t.K(1, 0, 0) = 0.0f;  // score 0 -> 0, then + 0
+  t.K(2, 0, 0) = 50.0f; // hidden by -inf: would dominate otherwise
   t.V(0, 0, 0) = 1.0f;
   t.V(1, 0, 0) = 0.0f;
-  t.V(2, 0, 0) = NAN;  // a hidden key's V is never read
+  t.V(2, 0, 0) = NAN; // a hidden key's V is never read
   float mask[3] = {1.0f, 0.0f, -INFINITY};
   flashcpu_additive_mask additive{mask, {0, 0, 0, 1}};
   t.params.additive_mask = &additive;
@@ -170,7 +184,7 @@ TEST(Oracle, AdditiveMaskAddsAfterSoftcapAndMinusInfinityHides) {
 }
 
 TEST(Oracle, AdditiveMaskStridesSelectBatchHeadRowKey) {
-  Tiny t(2, 2, 2, 1, 1);  // q = 0: scores are the mask values
+  Tiny t(2, 2, 2, 1, 1); // q = 0: scores are the mask values
   t.V(0, 0, 0) = 0.0f;
   t.V(1, 0, 0) = 1.0f;
   // value(h, i, j) = data[h * 4 + i * 2 + j]; pick (h = 1, i = 0).
@@ -184,17 +198,18 @@ TEST(Oracle, AdditiveMaskStridesSelectBatchHeadRowKey) {
 }
 
 TEST(Oracle, GqaMapsQueryHeadToKvHead) {
-  Tiny t(1, 1, 6, 3, 1);  // group 2: heads 0,1 -> 0; 2,3 -> 1; 4,5 -> 2
+  Tiny t(1, 1, 6, 3, 1); // group 2: heads 0,1 -> 0; 2,3 -> 1; 4,5 -> 2
   for (int64_t h = 0; h < 3; h++) t.V(0, h, 0) = static_cast<float>(10 + h);
   double lse;
-  for (int64_t h = 0; h < 6; h++) EXPECT_DOUBLE_EQ(t.Row(h, 0, &lse)[0], 10.0 + h / 2) << h;
+  for (int64_t h = 0; h < 6; h++)
+    EXPECT_DOUBLE_EQ(t.Row(h, 0, &lse)[0], 10.0 + h / 2) << h;
 }
 
 TEST(Oracle, KvLengthsLimitKeysAndAlignMasks) {
   MeanCase m(2, 6);
   int64_t lengths[1] = {3};
   m.t.params.kv_lengths = lengths;
-  m.t.params.flags = FLASHCPU_FLAG_CAUSAL;  // aligned to 3: row 0 sees 0..1
+  m.t.params.flags = FLASHCPU_FLAG_CAUSAL; // aligned to 3: row 0 sees 0..1
   for (int64_t j = 3; j < 6; j++) m.t.V(j, 0, 0) = NAN;
   double lse;
   EXPECT_DOUBLE_EQ(m.t.Row(0, 0, &lse)[0], MeanCase::Mean(0, 1));
@@ -206,12 +221,12 @@ TEST(Oracle, KvLengthsLimitKeysAndAlignMasks) {
 
 TEST(Oracle, NanPropagatesFromWhatTheRowReads) {
   MeanCase m(2, 3);
-  m.t.params.flags = FLASHCPU_FLAG_CAUSAL;  // row 0 sees keys 0, 1
-  m.t.V(2, 0, 0) = NAN;                     // seen by row 1 only
+  m.t.params.flags = FLASHCPU_FLAG_CAUSAL; // row 0 sees keys 0, 1
+  m.t.V(2, 0, 0) = NAN;                    // seen by row 1 only
   double lse;
   EXPECT_FALSE(std::isnan(m.t.Row(0, 0, &lse)[0]));
   EXPECT_TRUE(std::isnan(m.t.Row(0, 1, &lse)[0]));
-  EXPECT_FALSE(std::isnan(lse));  // V does not enter lse
+  EXPECT_FALSE(std::isnan(lse)); // V does not enter lse
   m.t.Q(0, 0, 0) = NAN;
   EXPECT_TRUE(std::isnan(m.t.Row(0, 0, &lse)[0]));
   EXPECT_TRUE(std::isnan(lse));
@@ -232,13 +247,18 @@ TEST(Oracle, LargeScoresDoNotOverflow) {
 
 TEST(Oracle, HeadMatchesRows) {
   Tiny t(3, 4, 2, 1, 2);
-  for (size_t n = 0; n < t.q.size(); n++) t.q[n] = 0.1f * static_cast<float>(n % 7) - 0.3f;
-  for (size_t n = 0; n < t.k.size(); n++) t.k[n] = 0.2f * static_cast<float>(n % 5) - 0.4f;
+  for (size_t n = 0; n < t.q.size(); n++)
+    t.q[n] = 0.1f * static_cast<float>(n % 7) - 0.3f;
+  for (size_t n = 0; n < t.k.size(); n++)
+    t.k[n] = 0.2f * static_cast<float>(n % 5) - 0.4f;
   for (size_t n = 0; n < t.v.size(); n++) t.v[n] = static_cast<float>(n);
   t.params.flags = FLASHCPU_FLAG_CAUSAL;
-  flashcpu_tensor tq = flashcpu_tensor_bshd(t.q.data(), FLASHCPU_DTYPE_F32, 1, 3, 2, 2);
-  flashcpu_tensor tk = flashcpu_tensor_bshd(t.k.data(), FLASHCPU_DTYPE_F32, 1, 4, 1, 2);
-  flashcpu_tensor tv = flashcpu_tensor_bshd(t.v.data(), FLASHCPU_DTYPE_F32, 1, 4, 1, 2);
+  flashcpu_tensor tq =
+      flashcpu_tensor_bshd(t.q.data(), FLASHCPU_DTYPE_F32, 1, 3, 2, 2);
+  flashcpu_tensor tk =
+      flashcpu_tensor_bshd(t.k.data(), FLASHCPU_DTYPE_F32, 1, 4, 1, 2);
+  flashcpu_tensor tv =
+      flashcpu_tensor_bshd(t.v.data(), FLASHCPU_DTYPE_F32, 1, 4, 1, 2);
   double out[6], lse[3];
   ASSERT_EQ(flashcpu_oracle_head(&tq, &tk, &tv, &t.params, 0, 1, out, lse), 0);
   for (int64_t i = 0; i < 3; i++) {
@@ -256,15 +276,18 @@ TEST(Oracle, HeadMatchesRows) {
 // not change it.
 Tiny Patterned(int64_t L, int64_t S, int64_t Hq, int64_t D) {
   Tiny t(L, S, Hq, 1, D);
-  for (size_t n = 0; n < t.q.size(); n++) t.q[n] = 0.3f * static_cast<float>(n % 7) - 0.8f;
-  for (size_t n = 0; n < t.k.size(); n++) t.k[n] = 0.25f * static_cast<float>(n % 5) - 0.45f;
-  for (size_t n = 0; n < t.v.size(); n++) t.v[n] = static_cast<float>(n % 11) - 4.0f;
+  for (size_t n = 0; n < t.q.size(); n++)
+    t.q[n] = 0.3f * static_cast<float>(n % 7) - 0.8f;
+  for (size_t n = 0; n < t.k.size(); n++)
+    t.k[n] = 0.25f * static_cast<float>(n % 5) - 0.45f;
+  for (size_t n = 0; n < t.v.size(); n++)
+    t.v[n] = static_cast<float>(n % 11) - 4.0f;
   return t;
 }
 
 TEST(OracleSinks, SinkOfMinusInfinityChangesNothing) {
   Tiny t = Patterned(3, 5, 2, 3);
-  t.params.flags = FLASHCPU_FLAG_CAUSAL;  // row 0 sees keys 0..2
+  t.params.flags = FLASHCPU_FLAG_CAUSAL; // row 0 sees keys 0..2
   double plain_lse, sink_lse;
   const std::vector<double> plain = t.Row(1, 0, &plain_lse);
   const float sinks[2] = {-INFINITY, -INFINITY};
@@ -277,7 +300,7 @@ TEST(OracleSinks, SinkOfMinusInfinityChangesNothing) {
 // With q = 0 the n visible keys weigh 1 each and the sink e^s: the output
 // is mean(V) * n / (n + e^s) and lse = ln(n + e^s).
 TEST(OracleSinks, ZeroQueryWeighsSinkAgainstTheVisibleKeys) {
-  MeanCase m(3, 4);  // causal: row i sees keys 0 .. i + 1
+  MeanCase m(3, 4); // causal: row i sees keys 0 .. i + 1
   m.t.params.flags = FLASHCPU_FLAG_CAUSAL;
   const float sinks[1] = {0.75f};
   m.t.params.sinks = sinks;
@@ -286,13 +309,15 @@ TEST(OracleSinks, ZeroQueryWeighsSinkAgainstTheVisibleKeys) {
   for (int64_t i = 0; i < 3; i++) {
     const double n = static_cast<double>(i + 2);
     double lse;
-    EXPECT_NEAR(m.t.Row(0, i, &lse)[0], MeanCase::Mean(0, i + 1) * n / (n + e_s), 1e-14) << i;
+    EXPECT_NEAR(m.t.Row(0, i, &lse)[0],
+                MeanCase::Mean(0, i + 1) * n / (n + e_s), 1e-14)
+        << i;
     EXPECT_NEAR(lse, std::log(n + e_s), 1e-14) << i;
   }
 }
 
 TEST(OracleSinks, RowThatSeesNoKeyGetsZeroAndTheSinkAsLse) {
-  MeanCase m(4, 2);  // causal, L > S: rows 0 and 1 see nothing
+  MeanCase m(4, 2); // causal, L > S: rows 0 and 1 see nothing
   m.t.params.flags = FLASHCPU_FLAG_CAUSAL;
   const float sinks[1] = {-2.5f};
   m.t.params.sinks = sinks;
@@ -300,7 +325,7 @@ TEST(OracleSinks, RowThatSeesNoKeyGetsZeroAndTheSinkAsLse) {
   double lse;
   EXPECT_EQ(m.t.Row(0, 1, &lse)[0], 0.0);
   EXPECT_EQ(lse, -2.5);
-  int64_t lengths[1] = {0};  // no keys at all
+  int64_t lengths[1] = {0}; // no keys at all
   m.t.params.kv_lengths = lengths;
   EXPECT_EQ(m.t.Row(0, 3, &lse)[0], 0.0);
   EXPECT_EQ(lse, -2.5);
@@ -353,7 +378,7 @@ TEST(OracleSinks, SinkIsNotScaledCappedOrMasked) {
 
 TEST(OracleSinks, NanSinkIsNanInEveryRowOfItsHead) {
   MeanCase m(3, 2);
-  m.t.params.flags = FLASHCPU_FLAG_CAUSAL;  // row 0 sees nothing
+  m.t.params.flags = FLASHCPU_FLAG_CAUSAL; // row 0 sees nothing
   const float sinks[1] = {NAN};
   m.t.params.sinks = sinks;
   m.t.params.sinks_dtype = FLASHCPU_DTYPE_F32;
@@ -367,10 +392,12 @@ TEST(OracleSinks, NanSinkIsNanInEveryRowOfItsHead) {
 // ---- ALiBi: -slope[h] * |p - j|, p = i + S_b - L -------------------------
 
 // With q = 0 every score is the bias alone: weights exp(-slope * |p - j|).
-double AlibiMean(double slope, int64_t position, int64_t first, int64_t last, double *lse) {
+double AlibiMean(double slope, int64_t position, int64_t first, int64_t last,
+                 double *lse) {
   double sum = 0.0, weighted = 0.0;
   for (int64_t j = first; j <= last; j++) {
-    const double w = std::exp(-slope * static_cast<double>(std::abs(position - j)));
+    const double w =
+        std::exp(-slope * static_cast<double>(std::abs(position - j)));
     sum += w;
     weighted += w * static_cast<double>(j);
   }
@@ -379,7 +406,7 @@ double AlibiMean(double slope, int64_t position, int64_t first, int64_t last, do
 }
 
 TEST(OracleAlibi, EqualScoresWeighKeysByDistanceFromTheAlignedPosition) {
-  MeanCase m(2, 5);  // not causal: row 0 at p = 3 also sees key 4
+  MeanCase m(2, 5); // not causal: row 0 at p = 3 also sees key 4
   const float slopes[1] = {0.5f};
   m.t.params.alibi_slopes = slopes;
   double lse, expected_lse;
@@ -409,10 +436,10 @@ TEST(OracleAlibi, AddedAfterSoftcapBesideTheAdditiveMask) {
   t.K(1, 0, 0) = 0.0f;
   t.V(0, 0, 0) = 1.0f;
   t.V(1, 0, 0) = 0.0f;
-  t.K(2, 0, 0) = t.V(2, 0, 0) = NAN;  // past the kv length: never read
+  t.K(2, 0, 0) = t.V(2, 0, 0) = NAN; // past the kv length: never read
   const float slopes[1] = {2.0f};
   t.params.alibi_slopes = slopes;
-  float mask[3] = {0.5f, 0.0f, NAN};  // key 2 is past the kv length
+  float mask[3] = {0.5f, 0.0f, NAN}; // key 2 is past the kv length
   flashcpu_additive_mask additive{mask, {0, 0, 0, 1}};
   t.params.additive_mask = &additive;
   const double s0 = 5.0 * std::tanh(2.0) - 2.0 + 0.5;
@@ -425,11 +452,15 @@ TEST(OracleAlibi, SlopesPerBatchAndHeadThroughTheBatchStride) {
   // B = 2, Hq = 2, L = 1, S = 2, q = 0, V(j) = j: row at p = 1, key 0 at
   // distance 1 weighs exp(-slope), key 1 weighs 1.
   const int64_t B = 2, S = 2, H = 2;
-  std::vector<float> q(static_cast<size_t>(B * H), 0.0f), kv(static_cast<size_t>(B * S));
+  std::vector<float> q(static_cast<size_t>(B * H), 0.0f),
+      kv(static_cast<size_t>(B * S));
   for (int64_t b = 0; b < B; b++)
-    for (int64_t j = 0; j < S; j++) kv[static_cast<size_t>(b * S + j)] = static_cast<float>(j);
-  flashcpu_tensor tq = flashcpu_tensor_bshd(q.data(), FLASHCPU_DTYPE_F32, B, 1, H, 1);
-  flashcpu_tensor tkv = flashcpu_tensor_bshd(kv.data(), FLASHCPU_DTYPE_F32, B, S, 1, 1);
+    for (int64_t j = 0; j < S; j++)
+      kv[static_cast<size_t>(b * S + j)] = static_cast<float>(j);
+  flashcpu_tensor tq =
+      flashcpu_tensor_bshd(q.data(), FLASHCPU_DTYPE_F32, B, 1, H, 1);
+  flashcpu_tensor tkv =
+      flashcpu_tensor_bshd(kv.data(), FLASHCPU_DTYPE_F32, B, S, 1, 1);
   // [B, Hq] with a padded row of 3: batch b head h at b * 3 + h.
   const float slopes[6] = {0.25f, 0.5f, NAN, 1.0f, 2.0f, NAN};
   flashcpu_attention_params params;
@@ -444,7 +475,7 @@ TEST(OracleAlibi, SlopesPerBatchAndHeadThroughTheBatchStride) {
       EXPECT_NEAR(out, 1.0 / (1.0 + w), 1e-15) << b << "," << h;
       EXPECT_NEAR(lse, std::log(1.0 + w), 1e-15) << b << "," << h;
     }
-  params.alibi_batch_stride = 0;  // [Hq] for every batch
+  params.alibi_batch_stride = 0; // [Hq] for every batch
   double out, lse;
   flashcpu_oracle_row(&tq, &tkv, &tkv, &params, 1, 1, 0, &out, &lse);
   EXPECT_NEAR(out, 1.0 / (1.0 + std::exp(-0.5)), 1e-15);
@@ -462,22 +493,26 @@ TEST(OracleNewOptions, StructOfTheEarlierSizeLeavesSinksAndAlibiUnset) {
   EXPECT_EQ(t.Row(0, 1, &old_lse), plain);
   EXPECT_EQ(old_lse, plain_lse);
   t.params.struct_size = sizeof(flashcpu_attention_params);
-  EXPECT_NE(t.Row(0, 1, &old_lse), plain);  // the fields do count at full size
+  EXPECT_NE(t.Row(0, 1, &old_lse), plain); // the fields do count at full size
 }
 
 TEST(OracleLoad, DecodesF16AndBf16ExactlyThroughStrides) {
   // f16: 1, -2, 2^-24 (smallest subnormal), 65504, inf; bf16: 1, 2^-133, -0.
   const uint16_t half[5] = {0x3c00, 0xc000, 0x0001, 0x7bff, 0x7c00};
-  const double half_values[5] = {1.0, -2.0, std::ldexp(1.0, -24), 65504.0, INFINITY};
-  flashcpu_tensor t = flashcpu_tensor_bshd(const_cast<uint16_t *>(half), FLASHCPU_DTYPE_F16, 1, 5, 1, 1);
-  for (int64_t s = 0; s < 5; s++) EXPECT_EQ(flashcpu_oracle_load(&t, 0, s, 0, 0), half_values[s]) << s;
+  const double half_values[5] = {1.0, -2.0, std::ldexp(1.0, -24), 65504.0,
+                                 INFINITY};
+  flashcpu_tensor t = flashcpu_tensor_bshd(const_cast<uint16_t *>(half),
+                                           FLASHCPU_DTYPE_F16, 1, 5, 1, 1);
+  for (int64_t s = 0; s < 5; s++)
+    EXPECT_EQ(flashcpu_oracle_load(&t, 0, s, 0, 0), half_values[s]) << s;
   const uint16_t half_nan = 0x7e01;
-  flashcpu_tensor nan_view =
-      flashcpu_tensor_bshd(const_cast<uint16_t *>(&half_nan), FLASHCPU_DTYPE_F16, 1, 1, 1, 1);
+  flashcpu_tensor nan_view = flashcpu_tensor_bshd(
+      const_cast<uint16_t *>(&half_nan), FLASHCPU_DTYPE_F16, 1, 1, 1, 1);
   EXPECT_TRUE(std::isnan(flashcpu_oracle_load(&nan_view, 0, 0, 0, 0)));
 
   const uint16_t bf16[3] = {0x3f80, 0x0001, 0x8000};
-  t = flashcpu_tensor_bshd(const_cast<uint16_t *>(bf16), FLASHCPU_DTYPE_BF16, 1, 3, 1, 1);
+  t = flashcpu_tensor_bshd(const_cast<uint16_t *>(bf16), FLASHCPU_DTYPE_BF16, 1,
+                           3, 1, 1);
   EXPECT_EQ(flashcpu_oracle_load(&t, 0, 0, 0, 0), 1.0);
   EXPECT_EQ(flashcpu_oracle_load(&t, 0, 1, 0, 0), std::ldexp(1.0, -133));
   EXPECT_TRUE(std::signbit(flashcpu_oracle_load(&t, 0, 2, 0, 0)));
@@ -485,8 +520,9 @@ TEST(OracleLoad, DecodesF16AndBf16ExactlyThroughStrides) {
   // Strides: element (b, s, h, d) at b*100 + s*10 + h*3 + d.
   std::vector<float> data(300);
   for (size_t n = 0; n < data.size(); n++) data[n] = static_cast<float>(n);
-  flashcpu_tensor strided{data.data(), FLASHCPU_DTYPE_F32, {2, 5, 3, 3}, {100, 10, 3, 1}};
+  flashcpu_tensor strided{
+      data.data(), FLASHCPU_DTYPE_F32, {2, 5, 3, 3}, {100, 10, 3, 1}};
   EXPECT_EQ(flashcpu_oracle_load(&strided, 1, 4, 2, 1), 100 + 40 + 6 + 1);
 }
 
-}  // namespace
+} // namespace

@@ -119,9 +119,9 @@ def paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table,
             request["alibi"] = alibi[r]
         if tree is not None and int(tree_num_keys[r]) > 0:
             request["tree"] = np.asarray(tree)[None, begin:end, :int(tree_num_keys[r])]
-        o, l = attention(q[None, begin:end], k[None], v[None], **request)
+        o, row_lse = attention(q[None, begin:end], k[None], v[None], **request)
         out[begin:end] = o[0]
-        lse[:, begin:end] = l[0]
+        lse[:, begin:end] = row_lse[0]
     return out, lse
 
 

@@ -95,7 +95,8 @@ def test_bhsd_layout_and_strided_views():
 def test_kv_with_heads_outer_strides():
     rng = np.random.default_rng(7)
     q, k, v = inputs(rng, rows=3, keys=25)
-    k_strided = np.swapaxes(np.ascontiguousarray(np.swapaxes(k, 1, 2)), 1, 2)  # [B, S, H, D] heads outer
+    # [B, S, H, D] with the heads outer in memory
+    k_strided = np.swapaxes(np.ascontiguousarray(np.swapaxes(k, 1, 2)), 1, 2)
     out = flashcpu.attention(q, k_strided, v)
     np.testing.assert_allclose(out, reference.attention(q, k, v)[0], atol=2e-5, rtol=1e-4)
 

@@ -195,6 +195,7 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
             rows = slice(step.cu[r], step.cu[r + 1])
             if rows.start == rows.stop:
                 continue
+
             def gather(cache):
                 return reference.gather_pages(flashcpu._arrays.raw(cache), "hnd",
                                               step.block_table[r], step.keys[r],

@@ -20,31 +20,35 @@ namespace {
 #if defined(__linux__)
 // Pins the calling thread to one PU for the test's life, then restores it.
 class PinnedCaller {
- public:
+public:
   explicit PinnedCaller(int pu) {
-    saved_ok_ = pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_) == 0;
+    saved_ok_ =
+        pthread_getaffinity_np(pthread_self(), sizeof saved_, &saved_) == 0;
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(pu, &one);
-    ok_ = saved_ok_ && pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0 &&
+    ok_ = saved_ok_ &&
+          pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0 &&
           sched_getcpu() == pu;
   }
   ~PinnedCaller() {
-    if (saved_ok_) pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_);
+    if (saved_ok_)
+      pthread_setaffinity_np(pthread_self(), sizeof saved_, &saved_);
   }
   bool ok() const { return ok_; }
 
- private:
+private:
   cpu_set_t saved_;
   bool saved_ok_ = false, ok_ = false;
 };
 
 // The PU each team's thread ran its tile on (one tile per team).
 std::vector<int> PusByTeam(fc_runtime *runtime) {
-  std::vector<std::atomic<int>> pus(static_cast<size_t>(runtime->plan.team_count));
+  std::vector<std::atomic<int>> pus(
+      static_cast<size_t>(runtime->plan.team_count));
   auto record = [](void *args, int64_t tile, const fc_team_view *) {
-    (*static_cast<std::vector<std::atomic<int>> *>(args))[static_cast<size_t>(tile)] =
-        sched_getcpu();
+    (*static_cast<std::vector<std::atomic<int>> *>(
+        args))[static_cast<size_t>(tile)] = sched_getcpu();
   };
   fc_launch launch{record, &pus, runtime->plan.team_count, true, nullptr};
   EXPECT_EQ(fc_runtime_launch(runtime, &launch), 0);
@@ -61,9 +65,11 @@ TEST_P(CallerPlace, CallerOnAWorkersPuSwapsPlacesWithIt) {
   GTEST_SKIP() << "sched_getcpu is Linux's";
 #else
   fc_runtime runtime{};
-  fc_runtime_options options{nullptr, 2, FLASHCPU_TEAM_CORE, 1, GetParam(), nullptr};
+  fc_runtime_options options{nullptr, 2,          FLASHCPU_TEAM_CORE,
+                             1,       GetParam(), nullptr};
   char error[256] = "";
-  ASSERT_EQ(fc_runtime_create(&runtime, &options, error, sizeof error), 0) << error;
+  ASSERT_EQ(fc_runtime_create(&runtime, &options, error, sizeof error), 0)
+      << error;
   const fc_team_plan &plan = runtime.plan;
   const int planned_caller = plan.threads[0].pu_os_index;
   const int worker = plan.threads[1].pu_os_index;
@@ -98,4 +104,4 @@ TEST_P(CallerPlace, CallerOnAWorkersPuSwapsPlacesWithIt) {
 INSTANTIATE_TEST_SUITE_P(Modes, CallerPlace,
                          ::testing::Values(FC_LAUNCH_POOL, FC_LAUNCH_REGION));
 
-}  // namespace
+} // namespace

@@ -37,7 +37,7 @@ TEST(IsaDispatch, BestIsaFollowsFeaturesAndCap) {
   avx2.avx2 = avx2.fma = avx2.f16c = true;
   EXPECT_EQ(fc_best_isa(&avx2, FLASHCPU_ISA_AUTO), FLASHCPU_ISA_AVX2);
   fc_cpu_features no_fma = avx2;
-  no_fma.fma = false;  // AVX2 without FMA is not enough
+  no_fma.fma = false; // AVX2 without FMA is not enough
   EXPECT_EQ(fc_best_isa(&no_fma, FLASHCPU_ISA_AUTO), FLASHCPU_ISA_SCALAR);
   fc_cpu_features avx512 = avx2;
   avx512.avx512f = avx512.avx512bw = avx512.avx512vl = avx512.avx512dq = true;
@@ -45,7 +45,7 @@ TEST(IsaDispatch, BestIsaFollowsFeaturesAndCap) {
   EXPECT_EQ(fc_best_isa(&avx512, FLASHCPU_ISA_AVX2), FLASHCPU_ISA_AVX2);
   EXPECT_EQ(fc_best_isa(&avx512, FLASHCPU_ISA_SCALAR), FLASHCPU_ISA_SCALAR);
   fc_cpu_features partial = avx512;
-  partial.avx512bw = false;  // F without BW: only AVX2 qualifies
+  partial.avx512bw = false; // F without BW: only AVX2 qualifies
   EXPECT_EQ(fc_best_isa(&partial, FLASHCPU_ISA_AUTO), FLASHCPU_ISA_AVX2);
 #endif
 #if defined(__aarch64__)
@@ -135,14 +135,13 @@ TEST_P(RowConverters, MatchScalarBitForBit) {
       }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryIsa, RowConverters,
-                         ::testing::Values(FLASHCPU_ISA_SCALAR,
-                                           FLASHCPU_ISA_AVX2,
-                                           FLASHCPU_ISA_AVX512,
-                                           FLASHCPU_ISA_NEON),
-                         [](const auto &param_info) {
-                           return std::string(flashcpu_isa_name(param_info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    EveryIsa, RowConverters,
+    ::testing::Values(FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2,
+                      FLASHCPU_ISA_AVX512, FLASHCPU_ISA_NEON),
+    [](const auto &param_info) {
+      return std::string(flashcpu_isa_name(param_info.param));
+    });
 
 TEST(IsaDispatch, DescribeNamesPlanAndKernels) {
   flashcpu_context *ctx = nullptr;
@@ -150,14 +149,15 @@ TEST(IsaDispatch, DescribeNamesPlanAndKernels) {
   size_t needed = flashcpu_context_describe(ctx, nullptr, 0);
   std::string text(needed + 1, '\0');
   EXPECT_EQ(flashcpu_context_describe(ctx, text.data(), text.size()), needed);
-  for (const char *part : {"teams:", "team 0:", "isa chosen:",
-                           "kernels, in the order the choice tries them:", "  prefill: ",
-                           "  merge: ", "settings: splitkv_max_rows="})
+  for (const char *part :
+       {"teams:", "team 0:", "isa chosen:",
+        "kernels, in the order the choice tries them:", "  prefill: ",
+        "  merge: ", "settings: splitkv_max_rows="})
     EXPECT_NE(text.find(part), std::string::npos) << part << "\n" << text;
   char small[8];
   EXPECT_EQ(flashcpu_context_describe(ctx, small, sizeof small), needed);
-  EXPECT_EQ(std::strlen(small), sizeof small - 1);  // truncated, terminated
+  EXPECT_EQ(std::strlen(small), sizeof small - 1); // truncated, terminated
   flashcpu_context_destroy(ctx);
 }
 
-}  // namespace
+} // namespace

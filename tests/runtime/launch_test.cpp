@@ -19,7 +19,8 @@ struct Runtime {
   bool ok = false;
   Runtime(int threads, int max_team, flashcpu_team_level level,
           fc_launch_mode mode = FC_LAUNCH_REGION) {
-    fc_runtime_options options{nullptr, threads, level, max_team, mode, nullptr};
+    fc_runtime_options options{nullptr,  threads, level,
+                               max_team, mode,    nullptr};
     char error[256] = "";
     ok = fc_runtime_create(&runtime, &options, error, sizeof error) == 0;
     EXPECT_TRUE(ok) << error;
@@ -53,9 +54,8 @@ int Nproc() {
   return n ? static_cast<int>(n) : 1;
 }
 
-class LaunchCoverage
-    : public ::testing::TestWithParam<
-          std::tuple<int, int, bool, fc_launch_mode>> {};
+class LaunchCoverage : public ::testing::TestWithParam<
+                           std::tuple<int, int, bool, fc_launch_mode>> {};
 
 TEST_P(LaunchCoverage, EveryTileOnceByAWholeTeam) {
   auto [threads, max_team, static_schedule, mode] = GetParam();
@@ -80,14 +80,15 @@ TEST_P(LaunchCoverage, EveryTileOnceByAWholeTeam) {
 
 INSTANTIATE_TEST_SUITE_P(
     ThreadsAndTeams, LaunchCoverage,
-    ::testing::Combine(::testing::Values(1, 2, 3, 7, 0),  // 0: nproc
-                       ::testing::Values(1, 2, 3, 0),     // 0: no limit
+    ::testing::Combine(::testing::Values(1, 2, 3, 7, 0), // 0: nproc
+                       ::testing::Values(1, 2, 3, 0),    // 0: no limit
                        ::testing::Bool(),
                        ::testing::Values(FC_LAUNCH_REGION, FC_LAUNCH_POOL)));
 
 // Each rank writes its slot, waits, then checks every other rank's slot:
 // a barrier that does not wait or does not publish fails this.
-void ExchangeThroughScratch(void *args, int64_t tile, const fc_team_view *team) {
+void ExchangeThroughScratch(void *args, int64_t tile,
+                            const fc_team_view *team) {
   auto *failures = static_cast<std::atomic<int> *>(args);
   auto *slots = static_cast<volatile int64_t *>(team->scratch);
   fc_barrier_wait(team->barrier);
@@ -202,9 +203,9 @@ TEST(Launch, ScratchGrowsOnlyWhenAsked) {
   void *before = r.runtime.teams[0].scratch;
   size_t bytes = r.runtime.teams[0].scratch_bytes;
   ASSERT_EQ(fc_runtime_reserve_scratch(&r.runtime, bytes), 0);
-  EXPECT_EQ(r.runtime.teams[0].scratch, before);  // no reallocation
+  EXPECT_EQ(r.runtime.teams[0].scratch, before); // no reallocation
   ASSERT_EQ(fc_runtime_reserve_scratch(&r.runtime, bytes * 2), 0);
   EXPECT_GE(r.runtime.teams[0].scratch_bytes, bytes * 2);
 }
 
-}  // namespace
+} // namespace

@@ -21,7 +21,7 @@ void fc_test_exp2_bf16_avx512(const float *input, float *output, int count);
 namespace {
 
 class SimdExp2Bf16 : public testing::Test {
- protected:
+protected:
   void SetUp() override {
 #if !defined(__x86_64__)
     GTEST_SKIP() << "built for x86-64 only";
@@ -40,7 +40,8 @@ class SimdExp2Bf16 : public testing::Test {
 
 TEST_F(SimdExp2Bf16, RelativeErrorUnderTwoTenthsOfAMillionth) {
   std::vector<float> x;
-  for (double v = -126.0; v < 127.0; v += 0.000731) x.push_back(static_cast<float>(v));
+  for (double v = -126.0; v < 127.0; v += 0.000731)
+    x.push_back(static_cast<float>(v));
   const std::vector<float> y = Exp2(x);
   double worst = 0.0;
   for (size_t i = 0; i < x.size(); i++) {
@@ -82,8 +83,8 @@ TEST_F(SimdExp2Bf16, MinusInfinityIsZeroAndNanStaysNan) {
   const std::vector<float> y = Exp2(x);
   EXPECT_EQ(y[3], 0.0f);
   EXPECT_TRUE(std::isnan(y[17]));
-  EXPECT_EQ(y[4], y[0]);  // neighbours unaffected
+  EXPECT_EQ(y[4], y[0]); // neighbours unaffected
   EXPECT_EQ(y[16], y[0]);
 }
 
-}  // namespace
+} // namespace

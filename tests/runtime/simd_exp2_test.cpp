@@ -36,7 +36,7 @@ using Exp2Fn = void (*)(const float *, float *, int);
 struct Exp2Isa {
   const char *name;
   flashcpu_isa isa;
-  Exp2Fn fn;  // nullptr: not built for this target
+  Exp2Fn fn; // nullptr: not built for this target
   int lanes;
 };
 
@@ -61,7 +61,7 @@ void PrintTo(const Exp2Isa &isa, std::ostream *os) { *os << isa.name; }
 const float kInf = std::numeric_limits<float>::infinity();
 
 class SimdExp2 : public testing::TestWithParam<Exp2Isa> {
- protected:
+protected:
   void SetUp() override {
     if (!GetParam().fn)
       GTEST_SKIP() << GetParam().name << " exp2 is not built for this target";
@@ -95,10 +95,12 @@ float BitsToFloat(uint32_t bits) {
 // rounding boundary of n = round(x)) and their neighbours.
 std::vector<float> SweepInputs() {
   std::vector<float> x;
-  for (double v = -150.0; v < 128.0; v += 0.000731) x.push_back(static_cast<float>(v));
-  const uint32_t top_positive = 0x43000000u;  // 128.0f
-  const uint32_t top_negative = 0xC3160000u;  // -150.0f
-  for (uint32_t bits = 0; bits <= top_positive; bits += 2039) x.push_back(BitsToFloat(bits));
+  for (double v = -150.0; v < 128.0; v += 0.000731)
+    x.push_back(static_cast<float>(v));
+  const uint32_t top_positive = 0x43000000u; // 128.0f
+  const uint32_t top_negative = 0xC3160000u; // -150.0f
+  for (uint32_t bits = 0; bits <= top_positive; bits += 2039)
+    x.push_back(BitsToFloat(bits));
   for (uint32_t bits = 0x80000000u; bits <= top_negative; bits += 2039)
     x.push_back(BitsToFloat(bits));
   for (int n = -300; n < 256; n++) {
@@ -117,22 +119,26 @@ TEST_P(SimdExp2, WithinTwoUlpsOverTheWholeRange) {
   int failures = 0;
   for (size_t i = 0; i < x.size(); i++) {
     const double exact = std::exp2(static_cast<double>(x[i]));
-    const double error = std::fabs(static_cast<double>(y[i]) - exact) / UlpOf(exact);
+    const double error =
+        std::fabs(static_cast<double>(y[i]) - exact) / UlpOf(exact);
     if (exact < FLT_MIN && error > worst_subnormal) worst_subnormal = error;
     if (error > worst) {
       worst = error;
       worst_x = x[i];
     }
     if (!(error <= 2.0) && failures++ < 10)
-      ADD_FAILURE() << "x = " << x[i] << " (" << std::hexfloat << x[i] << std::defaultfloat
-                    << "): got " << y[i] << ", exact " << exact << ", " << error << " ulp";
+      ADD_FAILURE() << "x = " << x[i] << " (" << std::hexfloat << x[i]
+                    << std::defaultfloat << "): got " << y[i] << ", exact "
+                    << exact << ", " << error << " ulp";
   }
   EXPECT_EQ(failures, 0) << "inputs over 2 ulp, of " << x.size();
   RecordProperty("worst_ulp", std::to_string(worst));
   RecordProperty("worst_ulp_subnormal", std::to_string(worst_subnormal));
-  std::printf("%s exp2: %zu inputs in [-150, 128), worst %.3f ulp at x = %a, worst %.3f ulp "
+  std::printf("%s exp2: %zu inputs in [-150, 128), worst %.3f ulp at x = %a, "
+              "worst %.3f ulp "
               "where the result is subnormal\n",
-              GetParam().name, x.size(), worst, static_cast<double>(worst_x), worst_subnormal);
+              GetParam().name, x.size(), worst, static_cast<double>(worst_x),
+              worst_subnormal);
 }
 
 TEST_P(SimdExp2, IntegersGiveExactPowersOfTwo) {
@@ -146,18 +152,18 @@ TEST_P(SimdExp2, IntegersGiveExactPowersOfTwo) {
 struct Special {
   float x;
   enum Expect { kExact, kNan, kZeroOrSmallestSubnormal, kWithinTwoUlps } expect;
-  float value;  // for kExact
+  float value; // for kExact
 };
 
 std::vector<Special> Specials() {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float below_128 = std::nextafter(128.0f, 0.0f);
   return {
-      {-kInf, Special::kExact, 0.0f},  // a hidden key's weight is exactly 0
+      {-kInf, Special::kExact, 0.0f}, // a hidden key's weight is exactly 0
       {kInf, Special::kExact, kInf},
-      {nan, Special::kNan, 0.0f},  // NaN scores must poison the row
+      {nan, Special::kNan, 0.0f}, // NaN scores must poison the row
       {-nan, Special::kNan, 0.0f},
-      {BitsToFloat(0x7fc12345u), Special::kNan, 0.0f},  // a NaN with a payload
+      {BitsToFloat(0x7fc12345u), Special::kNan, 0.0f}, // a NaN with a payload
       {0.0f, Special::kExact, 1.0f},
       {-0.0f, Special::kExact, 1.0f},
       {FLT_TRUE_MIN, Special::kExact, 1.0f},
@@ -167,7 +173,7 @@ std::vector<Special> Specials() {
       {0.5f, Special::kWithinTwoUlps, 0.0f},
       {127.0f, Special::kExact, std::ldexp(1.0f, 127)},
       {127.5f, Special::kWithinTwoUlps, 0.0f},
-      {below_128, Special::kWithinTwoUlps, 0.0f},  // just below FLT_MAX: finite
+      {below_128, Special::kWithinTwoUlps, 0.0f}, // just below FLT_MAX: finite
       {128.0f, Special::kExact, kInf},
       {std::nextafter(128.0f, kInf), Special::kExact, kInf},
       {128.5f, Special::kExact, kInf},
@@ -176,11 +182,12 @@ std::vector<Special> Specials() {
       {1e30f, Special::kExact, kInf},
       {FLT_MAX, Special::kExact, kInf},
       {-126.0f, Special::kExact, std::ldexp(1.0f, -126)},
-      {-126.5f, Special::kWithinTwoUlps, 0.0f},  // subnormal result
+      {-126.5f, Special::kWithinTwoUlps, 0.0f}, // subnormal result
       {-140.25f, Special::kWithinTwoUlps, 0.0f},
-      {-149.0f, Special::kExact, std::ldexp(1.0f, -149)},  // smallest subnormal
-      {-149.5f, Special::kExact, std::ldexp(1.0f, -149)},  // 0.707 * 2^-149 rounds up
-      {-150.0f, Special::kZeroOrSmallestSubnormal, 0.0f},   // exactly half way
+      {-149.0f, Special::kExact, std::ldexp(1.0f, -149)}, // smallest subnormal
+      {-149.5f, Special::kExact,
+       std::ldexp(1.0f, -149)}, // 0.707 * 2^-149 rounds up
+      {-150.0f, Special::kZeroOrSmallestSubnormal, 0.0f}, // exactly half way
       {-150.5f, Special::kExact, 0.0f},
       {-151.0f, Special::kExact, 0.0f},
       {-200.0f, Special::kExact, 0.0f},
@@ -205,28 +212,31 @@ TEST_P(SimdExp2, SpecialValuesInEveryLane) {
               << "lane " << i << " beside x = " << s.x << " in lane " << lane;
         }
         const float got = y[static_cast<size_t>(lane)];
-        const std::string where = "x = " + std::to_string(s.x) + " (" + std::to_string(lane) +
-                                  " of " + std::to_string(count) + ")";
+        const std::string where = "x = " + std::to_string(s.x) + " (" +
+                                  std::to_string(lane) + " of " +
+                                  std::to_string(count) + ")";
         switch (s.expect) {
-          case Special::kExact:
-            ASSERT_EQ(got, s.value) << where;
-            if (s.value == 0.0f) {
-              ASSERT_FALSE(std::signbit(got)) << where << ": -0";
-            }
-            break;
-          case Special::kNan:
-            ASSERT_TRUE(std::isnan(got)) << where << ": got " << got;
-            break;
-          case Special::kZeroOrSmallestSubnormal:
-            ASSERT_TRUE(got == 0.0f || got == FLT_TRUE_MIN) << where << ": got " << got;
-            break;
-          case Special::kWithinTwoUlps: {
-            const double exact = std::exp2(static_cast<double>(s.x));
-            ASSERT_TRUE(std::isfinite(got)) << where << ": got " << got;
-            ASSERT_LE(std::fabs(static_cast<double>(got) - exact) / UlpOf(exact), 2.0)
-                << where << ": got " << got << ", exact " << exact;
-            break;
+        case Special::kExact:
+          ASSERT_EQ(got, s.value) << where;
+          if (s.value == 0.0f) {
+            ASSERT_FALSE(std::signbit(got)) << where << ": -0";
           }
+          break;
+        case Special::kNan:
+          ASSERT_TRUE(std::isnan(got)) << where << ": got " << got;
+          break;
+        case Special::kZeroOrSmallestSubnormal:
+          ASSERT_TRUE(got == 0.0f || got == FLT_TRUE_MIN)
+              << where << ": got " << got;
+          break;
+        case Special::kWithinTwoUlps: {
+          const double exact = std::exp2(static_cast<double>(s.x));
+          ASSERT_TRUE(std::isfinite(got)) << where << ": got " << got;
+          ASSERT_LE(std::fabs(static_cast<double>(got) - exact) / UlpOf(exact),
+                    2.0)
+              << where << ": got " << got << ", exact " << exact;
+          break;
+        }
         }
       }
     }
@@ -249,4 +259,4 @@ INSTANTIATE_TEST_SUITE_P(Isas, SimdExp2, testing::ValuesIn(kIsas),
                            return std::string(param_info.param.name);
                          });
 
-}  // namespace
+} // namespace

@@ -34,26 +34,46 @@ float FromBits(uint32_t bits) {
 std::vector<float> EdgeValues() {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> values = {
-      0.0f, -0.0f, 1.0f, -1.0f, inf, -inf,
+      0.0f,
+      -0.0f,
+      1.0f,
+      -1.0f,
+      inf,
+      -inf,
       std::numeric_limits<float>::quiet_NaN(),
-      FromBits(0xffc00001u),          // negative NaN with a payload
-      FromBits(0x7f800001u),          // signalling NaN
-      FLT_MAX, -FLT_MAX, FLT_MIN, 1e-40f, -1e-45f,  // f32 subnormals
-      65504.0f, 65519.0f, 65520.0f, 70000.0f, -65536.0f,  // f16 overflow
-      6.1e-5f, 3e-5f, 5.96e-8f, 2.98e-8f, 2.9e-8f, 1e-9f,  // f16 subnormals
-      FromBits(0x3f808000u), FromBits(0x3f818000u),  // bf16 ties
-      FromBits(0x3f807fffu), FromBits(0x3f808001u),
-      FromBits(0x7f7f8000u),  // bf16 rounds to inf
+      FromBits(0xffc00001u), // negative NaN with a payload
+      FromBits(0x7f800001u), // signalling NaN
+      FLT_MAX,
+      -FLT_MAX,
+      FLT_MIN,
+      1e-40f,
+      -1e-45f, // f32 subnormals
+      65504.0f,
+      65519.0f,
+      65520.0f,
+      70000.0f,
+      -65536.0f, // f16 overflow
+      6.1e-5f,
+      3e-5f,
+      5.96e-8f,
+      2.98e-8f,
+      2.9e-8f,
+      1e-9f, // f16 subnormals
+      FromBits(0x3f808000u),
+      FromBits(0x3f818000u), // bf16 ties
+      FromBits(0x3f807fffu),
+      FromBits(0x3f808001u),
+      FromBits(0x7f7f8000u), // bf16 rounds to inf
   };
   std::mt19937 random(7);
   std::uniform_int_distribution<uint32_t> bits;
   for (int i = 0; i < 200; i++) values.push_back(FromBits(bits(random)));
-  values.resize(values.size() - 3);  // a tail of 13 lanes
+  values.resize(values.size() - 3); // a tail of 13 lanes
   return values;
 }
 
 class SimdStore : public testing::TestWithParam<flashcpu_dtype> {
- protected:
+protected:
   void SetUp() override {
 #if !defined(__x86_64__)
     GTEST_SKIP() << "the AVX-512 store is built for x86-64 only";
@@ -77,22 +97,23 @@ TEST_P(SimdStore, SameBytesAsTheScalarStore) {
                          scalar_bytes.data());
     for (size_t i = 0; i < vector_bytes.size(); i += size)
       ASSERT_EQ(0, std::memcmp(&vector_bytes[i], &scalar_bytes[i], size))
-          << "element " << i / size << " (" << values[i / size % count]
-          << " x " << factor << ")";
+          << "element " << i / size << " (" << values[i / size % count] << " x "
+          << factor << ")";
   }
 }
 
 const char *DtypeName(flashcpu_dtype dtype) {
-  return dtype == FLASHCPU_DTYPE_F32 ? "f32"
+  return dtype == FLASHCPU_DTYPE_F32   ? "f32"
          : dtype == FLASHCPU_DTYPE_F16 ? "f16"
                                        : "bf16";
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, SimdStore,
-                         testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
-                                         FLASHCPU_DTYPE_BF16),
-                         [](const testing::TestParamInfo<flashcpu_dtype> &param) {
-                           return std::string(DtypeName(param.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, SimdStore,
+    testing::Values(FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F16,
+                    FLASHCPU_DTYPE_BF16),
+    [](const testing::TestParamInfo<flashcpu_dtype> &param) {
+      return std::string(DtypeName(param.param));
+    });
 
-}  // namespace
+} // namespace

@@ -50,14 +50,14 @@ struct Problem {
   std::vector<uint8_t> Run(flashcpu_context *ctx, bool window_and_tree) {
     std::vector<float> out(B * L * Hq * D, NAN);
     std::vector<float> lse(B * Hq * L, NAN);
-    flashcpu_tensor tq = flashcpu_tensor_bshd(q.data(), FLASHCPU_DTYPE_F32, B,
-                                              L, Hq, D);
-    flashcpu_tensor tk = flashcpu_tensor_bhsd(k.data(), FLASHCPU_DTYPE_BF16, B,
-                                              Hkv, S, D);
-    flashcpu_tensor tv = flashcpu_tensor_bshd(v.data(), FLASHCPU_DTYPE_BF16, B,
-                                              S, Hkv, D);
-    flashcpu_tensor to = flashcpu_tensor_bshd(out.data(), FLASHCPU_DTYPE_F32,
-                                              B, L, Hq, D);
+    flashcpu_tensor tq =
+        flashcpu_tensor_bshd(q.data(), FLASHCPU_DTYPE_F32, B, L, Hq, D);
+    flashcpu_tensor tk =
+        flashcpu_tensor_bhsd(k.data(), FLASHCPU_DTYPE_BF16, B, Hkv, S, D);
+    flashcpu_tensor tv =
+        flashcpu_tensor_bshd(v.data(), FLASHCPU_DTYPE_BF16, B, S, Hkv, D);
+    flashcpu_tensor to =
+        flashcpu_tensor_bshd(out.data(), FLASHCPU_DTYPE_F32, B, L, Hq, D);
     flashcpu_attention_params params;
     flashcpu_attention_params_init(&params);
     params.flags = FLASHCPU_FLAG_CAUSAL;
@@ -80,13 +80,13 @@ struct Shape {
   int threads, max_team;
   flashcpu_team_level level;
   flashcpu_isa isa;
-  const char *synthetic;  // nullptr: this machine
+  const char *synthetic; // nullptr: this machine
 };
 
 std::string Describe(const Shape &s) {
-  return std::to_string(s.threads) + " threads, team<=" +
-         std::to_string(s.max_team) + ", level " + std::to_string(s.level) +
-         ", isa " + flashcpu_isa_name(s.isa) +
+  return std::to_string(s.threads) +
+         " threads, team<=" + std::to_string(s.max_team) + ", level " +
+         std::to_string(s.level) + ", isa " + flashcpu_isa_name(s.isa) +
          (s.synthetic ? std::string(", ") + s.synthetic : std::string());
 }
 
@@ -102,7 +102,8 @@ TEST_P(TeamDeterminism, SameBytesForEveryThreadCountAndTeamShape) {
       for (flashcpu_team_level level : {FLASHCPU_TEAM_CORE, FLASHCPU_TEAM_L3})
         shapes.push_back({threads, max_team, level, isa, nullptr});
   // Many teams on a synthetic machine (threads run unpinned there).
-  shapes.push_back({16, 4, FLASHCPU_TEAM_L3, isa, "pack:2 numa:2 l3:1 core:8 pu:2"});
+  shapes.push_back(
+      {16, 4, FLASHCPU_TEAM_L3, isa, "pack:2 numa:2 l3:1 core:8 pu:2"});
 
   Problem problem;
   for (bool window_and_tree : {false, true}) {
@@ -116,8 +117,8 @@ TEST_P(TeamDeterminism, SameBytesForEveryThreadCountAndTeamShape) {
       options.max_isa = shape.isa;
       fc_topology_source source{shape.synthetic, nullptr, nullptr};
       flashcpu_context *ctx = nullptr;
-      ASSERT_EQ(fc_context_create_on(&options, shape.synthetic ? &source : nullptr,
-                                     &ctx),
+      ASSERT_EQ(fc_context_create_on(&options,
+                                     shape.synthetic ? &source : nullptr, &ctx),
                 FLASHCPU_OK)
           << flashcpu_last_error(nullptr);
       std::vector<uint8_t> bytes = problem.Run(ctx, window_and_tree);
@@ -134,9 +135,10 @@ TEST_P(TeamDeterminism, SameBytesForEveryThreadCountAndTeamShape) {
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, TeamDeterminism,
                          testing::Values(FLASHCPU_ISA_SCALAR, FLASHCPU_ISA_AVX2,
-                                         FLASHCPU_ISA_AVX512, FLASHCPU_ISA_NEON),
+                                         FLASHCPU_ISA_AVX512,
+                                         FLASHCPU_ISA_NEON),
                          [](const testing::TestParamInfo<flashcpu_isa> &param) {
                            return std::string(flashcpu_isa_name(param.param));
                          });
 
-}  // namespace
+} // namespace

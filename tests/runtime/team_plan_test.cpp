@@ -71,9 +71,9 @@ const char *kTwoPackages = "pack:2 numa:2 l3:1 core:8 pu:2";
 TEST(TeamPlan, TwoPackagesTwoNumaL3Teams) {
   Planned p;
   Plan(p, kTwoPackages, 0, FLASHCPU_TEAM_L3);
-  EXPECT_EQ(p.topology.core_count, 32);  // cores, not hyperthreads
+  EXPECT_EQ(p.topology.core_count, 32); // cores, not hyperthreads
   EXPECT_FALSE(p.topology.can_bind_threads);
-  EXPECT_FALSE(p.plan.pinned);  // synthetic: no binding, threads unpinned
+  EXPECT_FALSE(p.plan.pinned); // synthetic: no binding, threads unpinned
   ExpectConsistent(p.plan);
   EXPECT_EQ(TeamSizes(p.plan), std::vector<int>(4, 8));
   // Each team's cores lie under one L3 and its NUMA node is that L3's.
@@ -84,8 +84,8 @@ TEST(TeamPlan, TwoPackagesTwoNumaL3Teams) {
     for (int r = 0; r < team.size; r++) {
       const fc_core &core =
           p.topology.cores[p.plan.threads[team.first_thread + r].core];
-      EXPECT_TRUE(hwloc_bitmap_isincluded(core.object->cpuset,
-                                          team.domain->cpuset));
+      EXPECT_TRUE(
+          hwloc_bitmap_isincluded(core.object->cpuset, team.domain->cpuset));
     }
   }
 }
@@ -114,7 +114,7 @@ TEST(TeamPlan, CoreLevelAndHyperthreadsShareTheirCore) {
     pus.insert(a.pu_os_index);
     pus.insert(b.pu_os_index);
   }
-  EXPECT_EQ(pus.size(), 64u);  // every hyperthread used once
+  EXPECT_EQ(pus.size(), 64u); // every hyperthread used once
 }
 
 TEST(TeamPlan, FirstThreadsTakeOnePuPerCore) {
@@ -153,7 +153,7 @@ TEST(TeamPlan, SixtyFourCoresL3PerEight) {
   EXPECT_EQ(TeamSizes(capped.plan), std::vector<int>(16, 4));
   EXPECT_EQ(capped.plan.teams[0].cache_bytes, (size_t)8 << 20);
 
-  Planned automatic;  // private L2s (none here): auto gives core teams
+  Planned automatic; // private L2s (none here): auto gives core teams
   Plan(automatic, "pack:1 l3:8 core:8 pu:1", 0, FLASHCPU_TEAM_AUTO);
   EXPECT_EQ(automatic.plan.level, FLASHCPU_TEAM_CORE);
   EXPECT_EQ(automatic.plan.team_count, 64);
@@ -202,7 +202,8 @@ TEST(TeamPlan, BadSourcesFailWithMessage) {
   fc_topology topology;
   char error[256] = "";
   fc_topology_source bad_synthetic{"pack:banana", nullptr, nullptr};
-  EXPECT_NE(fc_topology_load(&bad_synthetic, &topology, error, sizeof error), 0);
+  EXPECT_NE(fc_topology_load(&bad_synthetic, &topology, error, sizeof error),
+            0);
   EXPECT_NE(std::string(error).find("synthetic"), std::string::npos) << error;
   fc_topology_source no_cpu{"core:2 pu:1", nullptr, "40-41"};
   EXPECT_NE(fc_topology_load(&no_cpu, &topology, error, sizeof error), 0);
@@ -217,4 +218,4 @@ TEST(TeamPlan, ThisMachinePinsWhereSupported) {
   EXPECT_GE(p.topology.core_count, 1);
 }
 
-}  // namespace
+} // namespace

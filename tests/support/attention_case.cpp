@@ -15,8 +15,9 @@
 namespace fctest {
 namespace {
 
-constexpr int64_t kLseGuard = 16;     // floats of guard before and after lse
-constexpr double kLargeScore = 300.0;  // the largest |score| in Magnitude::kLarge
+constexpr int64_t kLseGuard = 16; // floats of guard before and after lse
+constexpr double kLargeScore =
+    300.0; // the largest |score| in Magnitude::kLarge
 
 struct SharedContextHolder {
   flashcpu_context *ctx = nullptr;
@@ -31,7 +32,8 @@ bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 constexpr int64_t kPageSizes[] = {1, 3, 16, 128};
 
 // Address of element (b, s, h, 0) of a view.
-unsigned char *RowAt(const flashcpu_tensor &t, int64_t b, int64_t s, int64_t h) {
+unsigned char *RowAt(const flashcpu_tensor &t, int64_t b, int64_t s,
+                     int64_t h) {
   return static_cast<unsigned char *>(t.data) +
          (b * t.strides[0] + s * t.strides[1] + h * t.strides[2]) *
              static_cast<int64_t>(ElementBytes(t.dtype));
@@ -40,10 +42,11 @@ unsigned char *RowAt(const flashcpu_tensor &t, int64_t b, int64_t s, int64_t h) 
 // Whether two float buffers hold the same bits (NaN != NaN for operator==).
 bool SameFloats(const std::vector<float> &a, const std::vector<float> &b) {
   return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+         (a.empty() ||
+          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-}  // namespace
+} // namespace
 
 flashcpu_context *SharedContext() {
   static SharedContextHolder holder;
@@ -59,54 +62,89 @@ flashcpu_context *ContextWith(const flashcpu_context_options &options) {
 
 const char *AdditivePatternName(AdditivePattern pattern) {
   switch (pattern) {
-    case AdditivePattern::kFull: return "full";
-    case AdditivePattern::kBroadcastBatch: return "broadcast_batch";
-    case AdditivePattern::kBroadcastHeads: return "broadcast_heads";
-    case AdditivePattern::kKeyPadding: return "key_padding";
-    case AdditivePattern::kKeyMajor: return "key_major";
+  case AdditivePattern::kFull:
+    return "full";
+  case AdditivePattern::kBroadcastBatch:
+    return "broadcast_batch";
+  case AdditivePattern::kBroadcastHeads:
+    return "broadcast_heads";
+  case AdditivePattern::kKeyPadding:
+    return "key_padding";
+  case AdditivePattern::kKeyMajor:
+    return "key_major";
   }
   return "?";
 }
 
 AttentionCase::AttentionCase() { flashcpu_attention_params_init(&params_); }
 
-AttentionCase &AttentionCase::batch(int64_t n) { batch_ = n; return *this; }
-AttentionCase &AttentionCase::q_len(int64_t n) { q_len_ = n; return *this; }
-AttentionCase &AttentionCase::kv_len(int64_t n) { kv_len_ = n; return *this; }
+AttentionCase &AttentionCase::batch(int64_t n) {
+  batch_ = n;
+  return *this;
+}
+AttentionCase &AttentionCase::q_len(int64_t n) {
+  q_len_ = n;
+  return *this;
+}
+AttentionCase &AttentionCase::kv_len(int64_t n) {
+  kv_len_ = n;
+  return *this;
+}
 AttentionCase &AttentionCase::heads(int64_t q_heads, int64_t kv_heads) {
   q_heads_ = q_heads;
   kv_heads_ = kv_heads;
   return *this;
 }
-AttentionCase &AttentionCase::head_dim(int64_t d) { head_dim_ = d; return *this; }
-AttentionCase &AttentionCase::v_head_dim(int64_t d) { v_head_dim_ = d; return *this; }
-AttentionCase &AttentionCase::dtypes(flashcpu_dtype q, flashcpu_dtype kv, flashcpu_dtype out) {
+AttentionCase &AttentionCase::head_dim(int64_t d) {
+  head_dim_ = d;
+  return *this;
+}
+AttentionCase &AttentionCase::v_head_dim(int64_t d) {
+  v_head_dim_ = d;
+  return *this;
+}
+AttentionCase &AttentionCase::dtypes(flashcpu_dtype q, flashcpu_dtype kv,
+                                     flashcpu_dtype out) {
   return dtypes(q, kv, kv, out);
 }
-AttentionCase &AttentionCase::dtypes(flashcpu_dtype q, flashcpu_dtype k, flashcpu_dtype v,
-                                     flashcpu_dtype out) {
+AttentionCase &AttentionCase::dtypes(flashcpu_dtype q, flashcpu_dtype k,
+                                     flashcpu_dtype v, flashcpu_dtype out) {
   q_dtype_ = q;
   k_dtype_ = k;
   v_dtype_ = v;
   out_dtype_ = out;
   return *this;
 }
-AttentionCase &AttentionCase::layout(Layout layout) { layout_ = layout; return *this; }
-AttentionCase &AttentionCase::causal(bool on) { causal_ = on; return *this; }
+AttentionCase &AttentionCase::layout(Layout layout) {
+  layout_ = layout;
+  return *this;
+}
+AttentionCase &AttentionCase::causal(bool on) {
+  causal_ = on;
+  return *this;
+}
 AttentionCase &AttentionCase::window(int64_t left, int64_t right) {
   window_left_ = left;
   window_right_ = right;
   return *this;
 }
-AttentionCase &AttentionCase::softcap(float cap) { softcap_ = cap; return *this; }
-AttentionCase &AttentionCase::scale(float scale) { scale_ = scale; return *this; }
-AttentionCase &AttentionCase::tree(int64_t num_keys, double density, bool broadcast) {
+AttentionCase &AttentionCase::softcap(float cap) {
+  softcap_ = cap;
+  return *this;
+}
+AttentionCase &AttentionCase::scale(float scale) {
+  scale_ = scale;
+  return *this;
+}
+AttentionCase &AttentionCase::tree(int64_t num_keys, double density,
+                                   bool broadcast) {
   tree_keys_ = num_keys;
   tree_density_ = density;
   tree_broadcast_ = broadcast;
   return *this;
 }
-AttentionCase &AttentionCase::additive(AdditivePattern pattern, double hidden_fraction) {
+AttentionCase &AttentionCase::additive(AdditivePattern pattern,
+                                       double hidden_fraction) {
   additive_on_ = true;
   additive_pattern_ = pattern;
   additive_hidden_fraction_ = hidden_fraction;
@@ -126,10 +164,22 @@ AttentionCase &AttentionCase::alibi(bool per_batch) {
   alibi_per_batch_ = per_batch;
   return *this;
 }
-AttentionCase &AttentionCase::magnitude(Magnitude magnitude) { magnitude_ = magnitude; return *this; }
-AttentionCase &AttentionCase::seed(uint64_t seed) { seed_ = seed; return *this; }
-AttentionCase &AttentionCase::with_lse(bool on) { with_lse_ = on; return *this; }
-AttentionCase &AttentionCase::values_alias_keys(bool on) { values_alias_keys_ = on; return *this; }
+AttentionCase &AttentionCase::magnitude(Magnitude magnitude) {
+  magnitude_ = magnitude;
+  return *this;
+}
+AttentionCase &AttentionCase::seed(uint64_t seed) {
+  seed_ = seed;
+  return *this;
+}
+AttentionCase &AttentionCase::with_lse(bool on) {
+  with_lse_ = on;
+  return *this;
+}
+AttentionCase &AttentionCase::values_alias_keys(bool on) {
+  values_alias_keys_ = on;
+  return *this;
+}
 AttentionCase &AttentionCase::queries_share_one_row(bool on) {
   queries_share_one_row_ = on;
   return *this;
@@ -141,7 +191,9 @@ flashcpu_tensor AttentionCase::QView() const {
   return view;
 }
 
-flashcpu_tensor AttentionCase::VView() const { return values_alias_keys_ ? k_.View() : v_.View(); }
+flashcpu_tensor AttentionCase::VView() const {
+  return values_alias_keys_ ? k_.View() : v_.View();
+}
 
 int64_t AttentionCase::kv_length_of(int64_t b) const {
   return kv_lengths_.empty() ? kv_len_ : kv_lengths_[static_cast<size_t>(b)];
@@ -149,18 +201,23 @@ int64_t AttentionCase::kv_length_of(int64_t b) const {
 
 AttentionCase &AttentionCase::Build() {
   if (v_head_dim_ < 0) v_head_dim_ = head_dim_;
-  if (values_alias_keys_) {  // one view serves as both
+  if (values_alias_keys_) { // one view serves as both
     v_dtype_ = k_dtype_;
     v_head_dim_ = head_dim_;
   }
   // KV caches are allocated for more rows than they hold; so are q and out
   // in that layout, whose extra rows must stay untouched.
   const bool cache = layout_ == Layout::kCache;
-  q_ = TestTensor(q_dtype_, {batch_, q_len_, q_heads_, head_dim_}, layout_, q_len_ + (cache ? 5 : 0));
-  k_ = TestTensor(k_dtype_, {batch_, kv_len_, kv_heads_, head_dim_}, layout_, kv_len_ + (cache ? 13 : 0));
-  v_ = TestTensor(v_dtype_, {batch_, kv_len_, kv_heads_, v_head_dim_}, layout_, kv_len_ + (cache ? 13 : 0));
-  out_ = TestTensor(out_dtype_, {batch_, q_len_, q_heads_, v_head_dim_}, layout_, q_len_ + (cache ? 5 : 0));
-  lse_storage_.assign(static_cast<size_t>(batch_ * q_heads_ * q_len_ + 2 * kLseGuard), NAN);
+  q_ = TestTensor(q_dtype_, {batch_, q_len_, q_heads_, head_dim_}, layout_,
+                  q_len_ + (cache ? 5 : 0));
+  k_ = TestTensor(k_dtype_, {batch_, kv_len_, kv_heads_, head_dim_}, layout_,
+                  kv_len_ + (cache ? 13 : 0));
+  v_ = TestTensor(v_dtype_, {batch_, kv_len_, kv_heads_, v_head_dim_}, layout_,
+                  kv_len_ + (cache ? 13 : 0));
+  out_ = TestTensor(out_dtype_, {batch_, q_len_, q_heads_, v_head_dim_},
+                    layout_, q_len_ + (cache ? 5 : 0));
+  lse_storage_.assign(
+      static_cast<size_t>(batch_ * q_heads_ * q_len_ + 2 * kLseGuard), NAN);
 
   flashcpu_attention_params_init(&params_);
   params_.scale = scale_;
@@ -173,7 +230,7 @@ AttentionCase &AttentionCase::Build() {
   BuildTree();
   BuildAdditive();
   BuildAlibi();
-  BuildSinks();  // last: drawn around the lse the options above give
+  BuildSinks(); // last: drawn around the lse the options above give
   built_ = true;
   return *this;
 }
@@ -190,19 +247,23 @@ void AttentionCase::DrawInputs() {
   for (int64_t b = 0; b < batch_; b++) {
     for (int64_t i = 0; i < q_len_; i++)
       for (int64_t h = 0; h < q_heads_; h++)
-        for (int64_t d = 0; d < head_dim_; d++) q_.Set(b, i, h, d, rng.NonZeroUnit());
+        for (int64_t d = 0; d < head_dim_; d++)
+          q_.Set(b, i, h, d, rng.NonZeroUnit());
     // Rows past the batch's kv length stay NaN (set by the constructor).
     for (int64_t j = 0; j < kv_length_of(b); j++)
       for (int64_t h = 0; h < kv_heads_; h++) {
-        for (int64_t d = 0; d < head_dim_; d++) k_.Set(b, j, h, d, rng.NonZeroUnit());
-        for (int64_t d = 0; d < v_head_dim_; d++) v_.Set(b, j, h, d, rng.NonZeroUnit());
+        for (int64_t d = 0; d < head_dim_; d++)
+          k_.Set(b, j, h, d, rng.NonZeroUnit());
+        for (int64_t d = 0; d < v_head_dim_; d++)
+          v_.Set(b, j, h, d, rng.NonZeroUnit());
       }
   }
   if (magnitude_ != Magnitude::kLarge) return;
 
   // Scale q and k so that the largest |score| is about kLargeScore: large
   // enough to overflow a careless exp, and to make f16 sums misbehave.
-  const double scale = scale_ != 0.0f ? scale_ : 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  const double scale =
+      scale_ != 0.0f ? scale_ : 1.0 / std::sqrt(static_cast<double>(head_dim_));
   const int64_t group = q_heads_ / kv_heads_;
   double largest = 0.0;
   std::vector<double> key_rows;
@@ -212,12 +273,14 @@ void AttentionCase::DrawInputs() {
       key_rows.assign(static_cast<size_t>(keys * head_dim_), 0.0);
       for (int64_t j = 0; j < keys; j++)
         for (int64_t d = 0; d < head_dim_; d++)
-          key_rows[static_cast<size_t>(j * head_dim_ + d)] = k_.Get(b, j, h / group, d);
+          key_rows[static_cast<size_t>(j * head_dim_ + d)] =
+              k_.Get(b, j, h / group, d);
       for (int64_t i = 0; i < q_len_; i++)
         for (int64_t j = 0; j < keys; j++) {
           double dot = 0.0;
           for (int64_t d = 0; d < head_dim_; d++)
-            dot += q_.Get(b, i, h, d) * key_rows[static_cast<size_t>(j * head_dim_ + d)];
+            dot += q_.Get(b, i, h, d) *
+                   key_rows[static_cast<size_t>(j * head_dim_ + d)];
           largest = std::max(largest, std::fabs(dot * scale));
         }
     }
@@ -226,11 +289,14 @@ void AttentionCase::DrawInputs() {
   for (int64_t b = 0; b < batch_; b++) {
     for (int64_t i = 0; i < q_len_; i++)
       for (int64_t h = 0; h < q_heads_; h++)
-        for (int64_t d = 0; d < head_dim_; d++) q_.Set(b, i, h, d, q_.Get(b, i, h, d) * factor);
+        for (int64_t d = 0; d < head_dim_; d++)
+          q_.Set(b, i, h, d, q_.Get(b, i, h, d) * factor);
     for (int64_t j = 0; j < kv_length_of(b); j++)
       for (int64_t h = 0; h < kv_heads_; h++) {
-        for (int64_t d = 0; d < head_dim_; d++) k_.Set(b, j, h, d, k_.Get(b, j, h, d) * factor);
-        for (int64_t d = 0; d < v_head_dim_; d++) v_.Set(b, j, h, d, v_.Get(b, j, h, d) * 16.0);
+        for (int64_t d = 0; d < head_dim_; d++)
+          k_.Set(b, j, h, d, k_.Get(b, j, h, d) * factor);
+        for (int64_t d = 0; d < v_head_dim_; d++)
+          v_.Set(b, j, h, d, v_.Get(b, j, h, d) * 16.0);
       }
   }
 }
@@ -239,19 +305,21 @@ void AttentionCase::BuildTree() {
   params_.tree_mask = nullptr;
   if (tree_keys_ <= 0) return;
   int64_t shortest = kv_len_;
-  for (int64_t b = 0; b < batch_; b++) shortest = std::min(shortest, kv_length_of(b));
+  for (int64_t b = 0; b < batch_; b++)
+    shortest = std::min(shortest, kv_length_of(b));
   const int64_t num_keys = std::min(tree_keys_, shortest);
-  if (num_keys < 1) return;  // a tree mask needs a key in every batch
+  if (num_keys < 1) return; // a tree mask needs a key in every batch
   const int64_t words = (num_keys + 63) / 64;
-  tree_.num_rows = q_len_ + 2;         // more rows than needed is allowed
+  tree_.num_rows = q_len_ + 2; // more rows than needed is allowed
   tree_.num_keys = num_keys;
-  tree_.row_stride = words + 1;        // and a padding word per row
+  tree_.row_stride = words + 1; // and a padding word per row
   tree_.batch_stride = tree_broadcast_ ? 0 : tree_.num_rows * tree_.row_stride;
   const int64_t batches = tree_broadcast_ ? 1 : batch_;
   // Every bit is random, including padding words and bits past num_keys,
   // which the library must ignore.
   Rng rng((seed_ + SeedOffset()) * 0x9e3779b97f4a7c15ull + 3);
-  tree_bits_.assign(static_cast<size_t>(batches * tree_.num_rows * tree_.row_stride), 0);
+  tree_bits_.assign(
+      static_cast<size_t>(batches * tree_.num_rows * tree_.row_stride), 0);
   for (uint64_t &word : tree_bits_)
     for (int bit = 0; bit < 64; bit++)
       if (rng.Chance(tree_density_)) word |= uint64_t{1} << bit;
@@ -266,36 +334,36 @@ void AttentionCase::BuildAdditive() {
   const int64_t padded_keys = keys + 2;
   int64_t *strides = additive_.strides;
   switch (additive_pattern_) {
-    case AdditivePattern::kFull:
-      strides[0] = q_heads_ * q_len_ * padded_keys;
-      strides[1] = q_len_ * padded_keys;
-      strides[2] = padded_keys;
-      strides[3] = 1;
-      break;
-    case AdditivePattern::kBroadcastBatch:
-      strides[0] = 0;
-      strides[1] = q_len_ * padded_keys;
-      strides[2] = padded_keys;
-      strides[3] = 1;
-      break;
-    case AdditivePattern::kBroadcastHeads:
-      strides[0] = q_len_ * padded_keys;
-      strides[1] = 0;
-      strides[2] = padded_keys;
-      strides[3] = 1;
-      break;
-    case AdditivePattern::kKeyPadding:
-      strides[0] = padded_keys;
-      strides[1] = 0;
-      strides[2] = 0;
-      strides[3] = 1;
-      break;
-    case AdditivePattern::kKeyMajor:
-      strides[0] = q_heads_ * q_len_ * keys;
-      strides[1] = q_len_ * keys;
-      strides[2] = 1;
-      strides[3] = q_len_;
-      break;
+  case AdditivePattern::kFull:
+    strides[0] = q_heads_ * q_len_ * padded_keys;
+    strides[1] = q_len_ * padded_keys;
+    strides[2] = padded_keys;
+    strides[3] = 1;
+    break;
+  case AdditivePattern::kBroadcastBatch:
+    strides[0] = 0;
+    strides[1] = q_len_ * padded_keys;
+    strides[2] = padded_keys;
+    strides[3] = 1;
+    break;
+  case AdditivePattern::kBroadcastHeads:
+    strides[0] = q_len_ * padded_keys;
+    strides[1] = 0;
+    strides[2] = padded_keys;
+    strides[3] = 1;
+    break;
+  case AdditivePattern::kKeyPadding:
+    strides[0] = padded_keys;
+    strides[1] = 0;
+    strides[2] = 0;
+    strides[3] = 1;
+    break;
+  case AdditivePattern::kKeyMajor:
+    strides[0] = q_heads_ * q_len_ * keys;
+    strides[1] = q_len_ * keys;
+    strides[2] = 1;
+    strides[3] = q_len_;
+    break;
   }
   const int64_t last = (batch_ - 1) * strides[0] + (q_heads_ - 1) * strides[1] +
                        (q_len_ - 1) * strides[2] + (keys - 1) * strides[3];
@@ -306,9 +374,10 @@ void AttentionCase::BuildAdditive() {
     for (int64_t h = 0; h < q_heads_; h++)
       for (int64_t i = 0; i < q_len_; i++)
         for (int64_t j = 0; j < kv_length_of(b); j++)
-          additive_at(b, h, i, j) = rng.Chance(additive_hidden_fraction_)
-                                        ? -INFINITY
-                                        : static_cast<float>(rng.Uniform(-2.0, 2.0));
+          additive_at(b, h, i, j) =
+              rng.Chance(additive_hidden_fraction_)
+                  ? -INFINITY
+                  : static_cast<float>(rng.Uniform(-2.0, 2.0));
   additive_.data = additive_values_.data();
   params_.additive_mask = &additive_;
 }
@@ -320,14 +389,16 @@ void AttentionCase::BuildAlibi() {
   // Per batch, rows of Hq slopes and 3 NaN floats of padding.
   const int64_t stride = alibi_per_batch_ ? q_heads_ + 3 : 0;
   const int64_t rows = alibi_per_batch_ ? batch_ : 1;
-  alibi_slopes_.assign(static_cast<size_t>(alibi_per_batch_ ? rows * stride : q_heads_), NAN);
-  params_.alibi_batch_stride = stride;  // what alibi_slope_at indexes by
+  alibi_slopes_.assign(
+      static_cast<size_t>(alibi_per_batch_ ? rows * stride : q_heads_), NAN);
+  params_.alibi_batch_stride = stride; // what alibi_slope_at indexes by
   Rng rng((seed_ + SeedOffset()) * 0xbf58476d1ce4e5b9ull + 7);
   for (int64_t b = 0; b < rows; b++)
     for (int64_t h = 0; h < q_heads_; h++)
-      alibi_slope_at(b, h) = static_cast<float>(
-          std::exp2(-8.0 * static_cast<double>(h + 1) / static_cast<double>(q_heads_)) *
-          rng.Uniform(0.5, 1.5));
+      alibi_slope_at(b, h) =
+          static_cast<float>(std::exp2(-8.0 * static_cast<double>(h + 1) /
+                                       static_cast<double>(q_heads_)) *
+                             rng.Uniform(0.5, 1.5));
   params_.alibi_slopes = alibi_slopes_.data();
 }
 
@@ -350,7 +421,8 @@ void AttentionCase::BuildSinks() {
         }
       }
   }
-  sinks_storage_.assign(static_cast<size_t>(q_heads_) * ElementBytes(sinks_dtype_), 0);
+  sinks_storage_.assign(
+      static_cast<size_t>(q_heads_) * ElementBytes(sinks_dtype_), 0);
   Rng rng((seed_ + SeedOffset()) * 0x94d049bb133111ebull + 11);
   for (int64_t h = 0; h < q_heads_; h++)
     set_sink(h, typical[static_cast<size_t>(h)] + rng.Uniform(-1.5, 1.5));
@@ -359,7 +431,8 @@ void AttentionCase::BuildSinks() {
 }
 
 void AttentionCase::set_sink(int64_t h, double logit) {
-  StoreAs(sinks_storage_.data() + static_cast<size_t>(h) * ElementBytes(sinks_dtype_),
+  StoreAs(sinks_storage_.data() +
+              static_cast<size_t>(h) * ElementBytes(sinks_dtype_),
           sinks_dtype_, logit);
 }
 
@@ -369,24 +442,28 @@ float &AttentionCase::alibi_slope_at(int64_t b, int64_t h) {
 
 float &AttentionCase::additive_at(int64_t b, int64_t h, int64_t i, int64_t j) {
   const int64_t *s = additive_.strides;
-  return additive_values_[static_cast<size_t>(b * s[0] + h * s[1] + i * s[2] + j * s[3])];
+  return additive_values_[static_cast<size_t>(b * s[0] + h * s[1] + i * s[2] +
+                                              j * s[3])];
 }
 
-void AttentionCase::set_tree_bit(int64_t b, int64_t i, int64_t key_offset, bool on) {
-  uint64_t &word = tree_bits_[static_cast<size_t>(b * tree_.batch_stride + i * tree_.row_stride +
-                                                  key_offset / 64)];
+void AttentionCase::set_tree_bit(int64_t b, int64_t i, int64_t key_offset,
+                                 bool on) {
+  uint64_t &word = tree_bits_[static_cast<size_t>(
+      b * tree_.batch_stride + i * tree_.row_stride + key_offset / 64)];
   const uint64_t bit = uint64_t{1} << (key_offset % 64);
   word = on ? (word | bit) : (word & ~bit);
 }
 
 float AttentionCase::lse_at(int64_t b, int64_t h, int64_t i) const {
-  return lse_storage_[static_cast<size_t>(kLseGuard + (b * q_heads_ + h) * q_len_ + i)];
+  return lse_storage_[static_cast<size_t>(kLseGuard +
+                                          (b * q_heads_ + h) * q_len_ + i)];
 }
 
 std::vector<unsigned char> AttentionCase::out_bytes() const {
   const flashcpu_tensor view = out_.View();
-  const size_t bytes = static_cast<size_t>(view.dims[0] * view.dims[1] * view.dims[2] *
-                                           view.dims[3]) * flashcpu_dtype_size(view.dtype);
+  const size_t bytes = static_cast<size_t>(view.dims[0] * view.dims[1] *
+                                           view.dims[2] * view.dims[3]) *
+                       flashcpu_dtype_size(view.dtype);
   const auto *first = static_cast<const unsigned char *>(view.data);
   return std::vector<unsigned char>(first, first + bytes);
 }
@@ -404,15 +481,18 @@ flashcpu_status AttentionCase::Run(flashcpu_context *ctx) {
   kv_lengths_before_ = kv_lengths_;
   sinks_before_ = sinks_storage_;
   alibi_before_ = alibi_slopes_;
-  const flashcpu_tensor q = QView(), k = k_.View(), v = VView(), out = out_.View();
-  const flashcpu_status status =
-      flashcpu_attention(ctx, &q, &k, &v, &out,
-                         with_lse_ ? lse_storage_.data() + kLseGuard : nullptr, &params_);
-  ran_kernels_ = status == FLASHCPU_OK ? flashcpu_context_last_kernels(ctx) : "";
+  const flashcpu_tensor q = QView(), k = k_.View(), v = VView(),
+                        out = out_.View();
+  const flashcpu_status status = flashcpu_attention(
+      ctx, &q, &k, &v, &out,
+      with_lse_ ? lse_storage_.data() + kLseGuard : nullptr, &params_);
+  ran_kernels_ =
+      status == FLASHCPU_OK ? flashcpu_context_last_kernels(ctx) : "";
   return status;
 }
 
-std::vector<double> AttentionCase::OracleRow(int64_t b, int64_t h, int64_t i, double *lse) const {
+std::vector<double> AttentionCase::OracleRow(int64_t b, int64_t h, int64_t i,
+                                             double *lse) const {
   const flashcpu_tensor q = QView(), k = k_.View(), v = VView();
   std::vector<double> row(static_cast<size_t>(v_head_dim_));
   double row_lse;
@@ -422,20 +502,29 @@ std::vector<double> AttentionCase::OracleRow(int64_t b, int64_t h, int64_t i, do
 }
 
 testing::AssertionResult AttentionCase::CheckAgainstOracle() const {
-  if (q_.bytes() != q_before_ || k_.bytes() != k_before_ || v_.bytes() != v_before_ ||
-      tree_bits_ != tree_before_ || kv_lengths_ != kv_lengths_before_ ||
-      !SameFloats(additive_values_, additive_before_) || sinks_storage_ != sinks_before_ ||
+  if (q_.bytes() != q_before_ || k_.bytes() != k_before_ ||
+      v_.bytes() != v_before_ || tree_bits_ != tree_before_ ||
+      kv_lengths_ != kv_lengths_before_ ||
+      !SameFloats(additive_values_, additive_before_) ||
+      sinks_storage_ != sinks_before_ ||
       !SameFloats(alibi_slopes_, alibi_before_))
-    return testing::AssertionFailure() << "an input buffer changed; " << Describe();
-  const std::string outside = CompareOutsideView(out_before_, out_.bytes(), out_.ViewBytes());
-  if (!outside.empty()) return testing::AssertionFailure() << "out: " << outside << "; " << Describe();
+    return testing::AssertionFailure()
+           << "an input buffer changed; " << Describe();
+  const std::string outside =
+      CompareOutsideView(out_before_, out_.bytes(), out_.ViewBytes());
+  if (!outside.empty())
+    return testing::AssertionFailure()
+           << "out: " << outside << "; " << Describe();
   const size_t lse_count = static_cast<size_t>(batch_ * q_heads_ * q_len_);
   for (size_t g = 0; g < static_cast<size_t>(kLseGuard); g++)
-    if (!SameBits(lse_storage_[g], NAN) || !SameBits(lse_storage_[kLseGuard + lse_count + g], NAN))
-      return testing::AssertionFailure() << "a write landed outside lse; " << Describe();
+    if (!SameBits(lse_storage_[g], NAN) ||
+        !SameBits(lse_storage_[kLseGuard + lse_count + g], NAN))
+      return testing::AssertionFailure()
+             << "a write landed outside lse; " << Describe();
 
   const flashcpu_tensor q = QView(), k = k_.View(), v = VView();
-  ToleranceRule out_rule("out", out_dtype_), lse_rule("lse", FLASHCPU_DTYPE_F32);
+  ToleranceRule out_rule("out", out_dtype_),
+      lse_rule("lse", FLASHCPU_DTYPE_F32);
   // A kernel that rounds P to bf16 is judged against naive code that does.
   const bool weights_bf16 = KernelsRoundWeights(ran_kernels_);
   const NaiveFormulation *formulations = NaiveFormulationsFor(weights_bf16);
@@ -451,9 +540,11 @@ testing::AssertionResult AttentionCase::CheckAgainstOracle() const {
           }
     out_rule.AllowBf16Weights(largest);
   }
-  const size_t row_count = static_cast<size_t>(q_len_), dv = static_cast<size_t>(v_head_dim_);
+  const size_t row_count = static_cast<size_t>(q_len_),
+               dv = static_cast<size_t>(v_head_dim_);
   std::vector<double> oracle(row_count * dv), oracle_lse(row_count);
-  constexpr size_t kCount = sizeof kNaiveFormulations / sizeof kNaiveFormulations[0];
+  constexpr size_t kCount =
+      sizeof kNaiveFormulations / sizeof kNaiveFormulations[0];
   std::vector<float> naive[kCount], naive_lse[kCount];
   for (size_t f = 0; f < kCount; f++) {
     naive[f].resize(row_count * dv);
@@ -461,32 +552,39 @@ testing::AssertionResult AttentionCase::CheckAgainstOracle() const {
   }
   for (int64_t b = 0; b < batch_; b++)
     for (int64_t h = 0; h < q_heads_; h++) {
-      if (flashcpu_oracle_head(&q, &k, &v, &params_, b, h, oracle.data(), oracle_lse.data()) != 0)
+      if (flashcpu_oracle_head(&q, &k, &v, &params_, b, h, oracle.data(),
+                               oracle_lse.data()) != 0)
         return testing::AssertionFailure() << "the oracle ran out of memory";
       for (size_t f = 0; f < kCount; f++)
-        NaiveAttentionHeadF32(q, k, v, params_, b, h, formulations[f], naive[f].data(),
-                              naive_lse[f].data());
+        NaiveAttentionHeadF32(q, k, v, params_, b, h, formulations[f],
+                              naive[f].data(), naive_lse[f].data());
       for (int64_t i = 0; i < q_len_; i++) {
         const size_t row = static_cast<size_t>(i);
         for (size_t d = 0; d < dv; d++) {
           const size_t e = row * dv + d;
           out_rule.Add(out_.Get(b, i, h, static_cast<int64_t>(d)), oracle[e],
-                       {RoundToDtype(naive[0][e], out_dtype_), RoundToDtype(naive[1][e], out_dtype_),
-                        RoundToDtype(naive[2][e], out_dtype_), RoundToDtype(naive[3][e], out_dtype_)},
+                       {RoundToDtype(naive[0][e], out_dtype_),
+                        RoundToDtype(naive[1][e], out_dtype_),
+                        RoundToDtype(naive[2][e], out_dtype_),
+                        RoundToDtype(naive[3][e], out_dtype_)},
                        {b, h, i, static_cast<int64_t>(d)});
         }
         if (with_lse_)
           lse_rule.Add(lse_at(b, h, i), oracle_lse[row],
-                       {naive_lse[0][row], naive_lse[1][row], naive_lse[2][row], naive_lse[3][row]},
+                       {naive_lse[0][row], naive_lse[1][row], naive_lse[2][row],
+                        naive_lse[3][row]},
                        {b, h, i, -1});
         else if (!SameBits(lse_at(b, h, i), NAN))
-          return testing::AssertionFailure() << "lse was written though none was passed";
+          return testing::AssertionFailure()
+                 << "lse was written though none was passed";
       }
     }
   if (std::getenv("FCTEST_STATS"))
-    std::printf("STATS out %.3g %.3g ratio %.3f lse %.3g %.3g ratio %.3f\n", out_rule.err_base(),
-                out_rule.max_error(), out_rule.max_error() / out_rule.err_base(), lse_rule.err_base(),
-                lse_rule.max_error(), lse_rule.max_error() / lse_rule.err_base());
+    std::printf("STATS out %.3g %.3g ratio %.3f lse %.3g %.3g ratio %.3f\n",
+                out_rule.err_base(), out_rule.max_error(),
+                out_rule.max_error() / out_rule.err_base(), lse_rule.err_base(),
+                lse_rule.max_error(),
+                lse_rule.max_error() / lse_rule.err_base());
   testing::AssertionResult out_verdict = out_rule.Verdict();
   if (!out_verdict) return out_verdict << "; " << Describe();
   testing::AssertionResult lse_verdict = lse_rule.Verdict();
@@ -498,25 +596,30 @@ void AttentionCase::Test(flashcpu_context *ctx) {
   if (!built_) Build();
   if (!ctx) ctx = SharedContext();
   const flashcpu_status status = Run(ctx);
-  ASSERT_EQ(status, FLASHCPU_OK) << flashcpu_status_name(status) << ": "
-                                 << flashcpu_last_error(ctx) << "; " << Describe();
+  ASSERT_EQ(status, FLASHCPU_OK)
+      << flashcpu_status_name(status) << ": " << flashcpu_last_error(ctx)
+      << "; " << Describe();
   EXPECT_STREQ(flashcpu_last_error(ctx), "");
   EXPECT_TRUE(CheckAgainstOracle());
   EXPECT_TRUE(CheckPagedMatches(ctx));
 }
 
-testing::AssertionResult AttentionCase::CheckPagedMatches(flashcpu_context *ctx) {
+testing::AssertionResult
+AttentionCase::CheckPagedMatches(flashcpu_context *ctx) {
   // A paged cache holds K and V apart, and packed q rows are distinct.
   if (values_alias_keys_ || queries_share_one_row_)
-    return testing::AssertionSuccess() << "skipped: aliased inputs have no paged form";
-  const int64_t B = batch_, L = q_len_, T = B * L, Hq = q_heads_, Hkv = kv_heads_;
+    return testing::AssertionSuccess()
+           << "skipped: aliased inputs have no paged form";
+  const int64_t B = batch_, L = q_len_, T = B * L, Hq = q_heads_,
+                Hkv = kv_heads_;
   const int64_t D = head_dim_, Dv = v_head_dim_;
 
   // The page size and layout, from the seed and the shape.
   uint64_t hash = seed_;
-  for (int64_t value : {B, L, kv_len_, Hq, Hkv, D, Dv, static_cast<int64_t>(q_dtype_),
-                        static_cast<int64_t>(k_dtype_), static_cast<int64_t>(v_dtype_),
-                        static_cast<int64_t>(out_dtype_), static_cast<int64_t>(layout_)})
+  for (int64_t value :
+       {B, L, kv_len_, Hq, Hkv, D, Dv, static_cast<int64_t>(q_dtype_),
+        static_cast<int64_t>(k_dtype_), static_cast<int64_t>(v_dtype_),
+        static_cast<int64_t>(out_dtype_), static_cast<int64_t>(layout_)})
     hash = Rng(hash ^ static_cast<uint64_t>(value)).NextU64();
   const int64_t page_size = kPageSizes[hash % 4];
   const bool hnd = (hash >> 2) % 2 == 1;
@@ -534,26 +637,36 @@ testing::AssertionResult AttentionCase::CheckPagedMatches(flashcpu_context *ctx)
   for (size_t n = 0; n < order.size(); n++) order[n] = static_cast<int32_t>(n);
   Rng rng(hash);
   for (size_t n = order.size() - 1; n > 0; n--)
-    std::swap(order[n], order[static_cast<size_t>(rng.Below(static_cast<int64_t>(n) + 1))]);
+    std::swap(
+        order[n],
+        order[static_cast<size_t>(rng.Below(static_cast<int64_t>(n) + 1))]);
   const int64_t table_stride = widest + 1;
-  std::vector<int32_t> block_table(static_cast<size_t>(B * table_stride), order.back());
-  std::vector<int32_t> cu_seqlens_q(static_cast<size_t>(B + 1)), seq_lens_kv(static_cast<size_t>(B));
+  std::vector<int32_t> block_table(static_cast<size_t>(B * table_stride),
+                                   order.back());
+  std::vector<int32_t> cu_seqlens_q(static_cast<size_t>(B + 1)),
+      seq_lens_kv(static_cast<size_t>(B));
   size_t next_page = 0;
   for (int64_t b = 0; b < B; b++) {
-    cu_seqlens_q[static_cast<size_t>(b + 1)] = static_cast<int32_t>((b + 1) * L);
+    cu_seqlens_q[static_cast<size_t>(b + 1)] =
+        static_cast<int32_t>((b + 1) * L);
     seq_lens_kv[static_cast<size_t>(b)] = static_cast<int32_t>(kv_length_of(b));
     for (int64_t page = 0; page * page_size < kv_length_of(b); page++)
-      block_table[static_cast<size_t>(b * table_stride + page)] = order[next_page++];
+      block_table[static_cast<size_t>(b * table_stride + page)] =
+          order[next_page++];
   }
 
   // The pool, NaN where no row was written, then each batch's rows.
   const Layout page_layout = hnd ? Layout::kBHSD : Layout::kBSHD;
-  TestTensor k_pages(k_dtype_, {num_pages, page_size, Hkv, D}, page_layout, page_size);
-  TestTensor v_pages(v_dtype_, {num_pages, page_size, Hkv, Dv}, page_layout, page_size);
-  const flashcpu_tensor k = k_.View(), v = v_.View(), kp = k_pages.View(), vp = v_pages.View();
+  TestTensor k_pages(k_dtype_, {num_pages, page_size, Hkv, D}, page_layout,
+                     page_size);
+  TestTensor v_pages(v_dtype_, {num_pages, page_size, Hkv, Dv}, page_layout,
+                     page_size);
+  const flashcpu_tensor k = k_.View(), v = v_.View(), kp = k_pages.View(),
+                        vp = v_pages.View();
   for (int64_t b = 0; b < B; b++)
     for (int64_t j = 0; j < kv_length_of(b); j++) {
-      const int64_t page = block_table[static_cast<size_t>(b * table_stride + j / page_size)];
+      const int64_t page =
+          block_table[static_cast<size_t>(b * table_stride + j / page_size)];
       for (int64_t h = 0; h < Hkv; h++) {
         std::memcpy(RowAt(kp, page, j % page_size, h), RowAt(k, b, j, h),
                     static_cast<size_t>(D) * ElementBytes(k_dtype_));
@@ -580,13 +693,15 @@ testing::AssertionResult AttentionCase::CheckPagedMatches(flashcpu_context *ctx)
   // Packed query rows, and a poisoned packed out with padded rows.
   TestTensor q_packed(q_dtype_, {1, T, Hq, D}, Layout::kBSHD, T);
   TestTensor out_packed(out_dtype_, {1, T, Hq, Dv}, Layout::kUnaligned, T);
-  const flashcpu_tensor q = QView(), qp = q_packed.View(), op = out_packed.View();
+  const flashcpu_tensor q = QView(), qp = q_packed.View(),
+                        op = out_packed.View();
   for (int64_t b = 0; b < B; b++)
     for (int64_t i = 0; i < L; i++)
       for (int64_t h = 0; h < Hq; h++)
         std::memcpy(RowAt(qp, 0, b * L + i, h), RowAt(q, b, i, h),
                     static_cast<size_t>(D) * ElementBytes(q_dtype_));
-  std::vector<float> lse_packed(static_cast<size_t>(Hq * T + 2 * kLseGuard), NAN);
+  std::vector<float> lse_packed(static_cast<size_t>(Hq * T + 2 * kLseGuard),
+                                NAN);
 
   flashcpu_batch batch;
   flashcpu_batch_init(&batch);
@@ -604,9 +719,11 @@ testing::AssertionResult AttentionCase::CheckPagedMatches(flashcpu_context *ctx)
     for (int64_t b = 0; b < B; b++)
       for (int64_t i = 0; i < L; i++)
         std::memcpy(&tree_bits[static_cast<size_t>((b * L + i) * words)],
-                    &tree_bits_[static_cast<size_t>(b * tree_.batch_stride + i * words)],
+                    &tree_bits_[static_cast<size_t>(b * tree_.batch_stride +
+                                                    i * words)],
                     static_cast<size_t>(words) * sizeof(uint64_t));
-    tree_num_keys.assign(static_cast<size_t>(B), static_cast<int32_t>(tree_.num_keys));
+    tree_num_keys.assign(static_cast<size_t>(B),
+                         static_cast<int32_t>(tree_.num_keys));
     batch.tree_bits = tree_bits.data();
     batch.tree_row_stride = words;
     batch.tree_num_keys = tree_num_keys.data();
@@ -621,83 +738,95 @@ testing::AssertionResult AttentionCase::CheckPagedMatches(flashcpu_context *ctx)
   flashcpu_additive_mask mask{};
   if (params_.additive_mask) {
     int64_t longest = 1;
-    for (int64_t b = 0; b < B; b++) longest = std::max(longest, kv_length_of(b));
+    for (int64_t b = 0; b < B; b++)
+      longest = std::max(longest, kv_length_of(b));
     const int64_t padded = longest + 2;
     int64_t *st = mask.strides;
-    const auto set_strides = [st](int64_t request, int64_t head, int64_t row, int64_t key) {
+    const auto set_strides = [st](int64_t request, int64_t head, int64_t row,
+                                  int64_t key) {
       st[0] = request;
       st[1] = head;
       st[2] = row;
       st[3] = key;
     };
     switch (additive_pattern_) {
-      case AdditivePattern::kFull:
-      case AdditivePattern::kBroadcastBatch:  // packed rows differ per request
-        set_strides(0, T * padded, padded, 1);
-        break;
-      case AdditivePattern::kBroadcastHeads:
-        set_strides(0, 0, padded, 1);
-        break;
-      case AdditivePattern::kKeyPadding:
-        set_strides(padded, 0, 0, 1);
-        break;
-      case AdditivePattern::kKeyMajor:
-        set_strides(0, T * longest, 1, std::max<int64_t>(T, 1));
-        break;
+    case AdditivePattern::kFull:
+    case AdditivePattern::kBroadcastBatch: // packed rows differ per request
+      set_strides(0, T * padded, padded, 1);
+      break;
+    case AdditivePattern::kBroadcastHeads:
+      set_strides(0, 0, padded, 1);
+      break;
+    case AdditivePattern::kKeyPadding:
+      set_strides(padded, 0, 0, 1);
+      break;
+    case AdditivePattern::kKeyMajor:
+      set_strides(0, T * longest, 1, std::max<int64_t>(T, 1));
+      break;
     }
     const int64_t extent = (B - 1) * st[0] + (Hq - 1) * st[1] +
-                           (std::max<int64_t>(T, 1) - 1) * st[2] + (longest - 1) * st[3] + 1;
+                           (std::max<int64_t>(T, 1) - 1) * st[2] +
+                           (longest - 1) * st[3] + 1;
     mask_values.assign(static_cast<size_t>(extent), NAN);
     for (int64_t b = 0; b < B; b++)
       for (int64_t h = 0; h < Hq; h++)
         for (int64_t i = 0; i < L; i++)
           for (int64_t j = 0; j < kv_length_of(b); j++)
-            mask_values[static_cast<size_t>(b * st[0] + h * st[1] + (b * L + i) * st[2] +
-                                            j * st[3])] = additive_at(b, h, i, j);
+            mask_values[static_cast<size_t>(b * st[0] + h * st[1] +
+                                            (b * L + i) * st[2] + j * st[3])] =
+                additive_at(b, h, i, j);
     mask.data = mask_values.data();
     params.additive_mask = &mask;
   }
 
   std::ostringstream where;
-  where << "paged (pages of " << page_size << (hnd ? ", HND" : ", NHD") << ", " << num_pages
-        << " pages); " << Describe();
+  where << "paged (pages of " << page_size << (hnd ? ", HND" : ", NHD") << ", "
+        << num_pages << " pages); " << Describe();
   if (std::getenv("FCTEST_STATS"))
-    std::printf("STATS paged page_size %lld %s\n", static_cast<long long>(page_size),
-                hnd ? "hnd" : "nhd");
+    std::printf("STATS paged page_size %lld %s\n",
+                static_cast<long long>(page_size), hnd ? "hnd" : "nhd");
   flashcpu_plan *plan = nullptr;
   flashcpu_status status = flashcpu_plan_create(ctx, &batch, Hq, &cache, &plan);
   if (status != FLASHCPU_OK) {
     const std::string error = flashcpu_last_error(ctx);
     // A forced split-KV kernel takes a bounded number of rows per request;
     // the contiguous call took the case, so this is only a plan's refusal.
-    if (status == FLASHCPU_ERROR_INVALID_ARGUMENT && error.find("the forced kernel") != std::string::npos)
+    if (status == FLASHCPU_ERROR_INVALID_ARGUMENT &&
+        error.find("the forced kernel") != std::string::npos)
       return testing::AssertionSuccess() << "skipped: " << error;
-    return testing::AssertionFailure() << "flashcpu_plan_create: " << flashcpu_status_name(status)
-                                       << ": " << error << "; " << where.str();
+    return testing::AssertionFailure()
+           << "flashcpu_plan_create: " << flashcpu_status_name(status) << ": "
+           << error << "; " << where.str();
   }
   const std::vector<unsigned char> k_pages_before = k_pages.bytes(),
                                    v_pages_before = v_pages.bytes(),
                                    q_packed_before = q_packed.bytes(),
                                    out_packed_before = out_packed.bytes();
   const std::vector<float> mask_before = mask_values;
-  status = flashcpu_attention_paged(ctx, plan, &qp, &cache, &op,
-                                    with_lse_ ? lse_packed.data() + kLseGuard : nullptr, &params);
+  status = flashcpu_attention_paged(
+      ctx, plan, &qp, &cache, &op,
+      with_lse_ ? lse_packed.data() + kLseGuard : nullptr, &params);
   flashcpu_plan_destroy(plan);
   if (status != FLASHCPU_OK)
-    return testing::AssertionFailure() << "flashcpu_attention_paged: " << flashcpu_status_name(status)
-                                       << ": " << flashcpu_last_error(ctx) << "; " << where.str();
+    return testing::AssertionFailure()
+           << "flashcpu_attention_paged: " << flashcpu_status_name(status)
+           << ": " << flashcpu_last_error(ctx) << "; " << where.str();
 
   if (k_pages.bytes() != k_pages_before || v_pages.bytes() != v_pages_before ||
-      q_packed.bytes() != q_packed_before || !SameFloats(mask_values, mask_before))
-    return testing::AssertionFailure() << "an input of the paged call changed; " << where.str();
-  const std::string outside =
-      CompareOutsideView(out_packed_before, out_packed.bytes(), out_packed.ViewBytes());
+      q_packed.bytes() != q_packed_before ||
+      !SameFloats(mask_values, mask_before))
+    return testing::AssertionFailure()
+           << "an input of the paged call changed; " << where.str();
+  const std::string outside = CompareOutsideView(
+      out_packed_before, out_packed.bytes(), out_packed.ViewBytes());
   if (!outside.empty())
-    return testing::AssertionFailure() << "paged out: " << outside << "; " << where.str();
+    return testing::AssertionFailure()
+           << "paged out: " << outside << "; " << where.str();
   for (int64_t g = 0; g < kLseGuard; g++)
     if (!SameBits(lse_packed[static_cast<size_t>(g)], NAN) ||
         !SameBits(lse_packed[static_cast<size_t>(kLseGuard + Hq * T + g)], NAN))
-      return testing::AssertionFailure() << "a paged write landed outside lse; " << where.str();
+      return testing::AssertionFailure()
+             << "a paged write landed outside lse; " << where.str();
 
   const flashcpu_tensor out = out_.View();
   const size_t row_bytes = static_cast<size_t>(Dv) * ElementBytes(out_dtype_);
@@ -705,51 +834,66 @@ testing::AssertionResult AttentionCase::CheckPagedMatches(flashcpu_context *ctx)
     for (int64_t i = 0; i < L; i++)
       for (int64_t h = 0; h < Hq; h++) {
         const int64_t t = b * L + i;
-        if (std::memcmp(RowAt(out, b, i, h), RowAt(op, 0, t, h), row_bytes) != 0) {
+        if (std::memcmp(RowAt(out, b, i, h), RowAt(op, 0, t, h), row_bytes) !=
+            0) {
           int64_t d = 0;
-          while (d < Dv && std::memcmp(RowAt(out, b, i, h) + d * static_cast<int64_t>(ElementBytes(out_dtype_)),
-                                       RowAt(op, 0, t, h) + d * static_cast<int64_t>(ElementBytes(out_dtype_)),
-                                       ElementBytes(out_dtype_)) == 0)
+          while (d < Dv &&
+                 std::memcmp(
+                     RowAt(out, b, i, h) +
+                         d * static_cast<int64_t>(ElementBytes(out_dtype_)),
+                     RowAt(op, 0, t, h) +
+                         d * static_cast<int64_t>(ElementBytes(out_dtype_)),
+                     ElementBytes(out_dtype_)) == 0)
             d++;
           return testing::AssertionFailure()
-                 << "out row (b=" << b << ", i=" << i << ", h=" << h << ") differs from the "
-                 << "contiguous call's bytes at d=" << d << ": " << out_.Get(b, i, h, d)
-                 << " contiguous, " << out_packed.Get(0, t, h, d) << " paged; " << where.str();
+                 << "out row (b=" << b << ", i=" << i << ", h=" << h
+                 << ") differs from the "
+                 << "contiguous call's bytes at d=" << d << ": "
+                 << out_.Get(b, i, h, d) << " contiguous, "
+                 << out_packed.Get(0, t, h, d) << " paged; " << where.str();
         }
-        const float paged_lse = lse_packed[static_cast<size_t>(kLseGuard + h * T + t)];
+        const float paged_lse =
+            lse_packed[static_cast<size_t>(kLseGuard + h * T + t)];
         if (!SameBits(lse_at(b, h, i), paged_lse))
           return testing::AssertionFailure()
-                 << "lse (b=" << b << ", h=" << h << ", i=" << i << ") differs: " << lse_at(b, h, i)
-                 << " contiguous, " << paged_lse << " paged; " << where.str();
+                 << "lse (b=" << b << ", h=" << h << ", i=" << i
+                 << ") differs: " << lse_at(b, h, i) << " contiguous, "
+                 << paged_lse << " paged; " << where.str();
       }
   return testing::AssertionSuccess();
 }
 
 std::string AttentionCase::Describe() const {
   std::ostringstream text;
-  text << "B=" << batch_ << " L=" << q_len_ << " S=" << kv_len_ << " Hq=" << q_heads_
-       << " Hkv=" << kv_heads_ << " D=" << head_dim_ << " Dv=" << v_head_dim_
+  text << "B=" << batch_ << " L=" << q_len_ << " S=" << kv_len_
+       << " Hq=" << q_heads_ << " Hkv=" << kv_heads_ << " D=" << head_dim_
+       << " Dv=" << v_head_dim_
        << " dtypes(q,k,v,out)=" << flashcpu_dtype_name(q_dtype_) << ","
-       << flashcpu_dtype_name(k_dtype_) << "," << flashcpu_dtype_name(v_dtype_) << ","
-       << flashcpu_dtype_name(out_dtype_) << " layout=" << LayoutName(layout_);
+       << flashcpu_dtype_name(k_dtype_) << "," << flashcpu_dtype_name(v_dtype_)
+       << "," << flashcpu_dtype_name(out_dtype_)
+       << " layout=" << LayoutName(layout_);
   if (causal_) text << " causal";
   if (window_left_ != -1 || window_right_ != -1)
     text << " window=(" << window_left_ << "," << window_right_ << ")";
   if (softcap_ != 0.0f) text << " softcap=" << softcap_;
   if (scale_ != 0.0f) text << " scale=" << scale_;
   if (params_.tree_mask)
-    text << " tree(keys=" << tree_.num_keys << (tree_broadcast_ ? ",broadcast" : "") << ")";
-  if (additive_on_) text << " additive(" << AdditivePatternName(additive_pattern_) << ")";
+    text << " tree(keys=" << tree_.num_keys
+         << (tree_broadcast_ ? ",broadcast" : "") << ")";
+  if (additive_on_)
+    text << " additive(" << AdditivePatternName(additive_pattern_) << ")";
   if (sinks_on_) text << " sinks(" << flashcpu_dtype_name(sinks_dtype_) << ")";
   if (alibi_on_) text << (alibi_per_batch_ ? " alibi(per_batch)" : " alibi");
   if (values_alias_keys_) text << " v=k";
   if (queries_share_one_row_) text << " q_rows_shared";
   if (!kv_lengths_.empty()) {
     text << " kv_lengths=[";
-    for (size_t b = 0; b < kv_lengths_.size(); b++) text << (b ? "," : "") << kv_lengths_[b];
+    for (size_t b = 0; b < kv_lengths_.size(); b++)
+      text << (b ? "," : "") << kv_lengths_[b];
     text << "]";
   }
-  text << (magnitude_ == Magnitude::kLarge ? " large" : " small") << " seed=" << seed_;
+  text << (magnitude_ == Magnitude::kLarge ? " large" : " small")
+       << " seed=" << seed_;
   return text.str();
 }
 
@@ -769,10 +913,22 @@ bool AttentionCase::out_row_finite(int64_t b, int64_t i, int64_t h) const {
 
 AttentionCase::Shape AttentionCase::shape() const {
   const bool aliased = values_alias_keys_;
-  return {batch_, q_len_, kv_len_, q_heads_, kv_heads_, head_dim_,
+  return {batch_,
+          q_len_,
+          kv_len_,
+          q_heads_,
+          kv_heads_,
+          head_dim_,
           aliased ? head_dim_ : (v_head_dim_ < 0 ? head_dim_ : v_head_dim_),
-          q_dtype_, k_dtype_, aliased ? k_dtype_ : v_dtype_, out_dtype_,
-          causal_, softcap_ != 0.0f, tree_keys_ > 0, additive_on_, !kv_lengths_.empty()};
+          q_dtype_,
+          k_dtype_,
+          aliased ? k_dtype_ : v_dtype_,
+          out_dtype_,
+          causal_,
+          softcap_ != 0.0f,
+          tree_keys_ > 0,
+          additive_on_,
+          !kv_lengths_.empty()};
 }
 
-}  // namespace fctest
+} // namespace fctest

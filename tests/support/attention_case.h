@@ -37,17 +37,17 @@ namespace fctest {
 
 // Patterns of the additive mask's strides.
 enum class AdditivePattern {
-  kFull,            // one value per (batch, head, row, key), padded rows
-  kBroadcastBatch,  // batch stride 0
-  kBroadcastHeads,  // head stride 0
-  kKeyPadding,      // per (batch, key) only: head and row strides 0
-  kKeyMajor,        // keys outermost inside a (batch, head): strides[3] > strides[2]
+  kFull,           // one value per (batch, head, row, key), padded rows
+  kBroadcastBatch, // batch stride 0
+  kBroadcastHeads, // head stride 0
+  kKeyPadding,     // per (batch, key) only: head and row strides 0
+  kKeyMajor, // keys outermost inside a (batch, head): strides[3] > strides[2]
 };
 const char *AdditivePatternName(AdditivePattern pattern);
 
 enum class Magnitude {
-  kSmall,  // |x| < 1
-  kLarge,  // q, k scaled so that the largest |score| is about 300
+  kSmall, // |x| < 1
+  kLarge, // q, k scaled so that the largest |score| is about 300
 };
 
 // A process-wide context with the default options.
@@ -56,18 +56,19 @@ flashcpu_context *SharedContext();
 flashcpu_context *ContextWith(const flashcpu_context_options &options);
 
 class AttentionCase {
- public:
+public:
   AttentionCase();
   AttentionCase(const AttentionCase &) = delete;
   AttentionCase &operator=(const AttentionCase &) = delete;
 
   AttentionCase &batch(int64_t n);
   AttentionCase &q_len(int64_t n);
-  AttentionCase &kv_len(int64_t n);  // S: rows of the k/v views
+  AttentionCase &kv_len(int64_t n); // S: rows of the k/v views
   AttentionCase &heads(int64_t q_heads, int64_t kv_heads);
-  AttentionCase &head_dim(int64_t d);    // of q and k; v and out too unless...
-  AttentionCase &v_head_dim(int64_t d);  // ...this sets them apart
-  AttentionCase &dtypes(flashcpu_dtype q, flashcpu_dtype kv, flashcpu_dtype out);
+  AttentionCase &head_dim(int64_t d);   // of q and k; v and out too unless...
+  AttentionCase &v_head_dim(int64_t d); // ...this sets them apart
+  AttentionCase &dtypes(flashcpu_dtype q, flashcpu_dtype kv,
+                        flashcpu_dtype out);
   AttentionCase &dtypes(flashcpu_dtype q, flashcpu_dtype k, flashcpu_dtype v,
                         flashcpu_dtype out);
   AttentionCase &layout(Layout layout);
@@ -77,7 +78,8 @@ class AttentionCase {
   AttentionCase &scale(float scale);
   // Tree mask over the newest num_keys keys (clamped to the shortest kv
   // length; dropped when that is 0), each bit set with `density`.
-  AttentionCase &tree(int64_t num_keys, double density = 0.7, bool broadcast = false);
+  AttentionCase &tree(int64_t num_keys, double density = 0.7,
+                      bool broadcast = false);
   // Additive mask of random values in [-2, 2], a fraction of them -inf.
   AttentionCase &additive(AdditivePattern pattern = AdditivePattern::kFull,
                           double hidden_fraction = 0.1);
@@ -140,14 +142,17 @@ class AttentionCase {
   // The bytes of out's elements in order (out is contiguous): to compare
   // two runs byte for byte.
   std::vector<unsigned char> out_bytes() const;
-  double out_at(int64_t b, int64_t i, int64_t h, int64_t d) const { return out_.Get(b, i, h, d); }
+  double out_at(int64_t b, int64_t i, int64_t h, int64_t d) const {
+    return out_.Get(b, i, h, d);
+  }
   float lse_at(int64_t b, int64_t h, int64_t i) const;
   // Whether some element of output row (b, i, h) is NaN; whether all are
   // finite and so is its lse.
   bool out_row_has_nan(int64_t b, int64_t i, int64_t h) const;
   bool out_row_finite(int64_t b, int64_t i, int64_t h) const;
   // The oracle's row (and lse) for (b, h, i).
-  std::vector<double> OracleRow(int64_t b, int64_t h, int64_t i, double *lse = nullptr) const;
+  std::vector<double> OracleRow(int64_t b, int64_t h, int64_t i,
+                                double *lse = nullptr) const;
 
   int64_t kv_length_of(int64_t b) const;
   // The shape and options as set so far (valid before Build): what a
@@ -162,9 +167,11 @@ class AttentionCase {
 
   // For tests of the checker itself: corrupt what a call wrote.
   TestTensor &out_for_checker_tests() { return out_; }
-  float &lse_storage_for_checker_tests(int64_t index) { return lse_storage_[static_cast<size_t>(index)]; }
+  float &lse_storage_for_checker_tests(int64_t index) {
+    return lse_storage_[static_cast<size_t>(index)];
+  }
 
- private:
+private:
   void DrawInputs();
   // The views the call (and the oracle) get.
   flashcpu_tensor QView() const;
@@ -205,9 +212,9 @@ class AttentionCase {
   flashcpu_tree_mask tree_{};
   std::vector<float> additive_values_;
   flashcpu_additive_mask additive_{};
-  std::vector<unsigned char> sinks_storage_;  // [Hq] in sinks_dtype_
+  std::vector<unsigned char> sinks_storage_; // [Hq] in sinks_dtype_
   std::vector<float> alibi_slopes_;
-  std::vector<float> lse_storage_;  // guard words either side of lse
+  std::vector<float> lse_storage_; // guard words either side of lse
   flashcpu_attention_params params_{};
 
   // Snapshots taken by Run.
@@ -221,6 +228,6 @@ class AttentionCase {
   std::string ran_kernels_;
 };
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_ATTENTION_CASE_H
+#endif // FLASHCPU_TESTS_ATTENTION_CASE_H

@@ -9,16 +9,31 @@ namespace {
 // Arena layout, in floats; each region is far larger than its view needs,
 // so that a broken view's span stays inside the arena.
 constexpr int64_t kRegion = 4096;
-enum Region { kQ, kK, kV, kOut, kLse, kAdditive, kTree, kLengths, kRegionCount };
+enum Region {
+  kQ,
+  kK,
+  kV,
+  kOut,
+  kLse,
+  kAdditive,
+  kTree,
+  kLengths,
+  kRegionCount
+};
 
-}  // namespace
+} // namespace
 
 bool ContainsWord(const std::string &text, const std::string &word) {
-  auto is_word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
-    const bool starts = at == 0 || !is_word_char(text[at - 1]) || !is_word_char(word.front());
+  auto is_word_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  };
+  for (size_t at = text.find(word); at != std::string::npos;
+       at = text.find(word, at + 1)) {
+    const bool starts =
+        at == 0 || !is_word_char(text[at - 1]) || !is_word_char(word.front());
     const size_t end = at + word.size();
-    const bool ends = end == text.size() || !is_word_char(text[end]) || !is_word_char(word.back());
+    const bool ends = end == text.size() || !is_word_char(text[end]) ||
+                      !is_word_char(word.back());
     if (starts && ends) return true;
   }
   return false;
@@ -30,10 +45,14 @@ BadCall::BadCall() : arena(static_cast<size_t>(kRegion * kRegionCount)) {
   // Recognisable bytes everywhere: nothing the call reads is NaN, and any
   // write shows up as a changed byte.
   std::memset(arena.data(), 0x3c, arena.size() * sizeof(float));
-  q = flashcpu_tensor_bshd(q_data(), FLASHCPU_DTYPE_F32, kBatch, kQLen, kQHeads, kHeadDim);
-  k = flashcpu_tensor_bshd(k_data(), FLASHCPU_DTYPE_F32, kBatch, kKvLen, kKvHeads, kHeadDim);
-  v = flashcpu_tensor_bshd(v_data(), FLASHCPU_DTYPE_F32, kBatch, kKvLen, kKvHeads, kHeadDim);
-  out = flashcpu_tensor_bshd(out_data(), FLASHCPU_DTYPE_F32, kBatch, kQLen, kQHeads, kHeadDim);
+  q = flashcpu_tensor_bshd(q_data(), FLASHCPU_DTYPE_F32, kBatch, kQLen, kQHeads,
+                           kHeadDim);
+  k = flashcpu_tensor_bshd(k_data(), FLASHCPU_DTYPE_F32, kBatch, kKvLen,
+                           kKvHeads, kHeadDim);
+  v = flashcpu_tensor_bshd(v_data(), FLASHCPU_DTYPE_F32, kBatch, kKvLen,
+                           kKvHeads, kHeadDim);
+  out = flashcpu_tensor_bshd(out_data(), FLASHCPU_DTYPE_F32, kBatch, kQLen,
+                             kQHeads, kHeadDim);
   lse = lse_data();
   kv_lengths = reinterpret_cast<int64_t *>(arena.data() + kLengths * kRegion);
   kv_lengths[0] = kKvLen;
@@ -73,7 +92,8 @@ uint64_t *BadCall::tree_data() {
 }
 
 flashcpu_status BadCall::Run() {
-  return flashcpu_attention(call_ctx, &q, &k, &v, &out, lse, pass_params ? &params : nullptr);
+  return flashcpu_attention(call_ctx, &q, &k, &v, &out, lse,
+                            pass_params ? &params : nullptr);
 }
 
 void ExpectRejected(const BadCallCase &c) {
@@ -81,12 +101,16 @@ void ExpectRejected(const BadCallCase &c) {
   c.breaks(call);
   const std::vector<float> arena_before = call.arena;
   const flashcpu_status status = call.Run();
-  EXPECT_EQ(status, c.status) << "got " << flashcpu_status_name(status) << ", expected "
-                              << flashcpu_status_name(c.status);
+  EXPECT_EQ(status, c.status)
+      << "got " << flashcpu_status_name(status) << ", expected "
+      << flashcpu_status_name(c.status);
   const std::string message = flashcpu_last_error(call.call_ctx);
   for (const std::string &word : c.words)
-    EXPECT_TRUE(ContainsWord(message, word)) << "message \"" << message << "\" lacks \"" << word << "\"";
-  EXPECT_EQ(std::memcmp(arena_before.data(), call.arena.data(), arena_before.size() * sizeof(float)), 0)
+    EXPECT_TRUE(ContainsWord(message, word))
+        << "message \"" << message << "\" lacks \"" << word << "\"";
+  EXPECT_EQ(std::memcmp(arena_before.data(), call.arena.data(),
+                        arena_before.size() * sizeof(float)),
+            0)
       << "out, lse or an input was written by a rejected call";
 }
 
@@ -94,4 +118,4 @@ std::string BadCallCaseName(const testing::TestParamInfo<BadCallCase> &info) {
   return info.param.name;
 }
 
-}  // namespace fctest
+} // namespace fctest

@@ -19,8 +19,8 @@ namespace fctest {
 // Every buffer the call may point into lives in one arena, so that tests can
 // point out or lse into an input (overlap) without leaving owned memory.
 struct BadCall {
-  static constexpr int64_t kBatch = 2, kQLen = 3, kKvLen = 5, kQHeads = 4, kKvHeads = 2,
-                           kHeadDim = 8, kTreeKeys = 3;
+  static constexpr int64_t kBatch = 2, kQLen = 3, kKvLen = 5, kQHeads = 4,
+                           kKvHeads = 2, kHeadDim = 8, kTreeKeys = 3;
 
   BadCall();
   BadCall(const BadCall &) = delete;
@@ -37,7 +37,7 @@ struct BadCall {
 
   flashcpu_status Run();
 
-  flashcpu_context *ctx;  // a fresh context; Run uses `call_ctx`
+  flashcpu_context *ctx; // a fresh context; Run uses `call_ctx`
   flashcpu_context *call_ctx;
   flashcpu_tensor q, k, v, out;
   float *lse;
@@ -45,7 +45,7 @@ struct BadCall {
   bool pass_params = true;
   flashcpu_tree_mask tree;
   flashcpu_additive_mask additive;
-  int64_t *kv_lengths;  // kBatch values, in the arena
+  int64_t *kv_lengths; // kBatch values, in the arena
   std::vector<float> arena;
 
   ~BadCall();
@@ -68,6 +68,6 @@ void ExpectRejected(const BadCallCase &c);
 
 std::string BadCallCaseName(const testing::TestParamInfo<BadCallCase> &info);
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_BAD_CALL_H
+#endif // FLASHCPU_TESTS_BAD_CALL_H

@@ -42,7 +42,8 @@ flashcpu_status Context::Create(const flashcpu_context_options &options) {
   return flashcpu_context_create(&options, &ctx_);
 }
 
-flashcpu_context_options KernelOptions(flashcpu_isa isa, const char *kernel, int threads) {
+flashcpu_context_options KernelOptions(flashcpu_isa isa, const char *kernel,
+                                       int threads) {
   flashcpu_context_options options = DefaultOptions();
   options.max_isa = isa;
   if (kernel) AddSetting(options, std::string("kernel = ") + kernel);
@@ -103,7 +104,8 @@ std::vector<DescribedKernel> DescribedKernels(const flashcpu_context *ctx) {
   return kernels;
 }
 
-std::string DescribedSetting(const flashcpu_context *ctx, const std::string &key) {
+std::string DescribedSetting(const flashcpu_context *ctx,
+                             const std::string &key) {
   std::istringstream text(ContextDescription(ctx));
   std::string line;
   while (std::getline(text, line)) {
@@ -119,7 +121,8 @@ std::string DescribedSetting(const flashcpu_context *ctx, const std::string &key
 bool CpuHasFeature(const std::string &name) {
   char features[512];
   flashcpu_cpu_features(features, sizeof features);
-  return (" " + std::string(features) + " ").find(" " + name + " ") != std::string::npos;
+  return (" " + std::string(features) + " ").find(" " + name + " ") !=
+         std::string::npos;
 }
 
 bool VendorIsAmd() {
@@ -153,4 +156,4 @@ bool KernelsRoundWeights(const std::string &kernels) {
   return false;
 }
 
-}  // namespace fctest
+} // namespace fctest

@@ -29,9 +29,9 @@
 namespace fctest {
 
 struct FloatFormat {
-  int mantissa_bits;    // explicit fraction bits
-  int min_exponent;     // exponent of the smallest normal
-  int max_exponent;     // exponent of the largest finite value
+  int mantissa_bits; // explicit fraction bits
+  int min_exponent;  // exponent of the smallest normal
+  int max_exponent;  // exponent of the largest finite value
   int exponent_bias;
 };
 
@@ -44,7 +44,7 @@ inline double RoundToFormat(double x, const FloatFormat &format) {
   if (std::isnan(x) || std::isinf(x) || x == 0.0) return x;
   double magnitude = std::fabs(x);
   int exponent;
-  std::frexp(magnitude, &exponent);  // magnitude = m * 2^exponent, m in [0.5, 1)
+  std::frexp(magnitude, &exponent); // magnitude = m * 2^exponent, m in [0.5, 1)
   int unbiased = exponent - 1;
   if (unbiased < format.min_exponent) unbiased = format.min_exponent;
   double quantum = std::ldexp(1.0, unbiased - format.mantissa_bits);
@@ -59,23 +59,28 @@ inline uint16_t EncodeExact(double value, const FloatFormat &format) {
   const uint32_t exponent_all_ones = (1u << total_exponent_bits) - 1;
   uint32_t sign = std::signbit(value) ? 1u : 0u;
   uint32_t sign_bit = sign << 15;
-  if (std::isnan(value))  // a quiet NaN
-    return static_cast<uint16_t>(sign_bit | (exponent_all_ones << format.mantissa_bits) |
+  if (std::isnan(value)) // a quiet NaN
+    return static_cast<uint16_t>(sign_bit |
+                                 (exponent_all_ones << format.mantissa_bits) |
                                  (1u << (format.mantissa_bits - 1)));
   if (std::isinf(value))
-    return static_cast<uint16_t>(sign_bit | (exponent_all_ones << format.mantissa_bits));
+    return static_cast<uint16_t>(sign_bit |
+                                 (exponent_all_ones << format.mantissa_bits));
   double magnitude = std::fabs(value);
-  if (magnitude < std::ldexp(1.0, format.min_exponent)) {  // subnormal or 0
-    double units = std::ldexp(magnitude, format.mantissa_bits - format.min_exponent);
+  if (magnitude < std::ldexp(1.0, format.min_exponent)) { // subnormal or 0
+    double units =
+        std::ldexp(magnitude, format.mantissa_bits - format.min_exponent);
     return static_cast<uint16_t>(sign_bit | static_cast<uint32_t>(units));
   }
   int exponent;
   std::frexp(magnitude, &exponent);
   int unbiased = exponent - 1;
-  double fraction = std::ldexp(magnitude, -unbiased) - 1.0;  // in [0, 1)
-  uint32_t mantissa = static_cast<uint32_t>(std::ldexp(fraction, format.mantissa_bits));
+  double fraction = std::ldexp(magnitude, -unbiased) - 1.0; // in [0, 1)
+  uint32_t mantissa =
+      static_cast<uint32_t>(std::ldexp(fraction, format.mantissa_bits));
   uint32_t biased = static_cast<uint32_t>(unbiased + format.exponent_bias);
-  return static_cast<uint16_t>(sign_bit | (biased << format.mantissa_bits) | mantissa);
+  return static_cast<uint16_t>(sign_bit | (biased << format.mantissa_bits) |
+                               mantissa);
 }
 
 inline double Decode16(uint16_t bits, const FloatFormat &format) {
@@ -91,9 +96,9 @@ inline double Decode16(uint16_t bits, const FloatFormat &format) {
     magnitude = std::ldexp(static_cast<double>(mantissa),
                            format.min_exponent - format.mantissa_bits);
   else
-    magnitude = std::ldexp(1.0 + std::ldexp(static_cast<double>(mantissa),
-                                            -format.mantissa_bits),
-                           static_cast<int>(biased) - format.exponent_bias);
+    magnitude = std::ldexp(
+        1.0 + std::ldexp(static_cast<double>(mantissa), -format.mantissa_bits),
+        static_cast<int>(biased) - format.exponent_bias);
   return sign ? -magnitude : magnitude;
 }
 
@@ -116,14 +121,14 @@ inline size_t ElementBytes(flashcpu_dtype dtype) {
 // The value x becomes once stored as dtype.
 inline double RoundToDtype(double x, flashcpu_dtype dtype) {
   switch (dtype) {
-    case FLASHCPU_DTYPE_F32:
-      return static_cast<double>(static_cast<float>(x));
-    case FLASHCPU_DTYPE_F16:
-      return RoundToFormat(x, kHalfFormat);
-    case FLASHCPU_DTYPE_BF16:
-      return RoundToFormat(x, kBfloat16Format);
-    default:
-      return NAN;  // quantized dtypes are not a rounding target
+  case FLASHCPU_DTYPE_F32:
+    return static_cast<double>(static_cast<float>(x));
+  case FLASHCPU_DTYPE_F16:
+    return RoundToFormat(x, kHalfFormat);
+  case FLASHCPU_DTYPE_BF16:
+    return RoundToFormat(x, kBfloat16Format);
+  default:
+    return NAN; // quantized dtypes are not a rounding target
   }
 }
 
@@ -132,7 +137,8 @@ inline void StoreAs(void *where, flashcpu_dtype dtype, double x) {
     float value = static_cast<float>(x);
     std::memcpy(where, &value, sizeof value);
   } else {
-    uint16_t bits = dtype == FLASHCPU_DTYPE_F16 ? EncodeHalf(x) : EncodeBfloat16(x);
+    uint16_t bits =
+        dtype == FLASHCPU_DTYPE_F16 ? EncodeHalf(x) : EncodeBfloat16(x);
     std::memcpy(where, &bits, sizeof bits);
   }
 }
@@ -173,13 +179,13 @@ inline double UlpOf(flashcpu_dtype dtype, double x) {
 // Sets (value != nullptr) or unsets `name` until the end of the scope, then
 // restores the value it had before.
 class ScopedEnv {
- public:
+public:
   ScopedEnv(const char *name, const char *value);
   ~ScopedEnv();
   ScopedEnv(const ScopedEnv &) = delete;
   ScopedEnv &operator=(const ScopedEnv &) = delete;
 
- private:
+private:
   std::string name_, old_value_;
   bool was_set_ = false;
 };
@@ -192,7 +198,7 @@ flashcpu_context_options DefaultOptions();
 // A context owned by its scope. Create() returns the status; ok() says
 // whether one exists.
 class Context {
- public:
+public:
   Context() = default;
   explicit Context(const flashcpu_context_options &options) { Create(options); }
   ~Context() { flashcpu_context_destroy(ctx_); }
@@ -202,17 +208,18 @@ class Context {
 
   flashcpu_status Create(const flashcpu_context_options &options);
   flashcpu_context *get() const { return ctx_; }
-  operator flashcpu_context *() const { return ctx_; }  // NOLINT: a handle
+  operator flashcpu_context *() const { return ctx_; } // NOLINT: a handle
   bool ok() const { return ctx_ != nullptr; }
 
- private:
+private:
   flashcpu_context *ctx_ = nullptr;
 };
 
 // The options of a context capped at `isa` (FLASHCPU_ISA_AUTO: no cap)
 // that runs the kernel called `kernel` for every call (nullptr: the
 // choice), with `threads` threads (0: the default).
-flashcpu_context_options KernelOptions(flashcpu_isa isa, const char *kernel, int threads = 0);
+flashcpu_context_options KernelOptions(flashcpu_isa isa, const char *kernel,
+                                       int threads = 0);
 
 // A copy of text that lives as long as the test process: options hold
 // their settings string by pointer, and outlive the expression that built
@@ -227,14 +234,14 @@ void AddSetting(flashcpu_context_options &options, const std::string &entry);
 // Captures what is written to stderr (file descriptor 2) from construction
 // to Take() (or destruction).
 class StderrCapture {
- public:
+public:
   StderrCapture();
   ~StderrCapture();
   StderrCapture(const StderrCapture &) = delete;
   StderrCapture &operator=(const StderrCapture &) = delete;
   std::string Take();
 
- private:
+private:
   bool active_ = true;
 };
 
@@ -252,7 +259,8 @@ struct DescribedKernel {
 std::vector<DescribedKernel> DescribedKernels(const flashcpu_context *ctx);
 // The value of `key` on the describe text's "settings: key=value ..." line
 // ("" if absent).
-std::string DescribedSetting(const flashcpu_context *ctx, const std::string &key);
+std::string DescribedSetting(const flashcpu_context *ctx,
+                             const std::string &key);
 
 // Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
 bool CpuHasFeature(const std::string &name);
@@ -265,6 +273,6 @@ bool KernelsRoundWeights(const std::string &kernels);
 // settings' defaults differ there).
 bool VendorIsAmd();
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_SUPPORT_FIXTURES_H
+#endif // FLASHCPU_TESTS_SUPPORT_FIXTURES_H

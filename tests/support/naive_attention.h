@@ -29,7 +29,7 @@ namespace fctest {
 
 struct NaiveFormulation {
   bool log2_domain = false;
-  int dot_lanes = 1;  // partial sums in the dot product
+  int dot_lanes = 1; // partial sums in the dot product
   // P rounded to bf16 (to nearest even) where it multiplies V, its sum kept
   // in float32: what the AMX and bf16 dot-product kernels compute.
   bool weights_bf16 = false;
@@ -50,9 +50,9 @@ inline const NaiveFormulation *NaiveFormulationsFor(bool weights_bf16) {
 void NaiveAttentionHeadF32(const flashcpu_tensor &q, const flashcpu_tensor &k,
                            const flashcpu_tensor &v,
                            const flashcpu_attention_params &params, int64_t b,
-                           int64_t h, const NaiveFormulation &formulation, float *out,
-                           float *lse);
+                           int64_t h, const NaiveFormulation &formulation,
+                           float *out, float *lse);
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_NAIVE_ATTENTION_H
+#endif // FLASHCPU_TESTS_NAIVE_ATTENTION_H

@@ -22,7 +22,9 @@ namespace fctest {
 inline constexpr float kRankScale = 200.0f;
 
 // +1 or -1 for (batch, head, row): mixes both edges within every tile.
-inline int RankSign(int64_t b, int64_t h, int64_t i) { return ((b + h + i) % 2 == 0) ? 1 : -1; }
+inline int RankSign(int64_t b, int64_t h, int64_t i) {
+  return ((b + h + i) % 2 == 0) ? 1 : -1;
+}
 
 // V values exact in every dtype, distinct across (batch, key, kv head, d).
 inline void SetExactValues(AttentionCase &c, uint64_t seed) {
@@ -58,11 +60,12 @@ inline void RankKeys(AttentionCase &c) {
     for (int64_t j = 0; j < c.kv_length_of(b); j++)
       for (int64_t h = 0; h < k.dims()[2]; h++) {
         k.Set(b, j, h, 0, static_cast<double>(j));
-        for (int64_t d = 1; d < k.dims()[3]; d++) k.Set(b, j, h, d, (d % 2 ? 1.0 : -1.0) / 1024);
+        for (int64_t d = 1; d < k.dims()[3]; d++)
+          k.Set(b, j, h, d, (d % 2 ? 1.0 : -1.0) / 1024);
       }
   }
 }
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_STRUCTURAL_INPUTS_H
+#endif // FLASHCPU_TESTS_STRUCTURAL_INPUTS_H

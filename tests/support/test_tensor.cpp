@@ -10,10 +10,14 @@ namespace fctest {
 
 const char *LayoutName(Layout layout) {
   switch (layout) {
-    case Layout::kBSHD: return "bshd";
-    case Layout::kBHSD: return "bhsd";
-    case Layout::kCache: return "cache";
-    case Layout::kUnaligned: return "unaligned";
+  case Layout::kBSHD:
+    return "bshd";
+  case Layout::kBHSD:
+    return "bhsd";
+  case Layout::kCache:
+    return "cache";
+  case Layout::kUnaligned:
+    return "unaligned";
   }
   return "?";
 }
@@ -25,20 +29,20 @@ TestTensor::TestTensor(flashcpu_dtype dtype, std::array<int64_t, 4> dims,
   const int64_t capacity = seq_capacity < 1 ? 1 : seq_capacity;
   int64_t row = head_dim;
   switch (layout) {
-    case Layout::kBSHD:
-      strides_ = {capacity * heads * row, heads * row, row, 1};
-      break;
-    case Layout::kBHSD:
-      strides_ = {heads * capacity * row, row, capacity * row, 1};
-      break;
-    case Layout::kCache:
-      row = head_dim + 3;
-      strides_ = {heads * capacity * row, row, capacity * row, 1};
-      break;
-    case Layout::kUnaligned:
-      row = head_dim + 1;
-      strides_ = {capacity * heads * row, heads * row, row, 1};
-      break;
+  case Layout::kBSHD:
+    strides_ = {capacity * heads * row, heads * row, row, 1};
+    break;
+  case Layout::kBHSD:
+    strides_ = {heads * capacity * row, row, capacity * row, 1};
+    break;
+  case Layout::kCache:
+    row = head_dim + 3;
+    strides_ = {heads * capacity * row, row, capacity * row, 1};
+    break;
+  case Layout::kUnaligned:
+    row = head_dim + 1;
+    strides_ = {capacity * heads * row, heads * row, row, 1};
+    break;
   }
   const size_t element = ElementBytes(dtype);
   const int64_t elements = dims[0] * strides_[0];
@@ -78,7 +82,8 @@ void TestTensor::Poison() {
   const size_t element = ElementBytes(dtype_);
   unsigned char nan_bytes[4];
   StoreAs(nan_bytes, dtype_, NAN);
-  for (size_t i = 0; i < storage_.size(); i++) storage_[i] = nan_bytes[i % element];
+  for (size_t i = 0; i < storage_.size(); i++)
+    storage_[i] = nan_bytes[i % element];
 }
 
 std::vector<bool> TestTensor::ViewBytes() const {
@@ -89,7 +94,8 @@ std::vector<bool> TestTensor::ViewBytes() const {
       for (int64_t h = 0; h < dims_[2]; h++)
         for (int64_t d = 0; d < dims_[3]; d++) {
           size_t first = ByteIndex(b, s, h, d);
-          for (size_t byte = 0; byte < element; byte++) covered[first + byte] = true;
+          for (size_t byte = 0; byte < element; byte++)
+            covered[first + byte] = true;
         }
   return covered;
 }
@@ -101,10 +107,11 @@ std::string CompareOutsideView(const std::vector<unsigned char> &before,
     if (!view_bytes[i] && before[i] != after[i]) {
       std::ostringstream message;
       message << "byte " << i << " outside the view changed from "
-              << static_cast<int>(before[i]) << " to " << static_cast<int>(after[i]);
+              << static_cast<int>(before[i]) << " to "
+              << static_cast<int>(after[i]);
       return message.str();
     }
   return "";
 }
 
-}  // namespace fctest
+} // namespace fctest

@@ -16,7 +16,7 @@ namespace fctest {
 // A small deterministic generator (splitmix64): the same seed gives the same
 // inputs with any compiler and standard library.
 class Rng {
- public:
+public:
   explicit Rng(uint64_t seed) : state_(seed) {}
   uint64_t NextU64() {
     uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
@@ -24,9 +24,15 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
   }
-  double Uniform() { return static_cast<double>(NextU64() >> 11) * 0x1p-53; }  // [0, 1)
-  double Uniform(double low, double high) { return low + (high - low) * Uniform(); }
-  int64_t Below(int64_t n) { return static_cast<int64_t>(NextU64() % static_cast<uint64_t>(n)); }
+  double Uniform() {
+    return static_cast<double>(NextU64() >> 11) * 0x1p-53;
+  } // [0, 1)
+  double Uniform(double low, double high) {
+    return low + (high - low) * Uniform();
+  }
+  int64_t Below(int64_t n) {
+    return static_cast<int64_t>(NextU64() % static_cast<uint64_t>(n));
+  }
   bool Chance(double p) { return Uniform() < p; }
   // Never zero: magnitude in [1/64, 1), random sign.
   double NonZeroUnit() {
@@ -34,20 +40,20 @@ class Rng {
     return (NextU64() & 1) ? magnitude : -magnitude;
   }
 
- private:
+private:
   uint64_t state_;
 };
 
 enum class Layout {
-  kBSHD,       // contiguous [batch, seq, heads, head_dim]
-  kBHSD,       // contiguous [batch, heads, seq, head_dim]
-  kCache,      // BHSD allocated for more rows than used, padded rows
-  kUnaligned,  // BSHD with padded rows, data one element past 64-byte alignment
+  kBSHD,      // contiguous [batch, seq, heads, head_dim]
+  kBHSD,      // contiguous [batch, heads, seq, head_dim]
+  kCache,     // BHSD allocated for more rows than used, padded rows
+  kUnaligned, // BSHD with padded rows, data one element past 64-byte alignment
 };
 const char *LayoutName(Layout layout);
 
 class TestTensor {
- public:
+public:
   TestTensor() = default;
   // dims: [batch, seq, heads, head_dim]; seq_capacity >= dims[1] rows are
   // allocated per (batch, head).
@@ -76,14 +82,14 @@ class TestTensor {
   std::vector<bool> ViewBytes() const;
   unsigned char *data() { return storage_.data() + offset_; }
 
- private:
+private:
   size_t ByteIndex(int64_t b, int64_t s, int64_t h, int64_t d) const;
 
   flashcpu_dtype dtype_ = FLASHCPU_DTYPE_F32;
   std::array<int64_t, 4> dims_{};
   std::array<int64_t, 4> strides_{};
   int64_t seq_capacity_ = 0;
-  size_t offset_ = 0;  // bytes from storage_.data() to element 0
+  size_t offset_ = 0; // bytes from storage_.data() to element 0
   std::vector<unsigned char> storage_;
 };
 
@@ -93,6 +99,6 @@ std::string CompareOutsideView(const std::vector<unsigned char> &before,
                                const std::vector<unsigned char> &after,
                                const std::vector<bool> &view_bytes);
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_TEST_TENSOR_H
+#endif // FLASHCPU_TESTS_TEST_TENSOR_H

@@ -16,28 +16,32 @@ std::string DescribeIndex(const ElementIndex &where) {
   return text.str();
 }
 
-ToleranceRule::ToleranceRule(std::string what, flashcpu_dtype dtype, int floor_ulps)
+ToleranceRule::ToleranceRule(std::string what, flashcpu_dtype dtype,
+                             int floor_ulps)
     : what_(std::move(what)), dtype_(dtype), floor_ulps_(floor_ulps) {}
 
-void ToleranceRule::Add(double kernel, double oracle, std::initializer_list<double> naive,
+void ToleranceRule::Add(double kernel, double oracle,
+                        std::initializer_list<double> naive,
                         const ElementIndex &where) {
   count_++;
   const bool special = std::isnan(oracle) || std::isinf(oracle) ||
                        std::isnan(kernel) || std::isinf(kernel);
   if (special) {
-    const bool same = (std::isnan(oracle) && std::isnan(kernel)) || kernel == oracle;
+    const bool same =
+        (std::isnan(oracle) && std::isnan(kernel)) || kernel == oracle;
     if (!same) {
       if (special_mismatches_++ == 0) {
         std::ostringstream text;
-        text << what_ << DescribeIndex(where) << ": kernel " << kernel << ", oracle "
-             << oracle;
+        text << what_ << DescribeIndex(where) << ": kernel " << kernel
+             << ", oracle " << oracle;
         first_special_mismatch_ = text.str();
       }
     }
     return;
   }
   for (double value : naive)
-    if (std::isfinite(value)) err_base_ = std::fmax(err_base_, std::fabs(value - oracle));
+    if (std::isfinite(value))
+      err_base_ = std::fmax(err_base_, std::fabs(value - oracle));
   max_abs_oracle_ = std::fmax(max_abs_oracle_, std::fabs(oracle));
   const double error = std::fabs(kernel - oracle);
   max_error_ = std::fmax(max_error_, error);
@@ -74,4 +78,4 @@ testing::AssertionResult ToleranceRule::Verdict() const {
   return testing::AssertionSuccess();
 }
 
-}  // namespace fctest
+} // namespace fctest

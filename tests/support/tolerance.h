@@ -23,11 +23,11 @@
 namespace fctest {
 
 struct ElementIndex {
-  int64_t b = 0, h = 0, i = 0, d = 0;  // d == -1: the row's lse
+  int64_t b = 0, h = 0, i = 0, d = 0; // d == -1: the row's lse
 };
 
 class ToleranceRule {
- public:
+public:
   // what: a name for messages ("out", "lse"); dtype: the stored dtype of the
   // compared values (f32 for lse).
   ToleranceRule(std::string what, flashcpu_dtype dtype, int floor_ulps = 2);
@@ -37,14 +37,16 @@ class ToleranceRule {
   // The kernel rounds P to bf16 (its naive values do too): P's relative
   // error of 2^-9 moves an output by up to that much of the largest |v|,
   // which the test-bug guard on err_base must allow.
-  void AllowBf16Weights(double max_abs_value) { weights_allowance_ = std::ldexp(max_abs_value, -8); }
+  void AllowBf16Weights(double max_abs_value) {
+    weights_allowance_ = std::ldexp(max_abs_value, -8);
+  }
   testing::AssertionResult Verdict() const;
 
   double err_base() const { return err_base_; }
   double max_error() const { return max_error_; }
   int64_t count() const { return count_; }
 
- private:
+private:
   std::string what_;
   flashcpu_dtype dtype_;
   int floor_ulps_;
@@ -65,6 +67,6 @@ class ToleranceRule {
 
 std::string DescribeIndex(const ElementIndex &where);
 
-}  // namespace fctest
+} // namespace fctest
 
-#endif  // FLASHCPU_TESTS_TOLERANCE_H
+#endif // FLASHCPU_TESTS_TOLERANCE_H

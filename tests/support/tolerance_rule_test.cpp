@@ -16,9 +16,10 @@ namespace {
 constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, F16 = FLASHCPU_DTYPE_F16,
                          BF16 = FLASHCPU_DTYPE_BF16;
 
-testing::AssertionResult Judge(flashcpu_dtype dtype, double kernel, double oracle, double naive) {
+testing::AssertionResult Judge(flashcpu_dtype dtype, double kernel,
+                               double oracle, double naive) {
   ToleranceRule rule("out", dtype);
-  rule.Add(1.0, 1.0, {1.0}, {});  // an exact element alongside
+  rule.Add(1.0, 1.0, {1.0}, {}); // an exact element alongside
   rule.Add(kernel, oracle, {naive}, {0, 0, 1, 0});
   return rule.Verdict();
 }
@@ -27,8 +28,10 @@ TEST(ToleranceRule, BoundIsTwiceErrBasePlusFloor) {
   const double oracle = 0.75, err_base = 1e-6;
   const double floor = 2 * UlpOf(F32, oracle);
   EXPECT_TRUE(Judge(F32, oracle, oracle, oracle + err_base));
-  EXPECT_TRUE(Judge(F32, oracle + 2 * err_base + 0.9 * floor, oracle, oracle + err_base));
-  EXPECT_FALSE(Judge(F32, oracle + 2 * err_base + 1.1 * floor, oracle, oracle + err_base));
+  EXPECT_TRUE(Judge(F32, oracle + 2 * err_base + 0.9 * floor, oracle,
+                    oracle + err_base));
+  EXPECT_FALSE(Judge(F32, oracle + 2 * err_base + 1.1 * floor, oracle,
+                     oracle + err_base));
   EXPECT_FALSE(Judge(F32, oracle - 2.5 * err_base, oracle, oracle - err_base));
 }
 
@@ -67,10 +70,17 @@ TEST(ToleranceRule, RefusesANaiveReferenceThatDisagreesWithTheOracle) {
 
 // A real call that passes, then one corruption at a time.
 class CheckerDetects : public testing::Test {
- protected:
+protected:
   void SetUp() override {
-    c_.batch(2).q_len(20).kv_len(70).heads(4, 2).head_dim(24).causal()
-        .layout(Layout::kCache).dtypes(F16, F16, F32).seed(3);
+    c_.batch(2)
+        .q_len(20)
+        .kv_len(70)
+        .heads(4, 2)
+        .head_dim(24)
+        .causal()
+        .layout(Layout::kCache)
+        .dtypes(F16, F16, F32)
+        .seed(3);
     c_.Build();
     ASSERT_EQ(c_.Run(SharedContext()), FLASHCPU_OK);
     ASSERT_TRUE(c_.CheckAgainstOracle());
@@ -99,12 +109,13 @@ TEST_F(CheckerDetects, AWriteOutsideTheOutView) {
 }
 
 TEST_F(CheckerDetects, AWrongLse) {
-  c_.lse_storage_for_checker_tests(16 + 5) += 1e-3f;  // element 5 after the guard
+  c_.lse_storage_for_checker_tests(16 + 5) +=
+      1e-3f; // element 5 after the guard
   EXPECT_FALSE(c_.CheckAgainstOracle());
 }
 
 TEST_F(CheckerDetects, AWriteOutsideLse) {
-  c_.lse_storage_for_checker_tests(15) = 0.0f;  // the last guard word before lse
+  c_.lse_storage_for_checker_tests(15) = 0.0f; // the last guard word before lse
   EXPECT_FALSE(c_.CheckAgainstOracle());
 }
 
@@ -118,14 +129,16 @@ TEST_F(CheckerDetects, AChangedInput) {
 TEST_F(CheckerDetects, AnOutputByteThePagedPathDoesNotWrite) {
   const testing::AssertionResult same = c_.CheckPagedMatches(SharedContext());
   ASSERT_TRUE(same);
-  EXPECT_STREQ(same.message(), "") << "the paged re-run must run here, not skip";
+  EXPECT_STREQ(same.message(), "")
+      << "the paged re-run must run here, not skip";
   const float x = static_cast<float>(c_.out_at(1, 13, 2, 5));
   Corrupt(1, 13, 2, 5, std::nextafter(x, INFINITY));
   EXPECT_FALSE(c_.CheckPagedMatches(SharedContext()));
 }
 
 TEST_F(CheckerDetects, AnLseBitThePagedPathDoesNotWrite) {
-  float &lse = c_.lse_storage_for_checker_tests(16 + 2 * 20 + 7);  // (b 0, h 2, i 7)
+  float &lse =
+      c_.lse_storage_for_checker_tests(16 + 2 * 20 + 7); // (b 0, h 2, i 7)
   lse = std::nextafter(lse, -INFINITY);
   EXPECT_FALSE(c_.CheckPagedMatches(SharedContext()));
 }
@@ -136,7 +149,8 @@ TEST(PagedRerun, SkipsAliasedInputs) {
   ASSERT_EQ(c.Run(SharedContext()), FLASHCPU_OK);
   const testing::AssertionResult verdict = c.CheckPagedMatches(SharedContext());
   EXPECT_TRUE(verdict);
-  EXPECT_EQ(std::string(verdict.message()).rfind("skipped", 0), 0u) << verdict.message();
+  EXPECT_EQ(std::string(verdict.message()).rfind("skipped", 0), 0u)
+      << verdict.message();
 }
 
 // Sinks and ALiBi through the builder, the oracle, the naive references and
@@ -156,21 +170,31 @@ TEST_P(SinksAndAlibi, PassTheOracleAndThePagedRerun) {
   const OptionCase o = GetParam();
   for (Magnitude magnitude : {Magnitude::kSmall, Magnitude::kLarge}) {
     AttentionCase c;
-    c.batch(2).q_len(o.rows).kv_len(700).heads(4, 2).head_dim(24).dtypes(F16, F16, F32)
-        .kv_lengths({600, 57}).causal().sinks(o.sinks).alibi(o.alibi_per_batch)
-        .magnitude(magnitude).seed(static_cast<uint64_t>(o.rows));
+    c.batch(2)
+        .q_len(o.rows)
+        .kv_len(700)
+        .heads(4, 2)
+        .head_dim(24)
+        .dtypes(F16, F16, F32)
+        .kv_lengths({600, 57})
+        .causal()
+        .sinks(o.sinks)
+        .alibi(o.alibi_per_batch)
+        .magnitude(magnitude)
+        .seed(static_cast<uint64_t>(o.rows));
     c.Test();
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Options, SinksAndAlibi,
-    testing::Values(OptionCase{F32, false, 1}, OptionCase{F16, true, 4}, OptionCase{BF16, false, 40},
-                    OptionCase{F32, true, 100}),
+    testing::Values(OptionCase{F32, false, 1}, OptionCase{F16, true, 4},
+                    OptionCase{BF16, false, 40}, OptionCase{F32, true, 100}),
     [](const testing::TestParamInfo<OptionCase> &param_info) {
       const OptionCase &o = param_info.param;
       return std::string("sinks_") + flashcpu_dtype_name(o.sinks) +
-             (o.alibi_per_batch ? "_alibi_per_batch_" : "_alibi_") + std::to_string(o.rows) + "_rows";
+             (o.alibi_per_batch ? "_alibi_per_batch_" : "_alibi_") +
+             std::to_string(o.rows) + "_rows";
     });
 
 // The sinks are drawn where they matter: they take a real share of the
@@ -178,7 +202,12 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(SinksBuilder, SinksTakeAShareOfEveryHeadsRows) {
   AttentionCase plain, sunk;
   for (AttentionCase *c : {&plain, &sunk})
-    c->q_len(6).kv_len(50).heads(3, 1).head_dim(16).dtypes(F32, F32, F32).seed(21);
+    c->q_len(6)
+        .kv_len(50)
+        .heads(3, 1)
+        .head_dim(16)
+        .dtypes(F32, F32, F32)
+        .seed(21);
   sunk.sinks();
   ASSERT_EQ(plain.Run(SharedContext()), FLASHCPU_OK);
   ASSERT_EQ(sunk.Run(SharedContext()), FLASHCPU_OK);
@@ -202,5 +231,5 @@ TEST(SinksBuilder, DescribeNamesSinksAndAlibi) {
   EXPECT_NE(text.find(" alibi(per_batch)"), std::string::npos) << text;
 }
 
-}  // namespace
-}  // namespace fctest
+} // namespace
+} // namespace fctest

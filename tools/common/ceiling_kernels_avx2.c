@@ -5,8 +5,8 @@
 #include "common/ceiling_kernels.h"
 
 static float horizontal_sum(__m256 v) {
-  __m128 half = _mm_add_ps(_mm256_castps256_ps128(v),
-                           _mm256_extractf128_ps(v, 1));
+  __m128 half =
+      _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   half = _mm_add_ps(half, _mm_movehl_ps(half, half));
   half = _mm_add_ss(half, _mm_movehdup_ps(half));
   return _mm_cvtss_f32(half);
@@ -25,8 +25,7 @@ static float read_sum_avx2(const float *data, size_t count) {
   return horizontal_sum(sum[0]) + tail;
 }
 
-static float fma_loop_avx2(int64_t iterations, float multiplier,
-                           float addend) {
+static float fma_loop_avx2(int64_t iterations, float multiplier, float addend) {
   __m256 acc[TOOLKIT_FMA_CHAINS];
   for (int c = 0; c < TOOLKIT_FMA_CHAINS; c++)
     acc[c] = _mm256_set1_ps(1.0f + 0.01f * (float)c);

@@ -16,8 +16,8 @@ static float read_sum_avx512(const float *data, size_t count) {
   }
   float tail = 0.0f;
   for (; i < count; i++) tail += data[i];
-  __m512 total = _mm512_add_ps(_mm512_add_ps(sum0, sum1),
-                               _mm512_add_ps(sum2, sum3));
+  __m512 total =
+      _mm512_add_ps(_mm512_add_ps(sum0, sum1), _mm512_add_ps(sum2, sum3));
   return _mm512_reduce_add_ps(total) + tail;
 }
 

@@ -16,8 +16,9 @@ static float read_sum_portable(const float *data, size_t count) {
       sum[s] = vaddq_f32(sum[s], vld1q_f32(data + i + 4 * s));
   float tail = 0.0f;
   for (; i < count; i++) tail += data[i];
-  return vaddvq_f32(vaddq_f32(vaddq_f32(sum[0], sum[1]),
-                              vaddq_f32(sum[2], sum[3]))) + tail;
+  return vaddvq_f32(
+             vaddq_f32(vaddq_f32(sum[0], sum[1]), vaddq_f32(sum[2], sum[3]))) +
+         tail;
 }
 
 static float fma_loop_portable(int64_t iterations, float multiplier,

@@ -147,8 +147,7 @@ static float fma_rate_loop(const void *opaque, int64_t iterations) {
   return c->kernels->fma_loop(iterations, c->multiplier, c->addend);
 }
 
-static double measure_fma(const toolkit_ceiling_kernels *kernels,
-                          int threads) {
+static double measure_fma(const toolkit_ceiling_kernels *kernels, int threads) {
   volatile float multiplier_source = 0.999999f, addend_source = 1e-6f;
   const fma_context context = {kernels, multiplier_source, addend_source};
   return measure_rate(fma_rate_loop, &context,
@@ -239,8 +238,11 @@ double toolkit_unit_gflops(const toolkit_ceilings *ceilings,
 
 const char *toolkit_unit_name(toolkit_unit unit) {
   switch (unit) {
-  case TOOLKIT_UNIT_AMX: return "AMX tile peak";
-  case TOOLKIT_UNIT_BF16_DOT: return "VDPBF16PS peak";
-  default: return "fp32 FMA peak";
+  case TOOLKIT_UNIT_AMX:
+    return "AMX tile peak";
+  case TOOLKIT_UNIT_BF16_DOT:
+    return "VDPBF16PS peak";
+  default:
+    return "fp32 FMA peak";
   }
 }

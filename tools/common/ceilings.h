@@ -1,6 +1,6 @@
 /* The machine's two ceilings, measured in the same run as the attention
- * they judge (docs/performance.md): sustained read bandwidth (binds decode) and fp32 FMA
- * throughput (binds prefill), at a given OpenMP thread count. */
+ * they judge (docs/performance.md): sustained read bandwidth (binds decode) and
+ * fp32 FMA throughput (binds prefill), at a given OpenMP thread count. */
 #ifndef FLASHCPU_TOOLS_CEILINGS_H
 #define FLASHCPU_TOOLS_CEILINGS_H
 
@@ -20,7 +20,7 @@ typedef struct toolkit_ceilings {
   /* bf16 units, 2 flops per multiply-add; 0 where the CPU lacks them */
   double bf16_dot_gflops; /* VDPBF16PS */
   double amx_gflops;      /* TDPBF16PS on AMX tiles */
-  double seconds;           /* what measuring took */
+  double seconds;         /* what measuring took */
 } toolkit_ceilings;
 
 /* Measures both ceilings with `threads` OpenMP threads (best of several

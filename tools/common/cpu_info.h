@@ -23,7 +23,8 @@ typedef struct toolkit_cpu_info {
   /* The last cache level hwloc reports, summed over its instances: what a
    * buffer must exceed (several times) to be measured from memory. */
   uint64_t llc_total_bytes;
-  uint64_t memory_bytes; /* total RAM (the OS's, or hwloc's if larger; 0 if unknown) */
+  uint64_t memory_bytes; /* total RAM (the OS's, or hwloc's if larger; 0 if
+                            unknown) */
 } toolkit_cpu_info;
 
 /* Fills *info from hwloc (and /proc/cpuinfo for the model when hwloc has

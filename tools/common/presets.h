@@ -15,9 +15,9 @@ typedef struct toolkit_preset {
   int64_t q_heads;
   int64_t kv_heads;
   int64_t head_dim;
-  bool causal;          /* decoders: causal; encoders (bert): not */
-  int64_t window;       /* sliding window left extent; -1: none */
-  float softcap;        /* 0: none */
+  bool causal;    /* decoders: causal; encoders (bert): not */
+  int64_t window; /* sliding window left extent; -1: none */
+  float softcap;  /* 0: none */
   const char *notes;
 } toolkit_preset;
 

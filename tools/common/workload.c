@@ -128,8 +128,7 @@ static void fill_random(void *data, flashcpu_dtype dtype, size_t count,
   for (int64_t chunk = 0; chunk < (n + FILL_CHUNK - 1) / FILL_CHUNK; chunk++) {
     const int64_t first = chunk * FILL_CHUNK;
     const int64_t length = n - first < FILL_CHUNK ? n - first : FILL_CHUNK;
-    fill_range((char *)data + (size_t)first * size, dtype, first, length,
-               seed);
+    fill_range((char *)data + (size_t)first * size, dtype, first, length, seed);
   }
 }
 
@@ -315,8 +314,7 @@ static int build_requests(toolkit_workload *workload) {
   for (int64_t r = 0; r < requests; r++) {
     const bool chunk = serve && r == spec->batch;
     const int64_t rows = serve && !chunk ? 1 : spec->q_rows;
-    workload->cu_seqlens_q[r + 1] =
-        workload->cu_seqlens_q[r] + (int32_t)rows;
+    workload->cu_seqlens_q[r + 1] = workload->cu_seqlens_q[r] + (int32_t)rows;
     workload->seq_lens_kv[r] =
         (int32_t)(chunk ? spec->prefix_rows + spec->q_rows
                         : toolkit_workload_kv_length(workload, r));
@@ -337,8 +335,7 @@ static int build_block_table(toolkit_workload *workload) {
   const int64_t page_size = workload->spec.page_size;
   int64_t pages = 0, widest = 1;
   for (int64_t r = 0; r < workload->num_requests; r++) {
-    const int64_t used =
-        (workload->seq_lens_kv[r] + page_size - 1) / page_size;
+    const int64_t used = (workload->seq_lens_kv[r] + page_size - 1) / page_size;
     pages += used;
     if (used > widest) widest = used;
   }
@@ -362,8 +359,7 @@ static int build_block_table(toolkit_workload *workload) {
   }
   int64_t dealt = 0;
   for (int64_t r = 0; r < workload->num_requests; r++) {
-    const int64_t used =
-        (workload->seq_lens_kv[r] + page_size - 1) / page_size;
+    const int64_t used = (workload->seq_lens_kv[r] + page_size - 1) / page_size;
     for (int64_t i = 0; i < used; i++)
       workload->block_table[r * widest + i] = order[dealt++];
   }
@@ -389,8 +385,7 @@ static void fill_pages(const toolkit_workload *workload, int layer, void *k,
     const int64_t length = workload->seq_lens_kv[r];
     if (i * page_size >= length) continue;
     const int64_t tokens =
-        length - i * page_size < page_size ? length - i * page_size
-                                           : page_size;
+        length - i * page_size < page_size ? length - i * page_size : page_size;
     const size_t offset =
         (size_t)workload->block_table[slot] * (size_t)page_size * row_bytes;
     const uint64_t seed = kv_seed(spec, layer, r);
@@ -414,13 +409,15 @@ static int build_scales(toolkit_workload *workload, char *error,
   const toolkit_workload_spec *spec = &workload->spec;
   const flashcpu_dtype dtype = spec->kv_dtype;
   if (!kv_quantized(spec) || dtype == FLASHCPU_DTYPE_Q8_0) return 0;
-  const bool per_token = dtype == FLASHCPU_DTYPE_I8 || dtype == FLASHCPU_DTYPE_U8;
+  const bool per_token =
+      dtype == FLASHCPU_DTYPE_I8 || dtype == FLASHCPU_DTYPE_U8;
   const bool zeros = dtype == FLASHCPU_DTYPE_U8;
   const int64_t H = spec->preset->kv_heads;
   const int64_t tokens = spec->page_size > 0
                              ? workload->num_pages * spec->page_size
                              : spec->batch * spec->kv_rows;
-  const int64_t token_stride = spec->page_size > 0 ? spec->page_size : spec->kv_rows;
+  const int64_t token_stride =
+      spec->page_size > 0 ? spec->page_size : spec->kv_rows;
   workload->scale_floats = per_token ? (size_t)(tokens * H) : 1;
   const int count = workload->layer_count;
   workload->scale_layers = calloc((size_t)count, sizeof(float *));
@@ -483,8 +480,8 @@ static int build_layers(toolkit_workload *workload, char *error,
      * pages never touched cost no memory. */
     for (int64_t b = 0; b < spec->batch; b++) {
       const size_t offset = (size_t)(b * spec->kv_rows) * row_bytes;
-      const size_t elements = (size_t)stream_units(
-          spec, toolkit_workload_kv_length(workload, b));
+      const size_t elements =
+          (size_t)stream_units(spec, toolkit_workload_kv_length(workload, b));
       const uint64_t seed = kv_seed(spec, layer, b);
       fill_random((char *)workload->k_layers[layer] + offset, spec->kv_dtype,
                   elements, seed);
@@ -508,8 +505,9 @@ static int build_layers(toolkit_workload *workload, char *error,
   return 0;
 }
 
-toolkit_workload_spec toolkit_workload_request_spec(
-    const toolkit_workload *workload, int64_t request) {
+toolkit_workload_spec
+toolkit_workload_request_spec(const toolkit_workload *workload,
+                              int64_t request) {
   toolkit_workload_spec spec = workload->spec;
   spec.batch = 1;
   spec.mixed_kv_lengths = false;
@@ -575,7 +573,8 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
     return -1;
   }
   if (spec->kv_dtype == FLASHCPU_DTYPE_Q8_0 && preset->head_dim % 32 != 0) {
-    snprintf(error, error_size, "q8_0 needs a head_dim that is a multiple of 32");
+    snprintf(error, error_size,
+             "q8_0 needs a head_dim that is a multiple of 32");
     return -1;
   }
   const int64_t D = preset->head_dim;
@@ -601,18 +600,19 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
           (size_t)(spec->prefix_rows + spec->q_rows) * row_bytes;
     workload->layer_bytes = 2 * (size_t)filled_rows * row_bytes;
   }
-  workload->layer_count =
-      decide_layers(spec, workload->layer_bytes,
-                    workload->q_bytes + workload->out_bytes,
-                    &workload->rotation_under_cache);
+  workload->layer_count = decide_layers(spec, workload->layer_bytes,
+                                        workload->q_bytes + workload->out_bytes,
+                                        &workload->rotation_under_cache);
 
   workload->q = allocate(workload->q_bytes);
-  if (!workload->q) return fail(workload, error, error_size, "q", workload->q_bytes);
+  if (!workload->q)
+    return fail(workload, error, error_size, "q", workload->q_bytes);
   workload->out = allocate(workload->out_bytes);
   if (!workload->out)
     return fail(workload, error, error_size, "out", workload->out_bytes);
   fill_random(workload->q, spec->q_dtype, q_count, spec->seed);
-  /* Written once so its pages exist before timing; the library overwrites it. */
+  /* Written once so its pages exist before timing; the library overwrites it.
+   */
   memset(workload->out, 0, workload->out_bytes);
   if (build_layers(workload, error, error_size) != 0) return -1;
   if (build_scales(workload, error, error_size) != 0) return -1;
@@ -646,9 +646,9 @@ int toolkit_workload_build(const toolkit_workload_spec *spec,
           ? (double)(preset->kv_heads * 4) *
                 (spec->kv_dtype == FLASHCPU_DTYPE_U8 ? 2.0 : 1.0)
           : 0.0;
-  workload->bytes_per_call = kv_rows_read * 2.0 * ((double)row_bytes + scale_bytes) +
-                             (double)workload->q_bytes +
-                             (double)workload->out_bytes;
+  workload->bytes_per_call =
+      kv_rows_read * 2.0 * ((double)row_bytes + scale_bytes) +
+      (double)workload->q_bytes + (double)workload->out_bytes;
   workload->flops_per_call =
       4.0 * (double)preset->q_heads * (double)D * all_pairs;
   return 0;
@@ -696,8 +696,8 @@ toolkit_bound toolkit_workload_bound(const toolkit_workload *workload,
 }
 
 double toolkit_ceiling_percent(const toolkit_workload *workload,
-                               const toolkit_ceilings *ceilings,
-                               double seconds, const char *kernels) {
+                               const toolkit_ceilings *ceilings, double seconds,
+                               const char *kernels) {
   if (toolkit_workload_bound(workload, ceilings) == TOOLKIT_BOUND_READ)
     return 100.0 * workload->bytes_per_call * 1e-9 / seconds /
            ceilings->read_gbps;

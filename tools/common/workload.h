@@ -4,8 +4,8 @@
  *
  * Decode allocates several layer-sized KV caches and the caller rotates
  * through them, one per call, as a real decode step does; enough of them
- * that the last-level cache cannot hold them (docs/performance.md, "Don't measure the
- * cache").
+ * that the last-level cache cannot hold them (docs/performance.md, "Don't
+ * measure the cache").
  *
  * A workload is a list of requests, each a batch of its own with L_r query
  * rows packed one after the other (cu_seqlens_q) and S_r keys: decode,
@@ -95,8 +95,8 @@ typedef struct toolkit_workload {
   int64_t num_requests, num_tokens;
   int32_t *cu_seqlens_q; /* [R + 1] */
   int32_t *seq_lens_kv;  /* [R]: S_r */
-  void *q;        /* [B, L, Hq, D] BSHD, which is packed [1, T, Hq, D] */
-  void *out;      /* [B, L, Hq, D], likewise */
+  void *q;               /* [B, L, Hq, D] BSHD, which is packed [1, T, Hq, D] */
+  void *out;             /* [B, L, Hq, D], likewise */
   /* layer_count buffers: [B, S, Hkv, D]; with page_size > 0 the pools
    * [num_pages, page_size, Hkv, D]. Serve on contiguous K/V: the decode
    * requests' [B, S, Hkv, D], and the chunk's in chunk_k_layers. */
@@ -109,7 +109,7 @@ typedef struct toolkit_workload {
    * the calls take. NULL / zero otherwise. */
   float **scale_layers; /* [layer]: K's scales, V's, K's zeros, V's zeros */
   flashcpu_kv_scales *k_scales, *v_scales; /* [layer] */
-  size_t scale_floats; /* per array */
+  size_t scale_floats;                     /* per array */
   void **chunk_v_layers;
   /* kv_bytes: one K (or V) buffer of k_layers; chunk_kv_bytes: of
    * chunk_k_layers. */
@@ -166,10 +166,9 @@ void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
 
 /* Serve on contiguous K/V: views of the chunk's call ([1, L] rows onto
  * [1, prefix + L] keys), with chunk_params. */
-void toolkit_workload_chunk_tensors(const toolkit_workload *workload,
-                                    int layer, flashcpu_tensor *q,
-                                    flashcpu_tensor *k, flashcpu_tensor *v,
-                                    flashcpu_tensor *out);
+void toolkit_workload_chunk_tensors(const toolkit_workload *workload, int layer,
+                                    flashcpu_tensor *q, flashcpu_tensor *k,
+                                    flashcpu_tensor *v, flashcpu_tensor *out);
 
 /* A paged workload's layer `layer`: packed q and out [1, T, Hq, D], the
  * layer's pages, and (batch may be NULL) the step's lengths, block table
@@ -194,8 +193,9 @@ flashcpu_status toolkit_workload_call(flashcpu_context *ctx,
 
 /* Request r as a batch of its own (batch 1, q_rows L_r, kv_rows S_r, its
  * masks), for visible-key counts and checks. */
-toolkit_workload_spec toolkit_workload_request_spec(
-    const toolkit_workload *workload, int64_t request);
+toolkit_workload_spec
+toolkit_workload_request_spec(const toolkit_workload *workload,
+                              int64_t request);
 
 /* Request r of layer `layer` on contiguous views of one batch, for the
  * oracle: q and out [1, L_r, Hq, D] (rows of the workload's q and out),
@@ -216,8 +216,7 @@ void toolkit_request_view_free(toolkit_request_view *view);
 
 /* Rows of K/V batch b uses: its kv length, or kv_rows (serve: decode
  * request b's). */
-int64_t toolkit_workload_kv_length(const toolkit_workload *workload,
-                                   int64_t b);
+int64_t toolkit_workload_kv_length(const toolkit_workload *workload, int64_t b);
 
 /* The 4x of "4x the last-level cache" that decode rotation aims for. */
 enum { TOOLKIT_CACHE_MULTIPLE = 4 };

@@ -11,8 +11,7 @@ void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
   const toolkit_workload_spec *spec = &workload->spec;
   const toolkit_preset *preset = spec->preset;
   /* Serve's decode requests are one row each. */
-  const int64_t rows =
-      spec->phase == TOOLKIT_PHASE_SERVE ? 1 : spec->q_rows;
+  const int64_t rows = spec->phase == TOOLKIT_PHASE_SERVE ? 1 : spec->q_rows;
   layer %= workload->layer_count;
   *q = flashcpu_tensor_bshd(workload->q, spec->q_dtype, spec->batch, rows,
                             preset->q_heads, preset->head_dim);
@@ -22,8 +21,8 @@ void toolkit_workload_tensors(const toolkit_workload *workload, int layer,
   *v = flashcpu_tensor_bshd(workload->v_layers[layer], spec->kv_dtype,
                             spec->batch, spec->kv_rows, preset->kv_heads,
                             preset->head_dim);
-  *out = flashcpu_tensor_bshd(workload->out, spec->out_dtype, spec->batch,
-                              rows, preset->q_heads, preset->head_dim);
+  *out = flashcpu_tensor_bshd(workload->out, spec->out_dtype, spec->batch, rows,
+                              preset->q_heads, preset->head_dim);
 }
 
 /* Packed row `row` of a [1, T, heads, D] buffer. */
@@ -33,25 +32,25 @@ static void *packed_row(void *data, flashcpu_dtype dtype, int64_t row,
          (size_t)(row * heads * head_dim) * flashcpu_dtype_size(dtype);
 }
 
-void toolkit_workload_chunk_tensors(const toolkit_workload *workload,
-                                    int layer, flashcpu_tensor *q,
-                                    flashcpu_tensor *k, flashcpu_tensor *v,
-                                    flashcpu_tensor *out) {
+void toolkit_workload_chunk_tensors(const toolkit_workload *workload, int layer,
+                                    flashcpu_tensor *q, flashcpu_tensor *k,
+                                    flashcpu_tensor *v, flashcpu_tensor *out) {
   const toolkit_workload_spec *spec = &workload->spec;
   const toolkit_preset *preset = spec->preset;
   const int64_t Hq = preset->q_heads, D = preset->head_dim;
   const int64_t first = workload->cu_seqlens_q[spec->batch];
   const int64_t keys = spec->prefix_rows + spec->q_rows;
   layer %= workload->layer_count;
-  *q = flashcpu_tensor_bshd(packed_row(workload->q, spec->q_dtype, first, Hq, D),
-                            spec->q_dtype, 1, spec->q_rows, Hq, D);
+  *q =
+      flashcpu_tensor_bshd(packed_row(workload->q, spec->q_dtype, first, Hq, D),
+                           spec->q_dtype, 1, spec->q_rows, Hq, D);
   *k = flashcpu_tensor_bshd(workload->chunk_k_layers[layer], spec->kv_dtype, 1,
                             keys, preset->kv_heads, D);
   *v = flashcpu_tensor_bshd(workload->chunk_v_layers[layer], spec->kv_dtype, 1,
                             keys, preset->kv_heads, D);
   *out = flashcpu_tensor_bshd(
-      packed_row(workload->out, spec->out_dtype, first, Hq, D),
-      spec->out_dtype, 1, spec->q_rows, Hq, D);
+      packed_row(workload->out, spec->out_dtype, first, Hq, D), spec->out_dtype,
+      1, spec->q_rows, Hq, D);
 }
 
 void toolkit_workload_paged(const toolkit_workload *workload, int layer,
@@ -65,10 +64,9 @@ void toolkit_workload_paged(const toolkit_workload *workload, int layer,
   *out = flashcpu_tensor_bshd(workload->out, spec->out_dtype, 1,
                               workload->num_tokens, preset->q_heads,
                               preset->head_dim);
-  *kv = flashcpu_paged_kv_nhd(workload->k_layers[layer],
-                              workload->v_layers[layer], spec->kv_dtype,
-                              workload->num_pages, spec->page_size,
-                              preset->kv_heads, preset->head_dim);
+  *kv = flashcpu_paged_kv_nhd(
+      workload->k_layers[layer], workload->v_layers[layer], spec->kv_dtype,
+      workload->num_pages, spec->page_size, preset->kv_heads, preset->head_dim);
   if (workload->k_scales) {
     kv->k_scales = &workload->k_scales[layer];
     kv->v_scales = &workload->v_scales[layer];
@@ -133,17 +131,15 @@ static void gather_pages(const toolkit_workload *workload, const void *pool,
   const int32_t *pages =
       workload->block_table + request * workload->block_table_stride;
   for (int64_t j = 0; j < workload->seq_lens_kv[request]; j++) {
-    const size_t slot =
-        (size_t)pages[j / page_size] * (size_t)page_size +
-        (size_t)(j % page_size);
+    const size_t slot = (size_t)pages[j / page_size] * (size_t)page_size +
+                        (size_t)(j % page_size);
     memcpy((char *)copy + (size_t)j * row_bytes,
            (const char *)pool + slot * row_bytes, row_bytes);
   }
 }
 
 int toolkit_workload_request_view(const toolkit_workload *workload, int layer,
-                                  int64_t request,
-                                  toolkit_request_view *view) {
+                                  int64_t request, toolkit_request_view *view) {
   memset(view, 0, sizeof *view);
   const toolkit_workload_spec *spec = &workload->spec;
   const toolkit_preset *preset = spec->preset;
@@ -154,12 +150,12 @@ int toolkit_workload_request_view(const toolkit_workload *workload, int layer,
   const int64_t keys = workload->seq_lens_kv[request];
   const size_t row_bytes = toolkit_kv_row_bytes(spec);
   layer %= workload->layer_count;
-  view->q = flashcpu_tensor_bshd(packed_row(workload->q, spec->q_dtype, first,
-                                            Hq, D),
-                                 spec->q_dtype, 1, rows, Hq, D);
+  view->q =
+      flashcpu_tensor_bshd(packed_row(workload->q, spec->q_dtype, first, Hq, D),
+                           spec->q_dtype, 1, rows, Hq, D);
   view->out = flashcpu_tensor_bshd(
-      packed_row(workload->out, spec->out_dtype, first, Hq, D),
-      spec->out_dtype, 1, rows, Hq, D);
+      packed_row(workload->out, spec->out_dtype, first, Hq, D), spec->out_dtype,
+      1, rows, Hq, D);
   const void *k, *v;
   /* Per-token scales of the request: where its rows' scales start. */
   const float *scales[4] = {NULL, NULL, NULL, NULL};

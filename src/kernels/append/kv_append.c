@@ -20,9 +20,8 @@ typedef struct append_args {
   const fc_row_to_f32_fn *row_to_f32;
 } append_args;
 
-char *fc_append_target(const fc_append_side *side, int64_t page,
-                       int64_t offset, int64_t head,
-                       fc_row_scales_out *scales) {
+char *fc_append_target(const fc_append_side *side, int64_t page, int64_t offset,
+                       int64_t head, fc_row_scales_out *scales) {
   if (scales) {
     const int64_t at = page * side->scale_strides[0] +
                        offset * side->scale_strides[1] +
@@ -61,10 +60,9 @@ static void append_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const append_args *args = opaque;
   const fc_append_problem *a = args->a;
   float *row = (float *)(((uintptr_t)team->scratch + 63) & ~(uintptr_t)63) +
-               (size_t)team->rank *
-                   (size_t)(a->sides[0].dim > a->sides[1].dim
-                                ? a->sides[0].dim
-                                : a->sides[1].dim);
+               (size_t)team->rank * (size_t)(a->sides[0].dim > a->sides[1].dim
+                                                 ? a->sides[0].dim
+                                                 : a->sides[1].dim);
   const int64_t end = (tile + 1) * TOKENS_PER_TILE < a->tokens
                           ? (tile + 1) * TOKENS_PER_TILE
                           : a->tokens;

@@ -28,9 +28,8 @@ typedef struct fc_append_side {
 
 /* The cache row of (page, offset, head) and, for quantized pages, where
  * its scales go. */
-char *fc_append_target(const fc_append_side *side, int64_t page,
-                       int64_t offset, int64_t head,
-                       fc_row_scales_out *scales);
+char *fc_append_target(const fc_append_side *side, int64_t page, int64_t offset,
+                       int64_t head, fc_row_scales_out *scales);
 
 /* A checked append: every slot is -1 or in range, none twice. */
 typedef struct fc_append_problem {

@@ -5,8 +5,7 @@
 #include "simd/simd_avx512.h"
 
 static inline void row_to_f32(const void *source, flashcpu_dtype dtype,
-                              int64_t count, float factor,
-                              float *destination) {
+                              int64_t count, float factor, float *destination) {
   __m512 scale = _mm512_set1_ps(factor);
   for (int64_t i = 0; i < count; i += 16) {
     __mmask16 mask = fc512_tail_mask(count - i);
@@ -15,17 +14,17 @@ static inline void row_to_f32(const void *source, flashcpu_dtype dtype,
   }
 }
 
-void fc_f32_row_to_f32__avx512(const void *source, int64_t count,
-                               float factor, float *destination) {
+void fc_f32_row_to_f32__avx512(const void *source, int64_t count, float factor,
+                               float *destination) {
   row_to_f32(source, FLASHCPU_DTYPE_F32, count, factor, destination);
 }
 
-void fc_f16_row_to_f32__avx512(const void *source, int64_t count,
-                               float factor, float *destination) {
+void fc_f16_row_to_f32__avx512(const void *source, int64_t count, float factor,
+                               float *destination) {
   row_to_f32(source, FLASHCPU_DTYPE_F16, count, factor, destination);
 }
 
-void fc_bf16_row_to_f32__avx512(const void *source, int64_t count,
-                                float factor, float *destination) {
+void fc_bf16_row_to_f32__avx512(const void *source, int64_t count, float factor,
+                                float *destination) {
   row_to_f32(source, FLASHCPU_DTYPE_BF16, count, factor, destination);
 }

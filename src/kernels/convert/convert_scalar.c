@@ -12,7 +12,7 @@ void fc_f16_row_to_f32__scalar(const void *source, int64_t count, float factor,
   fc_load_row_f32(source, FLASHCPU_DTYPE_F16, count, factor, destination);
 }
 
-void fc_bf16_row_to_f32__scalar(const void *source, int64_t count,
-                                float factor, float *destination) {
+void fc_bf16_row_to_f32__scalar(const void *source, int64_t count, float factor,
+                                float *destination) {
   fc_load_row_f32(source, FLASHCPU_DTYPE_BF16, count, factor, destination);
 }

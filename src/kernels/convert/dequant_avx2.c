@@ -6,9 +6,8 @@
 #include "kernels/convert/convert.h"
 #include "simd/quant_codes_avx2.h"
 
-void fc_dequant_row__avx2(flashcpu_dtype dtype, const char *row,
-                          int64_t count, const fc_row_scales *scales,
-                          float *destination) {
+void fc_dequant_row__avx2(flashcpu_dtype dtype, const char *row, int64_t count,
+                          const fc_row_scales *scales, float *destination) {
   float scale_value, zero_value;
   if (!fc_row_scales_uniform(scales, &scale_value, &zero_value)) {
     fc_dequant_row_portable(dtype, row, count, scales, destination);
@@ -16,10 +15,9 @@ void fc_dequant_row__avx2(flashcpu_dtype dtype, const char *row,
   }
   int64_t d = 0;
   for (; d + 8 <= count; d += 8)
-    _mm256_storeu_ps(destination + d, fc256_dequant_lanes(dtype, row, d,
-                                                          scale_value,
-                                                          zero_value));
+    _mm256_storeu_ps(
+        destination + d,
+        fc256_dequant_lanes(dtype, row, d, scale_value, zero_value));
   if (d < count) /* not Q8_0: its rows are whole blocks */
-    fc_dequant_row_portable(dtype, row + d, count - d, scales,
-                            destination + d);
+    fc_dequant_row_portable(dtype, row + d, count - d, scales, destination + d);
 }

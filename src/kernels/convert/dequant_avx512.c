@@ -17,8 +17,8 @@ void fc_dequant_row__avx512(flashcpu_dtype dtype, const char *row,
   }
   for (int64_t d = 0; d < count; d += 16) {
     const __mmask16 mask = fc512_tail_mask(count - d);
-    _mm512_mask_storeu_ps(destination + d, mask,
-                          fc512_dequant_lanes(dtype, row, d, mask,
-                                              scale_value, zero_value));
+    _mm512_mask_storeu_ps(
+        destination + d, mask,
+        fc512_dequant_lanes(dtype, row, d, mask, scale_value, zero_value));
   }
 }

@@ -11,21 +11,19 @@ static float load_or(const char *data, flashcpu_dtype dtype, int64_t index,
 }
 
 int64_t fc_quantize_row_refusal(flashcpu_dtype dtype, const float *x,
-                                int64_t count,
-                                const fc_row_scales_out *scales,
+                                int64_t count, const fc_row_scales_out *scales,
                                 const char **why) {
   if (dtype == FLASHCPU_DTYPE_Q8_0 || scales->computed) return -1;
   const bool integer = dtype == FLASHCPU_DTYPE_I8 || dtype == FLASHCPU_DTYPE_U8;
   for (int64_t d = 0; d < count; d++) {
-    const float scale = load_or(scales->scales, scales->dtype,
-                                d * scales->stride, 1.0f);
+    const float scale =
+        load_or(scales->scales, scales->dtype, d * scales->stride, 1.0f);
     if (!isfinite(scale) || scale <= 0.0f) {
       *why = "its scale is not finite and > 0";
       return d;
     }
-    if (scales->zeros &&
-        !isfinite(fc_scale_load(scales->zeros, scales->dtype,
-                                d * scales->stride))) {
+    if (scales->zeros && !isfinite(fc_scale_load(scales->zeros, scales->dtype,
+                                                 d * scales->stride))) {
       *why = "its zero point is not finite";
       return d;
     }
@@ -60,12 +58,15 @@ static void compute_row_scale(flashcpu_dtype dtype, const float *x,
   }
   double exact;
   *zero = 0.0f;
-  if (!finite) exact = NAN;
-  else if (dtype == FLASHCPU_DTYPE_I8) exact = (double)largest / 127.0;
+  if (!finite)
+    exact = NAN;
+  else if (dtype == FLASHCPU_DTYPE_I8)
+    exact = (double)largest / 127.0;
   else if (dtype == FLASHCPU_DTYPE_U8) {
     exact = (double)(high - low) / 255.0;
     if (!(exact > 0.0)) exact = largest > 0.0f ? (double)largest / 255.0 : 1.0;
-  } else exact = (double)largest / fp8_largest(dtype);
+  } else
+    exact = (double)largest / fp8_largest(dtype);
   *scale = out->scales ? fc_scale_store_computed(out->scales, out->dtype, exact,
                                                  fc_quant_scale_slack(dtype))
                        : 1.0f;

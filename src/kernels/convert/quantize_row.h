@@ -28,8 +28,7 @@ static inline bool fc_scales_computed(const flashcpu_kv_scales *scales) {
  * scale not finite or <= 0, or NaN / inf in an I8 or U8 row), with a
  * reason; -1 when every element can be written. */
 int64_t fc_quantize_row_refusal(flashcpu_dtype dtype, const float *x,
-                                int64_t count,
-                                const fc_row_scales_out *scales,
+                                int64_t count, const fc_row_scales_out *scales,
                                 const char **why);
 
 /* Writes count values (Q8_0: whole blocks) into row, computing and

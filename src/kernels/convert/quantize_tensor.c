@@ -7,11 +7,10 @@
 enum { ROWS_PER_TILE = 64 };
 
 fc_row_scales_out fc_quantize_row_scales(const fc_view *view, int64_t b,
-                                         int64_t s, int64_t h,
-                                         bool computed) {
+                                         int64_t s, int64_t h, bool computed) {
   const fc_row_scales read = fc_view_row_scales(view, b, s, h);
-  fc_row_scales_out out = {(char *)read.scales, (char *)read.zeros,
-                           read.dtype, read.stride, computed};
+  fc_row_scales_out out = {(char *)read.scales, (char *)read.zeros, read.dtype,
+                           read.stride, computed};
   return out;
 }
 
@@ -34,9 +33,8 @@ static void quantize_tile(void *opaque, int64_t tile,
   float *row = (float *)(((uintptr_t)team->scratch + 63) & ~(uintptr_t)63) +
                (size_t)team->rank * (size_t)D;
   const int64_t rows = q->dims[0] * q->dims[1] * q->dims[2];
-  const int64_t end = (tile + 1) * ROWS_PER_TILE < rows
-                          ? (tile + 1) * ROWS_PER_TILE
-                          : rows;
+  const int64_t end =
+      (tile + 1) * ROWS_PER_TILE < rows ? (tile + 1) * ROWS_PER_TILE : rows;
   for (int64_t r = tile * ROWS_PER_TILE + team->rank; r < end;
        r += team->size) {
     const int64_t h = r % q->dims[2], s = r / q->dims[2] % q->dims[1],
@@ -49,8 +47,8 @@ static void quantize_tile(void *opaque, int64_t tile,
           fc_quantize_row_scales(&q->target, b, s, h, q->scales_computed);
       fc_quantize_row(q->target.dtype, row, D, &scales, target);
     } else {
-      fc_kv_row_to_f32(args->row_to_f32, args->dequant_row, &q->source,
-                       source, b, s, h, D, row);
+      fc_kv_row_to_f32(args->row_to_f32, args->dequant_row, &q->source, source,
+                       b, s, h, D, row);
       fc_store_row(row, 1.0f, D, q->target.dtype, target);
     }
   }

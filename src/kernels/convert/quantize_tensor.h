@@ -20,8 +20,7 @@ typedef struct fc_quantize_problem {
 
 /* Where row (b, s, h) of a quantized view's scales lie, writable. */
 fc_row_scales_out fc_quantize_row_scales(const fc_view *view, int64_t b,
-                                         int64_t s, int64_t h,
-                                         bool computed);
+                                         int64_t s, int64_t h, bool computed);
 
 flashcpu_status fc_quantize_run(const fc_kernel_env *env,
                                 const fc_quantize_problem *q);

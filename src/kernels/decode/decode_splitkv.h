@@ -83,8 +83,8 @@ typedef struct fc_splitkv_int_q {
  * scores[16 * s + j] = q_s . k_j with q from q. sweep as for bf16. */
 typedef void (*fc_splitkv_int_scores_fn)(const struct fc_splitkv_rows *k,
                                          flashcpu_dtype k_dtype,
-                                         const fc_splitkv_int_q *q,
-                                         int64_t dim, int64_t n,
+                                         const fc_splitkv_int_q *q, int64_t dim,
+                                         int64_t n,
                                          struct fc_prefetch_sweep *sweep,
                                          float *scores);
 
@@ -97,13 +97,10 @@ typedef void (*fc_splitkv_int_scores_fn)(const struct fc_splitkv_rows *k,
  * nothing, where that rounding cannot hold them (a weight or scale not
  * finite, or a largest weight so small that 32767 / largest overflows):
  * the caller runs the f32 path. */
-typedef bool (*fc_splitkv_int_values_fn)(const struct fc_splitkv_rows *v,
-                                         flashcpu_dtype v_dtype, int64_t dv,
-                                         int64_t padded_dv, int64_t n,
-                                         float *o, const float *weights,
-                                         const float *alpha,
-                                         const unsigned *seen,
-                                         struct fc_prefetch_sweep *sweep);
+typedef bool (*fc_splitkv_int_values_fn)(
+    const struct fc_splitkv_rows *v, flashcpu_dtype v_dtype, int64_t dv,
+    int64_t padded_dv, int64_t n, float *o, const float *weights,
+    const float *alpha, const unsigned *seen, struct fc_prefetch_sweep *sweep);
 
 /* A chunk's weights for one block, rounded: code = rint(w * scale_j *
  * 32767 / largest) with largest the slot's largest |w * scale_j|; pairs[s]
@@ -120,9 +117,12 @@ typedef struct fc_splitkv_int_weights {
  * integer micro-kernels' dispatch. */
 #define FC_SPLITKV_BY_INT_DIM(dtype, dim, CALL)                                \
   do {                                                                         \
-    if ((dim) == 128) CALL(dtype, 128);                                        \
-    else if ((dim) == 64) CALL(dtype, 64);                                     \
-    else CALL(dtype, (dim));                                                   \
+    if ((dim) == 128)                                                          \
+      CALL(dtype, 128);                                                        \
+    else if ((dim) == 64)                                                      \
+      CALL(dtype, 64);                                                         \
+    else                                                                       \
+      CALL(dtype, (dim));                                                      \
   } while (0)
 #define FC_SPLITKV_BY_INT_DTYPE(dtype, dim, CALL)                              \
   do {                                                                         \

@@ -183,8 +183,7 @@ static void make_planes(const amx_args *a, const amx_thread *th,
                        : NULL;
     for (int64_t pair = 0; pair < a->dim / 2; pair++) {
       uint32_t two = 0;
-      if (q)
-        memcpy(&two, q + 4 * pair, sizeof two);
+      if (q) memcpy(&two, q + 4 * pair, sizeof two);
       plane[pair * COLUMNS + s] = two;
     }
   }
@@ -289,12 +288,9 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
       const char *rows =
           block_run(&block, row_bytes, BLOCK, th->k_pack, &stride);
       _tile_loadd(2, rows, stride);
-      if (steps > 1)
-        _tile_loadd(3, rows + 64, stride);
-      if (steps > 2)
-        _tile_loadd(4, rows + 128, stride);
-      if (steps > 3)
-        _tile_loadd(5, rows + 192, stride);
+      if (steps > 1) _tile_loadd(3, rows + 64, stride);
+      if (steps > 2) _tile_loadd(4, rows + 128, stride);
+      if (steps > 3) _tile_loadd(5, rows + 192, stride);
       for (int64_t pack = 0; pack < packs; pack++) {
         const uint16_t *planes =
             th->planes + (h * packs + pack) * steps * PLANE;
@@ -361,12 +357,9 @@ static void group_weights(const amx_args *a, const amx_thread *th,
 #define OUTPUT_TILES(op, o)                                                    \
   do {                                                                         \
     op(0, (o), 64);                                                            \
-    if (steps > 1)                                                             \
-      op(1, (o) + OUT_ROWS * 16, 64);                                          \
-    if (steps > 2)                                                             \
-      op(2, (o) + 2 * OUT_ROWS * 16, 64);                                      \
-    if (steps > 3)                                                             \
-      op(3, (o) + 3 * OUT_ROWS * 16, 64);                                      \
+    if (steps > 1) op(1, (o) + OUT_ROWS * 16, 64);                             \
+    if (steps > 2) op(2, (o) + 2 * OUT_ROWS * 16, 64);                         \
+    if (steps > 3) op(3, (o) + 3 * OUT_ROWS * 16, 64);                         \
   } while (0)
 
 /* Pass 3: every unit's o, group by group, each group's heads in turn. */
@@ -404,8 +397,7 @@ static void values_pass(const amx_args *a, const amx_thread *th,
         bool active = false;
         for (int s = 0; s < CHUNK; s++)
           active = active || th->units[u].active[s];
-        if (!active)
-          continue;
+        if (!active) continue;
         group_weights(a, th, t, u, g0);
         float *o = th->o + u * CHUNK * a->dim;
         OUTPUT_TILES(_tile_loadd, o);
@@ -443,13 +435,11 @@ static void values_in_f32(const amx_args *a, const amx_thread *th,
     block_at(&a->shared, &walk, t, j0, false, &block);
     const int64_t at = j0 - t->begin;
     for (int s = 0; s < CHUNK; s++) {
-      if (!unit->active[s])
-        continue;
+      if (!unit->active[s]) continue;
       const unsigned sees =
           th->seen[(u * CHUNK + s) * (a->keys / BLOCK) + at / BLOCK];
       for (int64_t j = 0; j < n; j++) {
-        if (!((sees >> j) & 1u))
-          continue;
+        if (!((sees >> j) & 1u)) continue;
         const float weight = th->p[(u * CHUNK + s) * a->keys + at + j];
         const uint16_t *row = (const uint16_t *)row_of(&block, (int)j);
         for (int64_t d = 0; d < dim; d++)
@@ -481,8 +471,7 @@ static int write_unit(const amx_args *a, const amx_thread *th,
   const float *o = th->o + u * CHUNK * a->dim;
   int written = 0;
   for (int s = 0; s < CHUNK; s++) {
-    if (!unit->valid[s])
-      continue;
+    if (!unit->valid[s]) continue;
     written++;
     /* Without work the unit's state was never set: the slot gets an empty
      * state, and nothing of it is read. */
@@ -547,8 +536,7 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
     values_pass(a, &th, &t);
     _tile_release();
     for (int64_t u = 0; u < th.count; u++)
-      if (!outputs_finite(a, &th, u))
-        values_in_f32(a, &th, &t, u);
+      if (!outputs_finite(a, &th, u)) values_in_f32(a, &th, &t, u);
   }
   int written = 0;
   for (int64_t u = 0; u < th.count; u++)

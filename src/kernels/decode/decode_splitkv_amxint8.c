@@ -168,12 +168,10 @@ static bool round_q(const float *q, int64_t dim, int16_t *codes, float *step,
     bad |= _mm512_cmp_ps_mask(x, _mm512_set1_ps(FLT_MAX), _CMP_NLE_UQ);
     top = _mm512_max_ps(top, x);
   }
-  if (bad)
-    return false;
+  if (bad) return false;
   const float largest = _mm512_reduce_max_ps(top);
   const float s = largest > 0.0f ? largest / (float)Q_LIMIT : 1.0f;
-  if (!(s >= FLT_MIN))
-    return false;
+  if (!(s >= FLT_MIN)) return false;
   __m512i total = _mm512_setzero_si512();
   const __m512 limit = _mm512_set1_ps((float)Q_LIMIT);
   for (int64_t d = 0; d < dim; d += 16) {
@@ -356,8 +354,7 @@ static void scores_pass(const amx_args *a, const amx_thread *th,
         stride = dim;
       }
       _tile_loadd(2, rows, stride);
-      if (dim == 128)
-        _tile_loadd(3, rows + STEP, stride);
+      if (dim == 128) _tile_loadd(3, rows + STEP, stride);
       for (int64_t u = first; u < first + per_head; u++) {
         if (th->units[u].rounded) {
           const unsigned char *planes = th->planes + u * (dim / STEP) * PLANES;
@@ -461,8 +458,7 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
       largest[s] = _mm512_max_ps(largest[s], size);
     }
   }
-  if (bad)
-    return false;
+  if (bad) return false;
   /* The weights as codes 0..W_LIMIT against the group's largest, split
    * 256 hi + lo into rows s (hi) and 4 + s (lo); U8's zero points give an
    * offset per slot. */
@@ -470,8 +466,7 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
   for (int s = 0; s < CHUNK; s++) {
     const float top = _mm512_reduce_max_ps(largest[s]);
     const float inverse = top > 0.0f ? (float)W_LIMIT / top : 0.0f;
-    if (!(inverse <= FLT_MAX))
-      return false;
+    if (!(inverse <= FLT_MAX)) return false;
     step[s] = top / (float)W_LIMIT;
     __m512 zero_sum = _mm512_setzero_ps();
     for (int i = 0; i < GROUP / BLOCK; i++) {
@@ -500,8 +495,7 @@ static bool group_values_on_tiles(const amx_args *a, const amx_thread *th,
   }
   /* o += step (sum - offset), the columns back in order. */
   for (int s = 0; s < CHUNK; s++) {
-    if (!unit->active[s])
-      continue;
+    if (!unit->active[s]) continue;
     const __m512 factor = _mm512_set1_ps(step[s]);
     const __m512 shift = _mm512_set1_ps(offset[s]);
     for (int64_t half = 0; half < halves; half++) {
@@ -541,8 +535,7 @@ static void values_pass(const amx_args *a, const amx_thread *th,
       for (int64_t u = first; u < first + per_head; u++)
         for (int s = 0; s < CHUNK; s++)
           wanted = wanted || (th->units[u].tiles && th->units[u].active[s]);
-      if (!wanted)
-        continue;
+      if (!wanted) continue;
       const row_walk walk = walk_rows(&p->v, t, th->units[first].kv_head);
       key_block blocks[GROUP / BLOCK];
       for (int i = 0; i < GROUP / BLOCK; i++) {
@@ -596,13 +589,11 @@ static void values_in_f32(const amx_args *a, const amx_thread *th,
     _mm512_storeu_ps(zero, block.zero);
     const int64_t at = j0 - t->begin;
     for (int s = 0; s < CHUNK; s++) {
-      if (!unit->active[s])
-        continue;
+      if (!unit->active[s]) continue;
       const unsigned sees =
           th->seen[(u * CHUNK + s) * (a->keys / BLOCK) + at / BLOCK];
       for (int64_t j = 0; j < n; j++) {
-        if (!((sees >> j) & 1u))
-          continue;
+        if (!((sees >> j) & 1u)) continue;
         const float weight = th->p[(u * CHUNK + s) * a->keys + at + j];
         const char *row = row_of(&block, (int)j);
         for (int64_t d = 0; d < dim; d++) {
@@ -621,8 +612,7 @@ static int write_unit(const amx_args *a, const amx_thread *th,
   const amx_unit *unit = &th->units[u];
   int written = 0;
   for (int s = 0; s < CHUNK; s++) {
-    if (!unit->valid[s])
-      continue;
+    if (!unit->valid[s]) continue;
     written++;
     fc_amx_slot_write(fc_splitkv_record(&a->shared, t->b, unit->kv_head,
                                         t->split, unit->chunk * CHUNK + s),
@@ -643,8 +633,7 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
   const bool work = t.begin < t.end && th.count > 0;
   if (work) {
     configure_tiles();
-    for (int64_t u = 0; u < th.count; u++)
-      prepare_unit(a, &th, &t, u);
+    for (int64_t u = 0; u < th.count; u++) prepare_unit(a, &th, &t, u);
     scores_pass(a, &th, &t);
     fc_prefetch_sweep first_group =
         sweep_keys(&a->shared, &a->p->v, &t, t.begin, GROUP, a->dim);
@@ -657,8 +646,7 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
     values_pass(a, &th, &t);
     _tile_release();
     for (int64_t u = 0; u < th.count; u++)
-      if (!th.units[u].tiles)
-        values_in_f32(a, &th, &t, u);
+      if (!th.units[u].tiles) values_in_f32(a, &th, &t, u);
   }
   int written = 0;
   for (int64_t u = 0; u < th.count; u++)

@@ -47,20 +47,21 @@ ds_load_e4m3_finite(const char *row, int64_t d, float folded, fcv *lo,
       _mm256_set1_epi16((short)0xbf80));
   const __m256 scale = _mm256_set1_ps(folded);
   *lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(half)), scale);
-  *hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), scale);
+  *hi =
+      _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(half, 1)), scale);
 }
 
 /* Whether none of n rows' first dim E4M3 codes (dim a multiple of 16) is
  * a NaN code (0x7f or 0xff). */
 static inline int ds_e4m3_rows_finite(const char *const *rows, int64_t n,
                                       int64_t dim) {
-  const __m256i sign = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi8(-1);
+  const __m256i sign = _mm256_set1_epi8((char)0x80),
+                ones = _mm256_set1_epi8(-1);
   __m256i nan = _mm256_setzero_si256();
   for (int64_t j = 0; j < n; j++) {
     int64_t d = 0;
     for (; d + 32 <= dim; d += 32) {
-      const __m256i codes =
-          _mm256_loadu_si256((const __m256i *)(rows[j] + d));
+      const __m256i codes = _mm256_loadu_si256((const __m256i *)(rows[j] + d));
       nan = _mm256_or_si256(
           nan, _mm256_cmpeq_epi8(_mm256_or_si256(codes, sign), ones));
     }

@@ -5,11 +5,11 @@
  * Scores: for 4 keys x 4 slots, 16 accumulators stay in registers across
  * head_dim (q padded to 32, the tail of K masked in the loads, nothing
  * staged; quantized rows are dequantized in the loads, with the row's
- * scale and zero, except per-channel ones); a transpose/add tree sums all 16 at once, and a 128-bit-lane
- * transpose gives each slot its 16 scores in one vector. bf16 rows are
- * widened 32 elements at a time with one shift (even elements) and one
- * and (odd elements): q and the output accumulators are kept in that
- * even/odd order per 32 elements and put back in order when the partial
+ * scale and zero, except per-channel ones); a transpose/add tree sums all 16 at
+ * once, and a 128-bit-lane transpose gives each slot its 16 scores in one
+ * vector. bf16 rows are widened 32 elements at a time with one shift (even
+ * elements) and one and (odd elements): q and the output accumulators are kept
+ * in that even/odd order per 32 elements and put back in order when the partial
  * state is written. With bf16 q and K, where the kernel table chose them,
  * the scores come from VDPBF16PS on the raw rows instead
  * (splitkv_scores_avx512bf16.c, registry row
@@ -78,9 +78,8 @@ static ALWAYS_INLINE int64_t element_bytes(flashcpu_dtype dtype) {
  * d + 3, ...) with READ_PAIRS, else in order (lo: d .. d + 15, hi: d + 16
  * .. d + 31); quantized rows dequantized with the row's scale and zero. */
 static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
-                                    int mode, int64_t d, span32 m,
-                                    float scale, float zero, __m512 *lo,
-                                    __m512 *hi) {
+                                    int mode, int64_t d, span32 m, float scale,
+                                    float zero, __m512 *lo, __m512 *hi) {
   if (mode == READ_E4M3_FINITE) {
     *lo = fc512_dequant_e4m3_finite(row, d, m.lo, scale);
     *hi = fc512_dequant_e4m3_finite(row, d + 16, m.hi, scale);
@@ -106,12 +105,10 @@ static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
 /* Scores of a chunk's 4 slots for a block's keys: scores[s] lane j is
  * q_s . k_j (lanes past n are garbage; k_rows past n repeat a valid row).
  * dim and dtype are constants in the specialised callers. */
-static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
-                                       flashcpu_dtype dtype, int mode,
-                                       const float *q, int64_t padded_dim,
-                                       int64_t dim, int64_t n,
-                                       fc_prefetch_sweep *shared_sweep,
-                                       __m512 scores[CHUNK]) {
+static ALWAYS_INLINE void
+chunk_scores(const fc_splitkv_rows *k_rows, flashcpu_dtype dtype, int mode,
+             const float *q, int64_t padded_dim, int64_t dim, int64_t n,
+             fc_prefetch_sweep *shared_sweep, __m512 scores[CHUNK]) {
   const int64_t size = element_bytes(dtype);
   const bool prefetch = shared_sweep != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared_sweep);
@@ -138,8 +135,8 @@ static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
     for (int64_t d = 0; d < dim; d += PAIR) {
       __m512 lo[KEYS_PER_GROUP], hi[KEYS_PER_GROUP];
       for (int j = 0; j < KEYS_PER_GROUP; j++)
-        load_span(rows[j], dtype, mode, d, span_of(d, dim), scales[j],
-                  zeros[j], &lo[j], &hi[j]);
+        load_span(rows[j], dtype, mode, d, span_of(d, dim), scales[j], zeros[j],
+                  &lo[j], &hi[j]);
       /* a line per line the span starts: 1-byte rows every other span */
       if (prefetch && (d * size) % FC_SWEEP_LINE == 0)
         for (int j = 0; j < KEYS_PER_GROUP; j++) {
@@ -168,10 +165,18 @@ static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
 /* The dtype cases of the dispatchers: every dtype its own copy. */
 #define BY_EVERY_DTYPE(FOR, dim_value)                                         \
   switch (dtype) {                                                             \
-  case FLASHCPU_DTYPE_F32: FOR(FLASHCPU_DTYPE_F32, 0, dim_value); return;      \
-  case FLASHCPU_DTYPE_F16: FOR(FLASHCPU_DTYPE_F16, 0, dim_value); return;      \
-  case FLASHCPU_DTYPE_I8: FOR(FLASHCPU_DTYPE_I8, 0, dim_value); return;        \
-  case FLASHCPU_DTYPE_U8: FOR(FLASHCPU_DTYPE_U8, 0, dim_value); return;        \
+  case FLASHCPU_DTYPE_F32:                                                     \
+    FOR(FLASHCPU_DTYPE_F32, 0, dim_value);                                     \
+    return;                                                                    \
+  case FLASHCPU_DTYPE_F16:                                                     \
+    FOR(FLASHCPU_DTYPE_F16, 0, dim_value);                                     \
+    return;                                                                    \
+  case FLASHCPU_DTYPE_I8:                                                      \
+    FOR(FLASHCPU_DTYPE_I8, 0, dim_value);                                      \
+    return;                                                                    \
+  case FLASHCPU_DTYPE_U8:                                                      \
+    FOR(FLASHCPU_DTYPE_U8, 0, dim_value);                                      \
+    return;                                                                    \
   case FLASHCPU_DTYPE_F8_E4M3:                                                 \
     if (e4m3_finite)                                                           \
       FOR(FLASHCPU_DTYPE_F8_E4M3, READ_E4M3_FINITE, dim_value);                \
@@ -181,8 +186,12 @@ static ALWAYS_INLINE void chunk_scores(const fc_splitkv_rows *k_rows,
   case FLASHCPU_DTYPE_F8_E5M2:                                                 \
     FOR(FLASHCPU_DTYPE_F8_E5M2, 0, dim_value);                                 \
     return;                                                                    \
-  case FLASHCPU_DTYPE_Q8_0: FOR(FLASHCPU_DTYPE_Q8_0, 0, dim_value); return;    \
-  default: FOR(FLASHCPU_DTYPE_BF16, READ_PAIRS, dim_value); return;            \
+  case FLASHCPU_DTYPE_Q8_0:                                                    \
+    FOR(FLASHCPU_DTYPE_Q8_0, 0, dim_value);                                    \
+    return;                                                                    \
+  default:                                                                     \
+    FOR(FLASHCPU_DTYPE_BF16, READ_PAIRS, dim_value);                           \
+    return;                                                                    \
   }
 
 /* head_dim 64 and 128 and each K dtype get their own unrolled copy. */
@@ -191,9 +200,10 @@ static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
                                   int64_t padded_dim, int64_t dim, int64_t n,
                                   fc_prefetch_sweep *sweep,
                                   __m512 scores[CHUNK]) {
-  const int e4m3_finite = dtype == FLASHCPU_DTYPE_F8_E4M3 &&
-                          (dim == 128 ? fc512_e4m3_rows_finite(k_rows->row, n, 128)
-                                      : fc512_e4m3_rows_finite(k_rows->row, n, dim));
+  const int e4m3_finite =
+      dtype == FLASHCPU_DTYPE_F8_E4M3 &&
+      (dim == 128 ? fc512_e4m3_rows_finite(k_rows->row, n, 128)
+                  : fc512_e4m3_rows_finite(k_rows->row, n, dim));
 #define SCORES_FOR(dt, mode, dim_value)                                        \
   chunk_scores(k_rows, dt, mode, q, padded_dim, dim_value, n, sweep, scores)
   if (dim == 128) BY_EVERY_DTYPE(SCORES_FOR, 128)
@@ -225,8 +235,9 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
     masked[c] = _mm512_mask_mov_ps(minus_inf, lanes, scores[c]);
     seen[c] = _mm512_cmp_ps_mask(masked[c], minus_inf, _CMP_NEQ_UQ) & lanes;
     any_seen |= (__mmask16)((seen[c] != 0) << c);
-    any_nan |= (__mmask16)(
-        (_mm512_cmp_ps_mask(masked[c], masked[c], _CMP_UNORD_Q) != 0) << c);
+    any_nan |= (__mmask16)((_mm512_cmp_ps_mask(masked[c], masked[c],
+                                               _CMP_UNORD_Q) != 0)
+                           << c);
   }
   /* Lanes 0..3 of each 128-bit lane: the slots' running max, old and new.
    * A slot that saw nothing keeps its state: shift 0, alpha exactly 1. */
@@ -242,7 +253,7 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
 #define SLOT_WEIGHTS(c)                                                        \
   do {                                                                         \
     const __m512 w = _mm512_maskz_mov_ps(                                      \
-        seen[c], fc512_exp2(_mm512_sub_ps(masked[c], SLOT_LANE(m_new, c))));  \
+        seen[c], fc512_exp2(_mm512_sub_ps(masked[c], SLOT_LANE(m_new, c))));   \
     const __m512 sums = _mm512_loadu_ps(l + c * KEY_BLOCK);                    \
     _mm512_storeu_ps(l + c * KEY_BLOCK,                                        \
                      _mm512_fmadd_ps(sums, SLOT_LANE(factor, c), w));          \
@@ -261,15 +272,12 @@ static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
  * Keys a slot does not see (seen[s] bit clear) never touch V: a hidden row
  * may hold anything, NaN included; that rarer case has its own loop so
  * that the common one carries no per-key masks. */
-static ALWAYS_INLINE void accumulate_values(const fc_splitkv_rows *v_rows,
-                                            flashcpu_dtype dtype, int mode,
-                                            int64_t dv, int64_t padded_dv,
-                                            int64_t n, float *o,
-                                            const float *weights,
-                                            const float alpha[CHUNK],
-                                            const __mmask16 seen[CHUNK],
-                                            int all_seen,
-                                            fc_prefetch_sweep *shared_sweep) {
+static ALWAYS_INLINE void
+accumulate_values(const fc_splitkv_rows *v_rows, flashcpu_dtype dtype, int mode,
+                  int64_t dv, int64_t padded_dv, int64_t n, float *o,
+                  const float *weights, const float alpha[CHUNK],
+                  const __mmask16 seen[CHUNK], int all_seen,
+                  fc_prefetch_sweep *shared_sweep) {
   const int64_t size = element_bytes(dtype);
   const bool prefetch = shared_sweep != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared_sweep);
@@ -330,13 +338,14 @@ static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
                                 const __mmask16 seen[CHUNK],
                                 fc_prefetch_sweep *sweep) {
   const __mmask16 lanes = fc512_tail_mask(n);
-  const int e4m3_finite = dtype == FLASHCPU_DTYPE_F8_E4M3 &&
-                          (dv == 128 ? fc512_e4m3_rows_finite(v_rows->row, n, 128)
-                                     : fc512_e4m3_rows_finite(v_rows->row, n, dv));
+  const int e4m3_finite =
+      dtype == FLASHCPU_DTYPE_F8_E4M3 &&
+      (dv == 128 ? fc512_e4m3_rows_finite(v_rows->row, n, 128)
+                 : fc512_e4m3_rows_finite(v_rows->row, n, dv));
   if (seen[0] == lanes && seen[1] == lanes && seen[2] == lanes &&
       seen[3] == lanes) {
 #define VALUES_FOR(dt, mode, dim)                                              \
-  accumulate_values(v_rows, dt, mode, dim, padded_dv, n, o, weights, alpha,   \
+  accumulate_values(v_rows, dt, mode, dim, padded_dv, n, o, weights, alpha,    \
                     seen, 1, sweep)
     if (dv == 128) BY_EVERY_DTYPE(VALUES_FOR, 128)
     if (dv == 64) BY_EVERY_DTYPE(VALUES_FOR, 64)
@@ -344,7 +353,7 @@ static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
   }
 #undef VALUES_FOR
 #define VALUES_FOR(dt, mode, dim)                                              \
-  accumulate_values(v_rows, dt, mode, dim, padded_dv, n, o, weights, alpha,   \
+  accumulate_values(v_rows, dt, mode, dim, padded_dv, n, o, weights, alpha,    \
                     seen, 0, NULL)
   BY_EVERY_DTYPE(VALUES_FOR, dv)
 #undef VALUES_FOR
@@ -366,12 +375,10 @@ typedef struct ds_scores {
 } ds_scores;
 typedef __mmask16 ds_seen;
 
-static ALWAYS_INLINE void ds_block_scores(const fc_splitkv_args *a,
-                                          const fc_splitkv_rows *k_rows,
-                                          const float *q,
-                                          const fc_splitkv_int_q *int_q,
-                                          int64_t n, fc_prefetch_sweep *sweep,
-                                          float *buffer, ds_scores *scores) {
+static ALWAYS_INLINE void
+ds_block_scores(const fc_splitkv_args *a, const fc_splitkv_rows *k_rows,
+                const float *q, const fc_splitkv_int_q *int_q, int64_t n,
+                fc_prefetch_sweep *sweep, float *buffer, ds_scores *scores) {
   if (int_q) {
     a->int_scores(k_rows, a->k_read, int_q, a->p->head_dim, n, sweep, buffer);
     for (int c = 0; c < CHUNK; c++)
@@ -382,8 +389,8 @@ static ALWAYS_INLINE void ds_block_scores(const fc_splitkv_args *a,
     for (int c = 0; c < CHUNK; c++)
       scores->slot[c] = _mm512_loadu_ps(buffer + c * KEY_BLOCK);
   } else {
-    chunk_scores_dispatch(k_rows, a->k_read, q, a->padded_dim,
-                          a->p->head_dim, n, sweep, scores->slot);
+    chunk_scores_dispatch(k_rows, a->k_read, q, a->padded_dim, a->p->head_dim,
+                          n, sweep, scores->slot);
   }
 }
 
@@ -418,8 +425,8 @@ static ALWAYS_INLINE void ds_values(const fc_splitkv_args *a,
                    weights, alpha, bits, sweep))
       return;
   }
-  accumulate_dispatch(v_rows, a->v_read, a->p->v_head_dim, a->padded_dv,
-                      n, o, weights, alpha, seen, sweep);
+  accumulate_dispatch(v_rows, a->v_read, a->p->v_head_dim, a->padded_dv, n, o,
+                      weights, alpha, seen, sweep);
 }
 
 static ALWAYS_INLINE float ds_l_total(const float *l) {

@@ -55,8 +55,7 @@ quantized_codes(const char *row, flashcpu_dtype dtype, int64_t d, fcv *lo,
   fcv *out[2] = {lo, hi};
   for (int i = 0; i < 2; i++) {
     const float32x4_t value = vmulq_n_f32(
-        i ? vcvt_high_f32_f16(half) : vcvt_f32_f16(vget_low_f16(half)),
-        256.0f);
+        i ? vcvt_high_f32_f16(half) : vcvt_f32_f16(vget_low_f16(half)), 256.0f);
     const uint32x4_t is_nan = vreinterpretq_u32_s32(
         i ? vmovl_high_s16(nan) : vmovl_s16(vget_low_s16(nan)));
     const uint32x4_t quiet = vorrq_u32(
@@ -123,13 +122,14 @@ static inline int ds_e4m3_rows_finite(const char *const *rows, int64_t n,
     const uint8_t *row = (const uint8_t *)rows[j];
     int64_t d = 0;
     for (; d + 16 <= dim; d += 16)
-      nan = vorrq_u8(nan, vceqq_u8(vorrq_u8(vld1q_u8(row + d), vdupq_n_u8(0x80)),
-                                   vdupq_n_u8(0xff)));
+      nan =
+          vorrq_u8(nan, vceqq_u8(vorrq_u8(vld1q_u8(row + d), vdupq_n_u8(0x80)),
+                                 vdupq_n_u8(0xff)));
     if (d < dim)
-      nan = vorrq_u8(nan, vcombine_u8(vceq_u8(vorr_u8(vld1_u8(row + d),
-                                                      vdup_n_u8(0x80)),
-                                              vdup_n_u8(0xff)),
-                                      vdup_n_u8(0)));
+      nan = vorrq_u8(
+          nan, vcombine_u8(vceq_u8(vorr_u8(vld1_u8(row + d), vdup_n_u8(0x80)),
+                                   vdup_n_u8(0xff)),
+                           vdup_n_u8(0)));
   }
   return vmaxvq_u8(nan) == 0;
 }

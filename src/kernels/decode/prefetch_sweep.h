@@ -97,12 +97,10 @@ static inline void fc_sweep_use_rows(fc_prefetch_sweep *s,
 
 /* Moves to the next row; false at the end of the sweep. */
 static inline bool fc_sweep_next_row(fc_prefetch_sweep *s) {
-  if (s->outer >= s->outers)
-    return false;
+  if (s->outer >= s->outers) return false;
   if (++s->inner == s->inners) {
     s->inner = 0;
-    if (++s->outer == s->outers)
-      return false;
+    if (++s->outer == s->outers) return false;
   }
   fc_sweep_start_row(s);
   return true;
@@ -111,8 +109,7 @@ static inline bool fc_sweep_next_row(fc_prefetch_sweep *s) {
 /* The sweep's next line, NULL once it is done. */
 static inline __attribute__((always_inline)) const char *
 fc_sweep_take(fc_prefetch_sweep *s) {
-  if (s->line >= s->row_end && !fc_sweep_next_row(s))
-    return NULL;
+  if (s->line >= s->row_end && !fc_sweep_next_row(s)) return NULL;
   const char *line = s->line;
   s->line += FC_SWEEP_LINE;
   return line;

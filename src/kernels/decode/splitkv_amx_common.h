@@ -108,8 +108,7 @@ static inline void fc_amx_slot_softmax(float *p, uint16_t *seen, int64_t blocks,
   }
   const float largest = _mm512_reduce_max_ps(top);
   *m = largest;
-  if (largest == -INFINITY)
-    return;
+  if (largest == -INFINITY) return;
   *active = true;
   const __m512 shift = _mm512_set1_ps(largest);
   __m512 total = _mm512_setzero_ps();
@@ -134,8 +133,7 @@ static inline void fc_amx_slot_write(float *record, bool work, bool nan,
   if (!work || (!nan && m == -INFINITY)) {
     fc_splitkv_write_state(record, -INFINITY, 0.0f, NULL, dim, 0);
   } else if (nan) {
-    for (int64_t d = 0; d < dim; d++)
-      o[d] = NAN;
+    for (int64_t d = 0; d < dim; d++) o[d] = NAN;
     fc_splitkv_write_state(record, NAN, NAN, o, dim, 0);
   } else {
     fc_splitkv_write_state(record, m, l, o, dim, 0);

@@ -47,8 +47,7 @@ static inline fc_prefetch_sweep sweep_keys(const fc_splitkv_shared *shared,
                                            int64_t row_bytes) {
   fc_prefetch_sweep sweep;
   const row_walk walk = walk_rows(view, t, t->h0);
-  if (key + keys > t->end)
-    keys = t->end - key;
+  if (key + keys > t->end) keys = t->end - key;
   fc_sweep_init(&sweep,
                 walk.first ? walk.first + (key - t->begin) * walk.step : NULL,
                 walk.first ? keys : 0, shared->heads_per_tile, walk.step,
@@ -60,8 +59,7 @@ static inline fc_prefetch_sweep sweep_keys(const fc_splitkv_shared *shared,
 /* n lines of a sweep. */
 static inline __attribute__((always_inline)) void
 sweep_lines(fc_prefetch_sweep *sweep, int64_t n) {
-  for (int64_t i = 0; i < n; i++)
-    fc_sweep_next(sweep);
+  for (int64_t i = 0; i < n; i++) fc_sweep_next(sweep);
 }
 
 /* 16 f32 scales (or zeros) from element at, step apart. */
@@ -73,8 +71,7 @@ load16(const char *base, int64_t at, int64_t step) {
     memcpy(&value, first, sizeof value); /* scales need not be aligned */
     return _mm512_set1_ps(value);
   }
-  if (step == 1)
-    return _mm512_loadu_ps(first);
+  if (step == 1) return _mm512_loadu_ps(first);
   const __m512i index = _mm512_mullo_epi32(
       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
       _mm512_set1_epi32((int)step));
@@ -105,8 +102,7 @@ block_at(const fc_splitkv_shared *shared, const row_walk *w,
   } else {
     if (w->first) {
       const char *row = w->first + (key - t->begin) * w->step;
-      for (int64_t j = 0; j < count; j++, row += w->step)
-        out->rows[j] = row;
+      for (int64_t j = 0; j < count; j++, row += w->step) out->rows[j] = row;
     } else {
       fc_splitkv_block_rows block;
       fc_splitkv_block_rows_fill(shared, t->b, key, t->end, &block);

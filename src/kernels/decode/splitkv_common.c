@@ -73,8 +73,8 @@ fc_splitkv_tile fc_splitkv_locate(const fc_splitkv_shared *s, int64_t tile) {
   return t;
 }
 
-float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t b,
-                         int64_t kv_head, int64_t split, int64_t slot) {
+float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t b, int64_t kv_head,
+                         int64_t split, int64_t slot) {
   const int64_t record =
       s->record_starts[b] +
       (kv_head * splits_of_batch(s, b) + split) * fc_splitkv_slots_of(s, b) +
@@ -200,9 +200,9 @@ static void merge_slot(const fc_splitkv_shared *s, int64_t b, int64_t kv_head,
                        int64_t slot) {
   const fc_problem *p = s->p;
   float *first = fc_splitkv_record(s, b, kv_head, 0, slot);
-  fc_merge_state_tree(first,
-                      fc_splitkv_slots_of(s, b) * fc_state_floats(p->v_head_dim),
-                      splits_of_batch(s, b), p->v_head_dim);
+  fc_merge_state_tree(
+      first, fc_splitkv_slots_of(s, b) * fc_state_floats(p->v_head_dim),
+      splits_of_batch(s, b), p->v_head_dim);
   fc_write_output_row(p, b, slot / p->group,
                       kv_head * p->group + slot % p->group, first[FC_STATE_M],
                       first[FC_STATE_L], first + FC_STATE_O);
@@ -218,8 +218,8 @@ void fc_splitkv_tile_written(const fc_splitkv_shared *s,
   if (!s->records_done || written <= 0) return;
   /* acq_rel makes every record written before an earlier increment
    * visible to the thread that completes the group. */
-  const int before = atomic_fetch_add_explicit(
-      &s->records_done[t->group], written, memory_order_acq_rel);
+  const int before = atomic_fetch_add_explicit(&s->records_done[t->group],
+                                               written, memory_order_acq_rel);
   if (before + written != records_of_group(s, t->b)) return;
   for (int64_t h = 0; h < s->heads_per_tile; h++)
     for (int64_t slot = 0; slot < t->slots; slot++)
@@ -299,7 +299,8 @@ flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
     const int64_t splits = splits_of_batch(s, b);
     const int64_t slots = fc_splitkv_slots_of(s, b);
     s->tile_starts[b + 1] = s->tile_starts[b] + splits * s->head_groups;
-    s->record_starts[b + 1] = s->record_starts[b] + p->kv_heads * splits * slots;
+    s->record_starts[b + 1] =
+        s->record_starts[b] + p->kv_heads * splits * slots;
     s->merge_starts[b + 1] = s->merge_starts[b] + p->kv_heads * slots;
   }
   s->records_done = NULL;

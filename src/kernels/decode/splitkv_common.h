@@ -60,7 +60,7 @@ typedef struct fc_splitkv_args {
    * where they are first copied (staged). */
   flashcpu_dtype k_read, v_read;
   int k_in_place, v_in_place;
-  int stages; /* some rows are staged: the thread scratch has room */
+  int stages;           /* some rows are staged: the thread scratch has room */
   int q_pairs, o_pairs; /* bf16 read widened: even/odd order per pair */
   /* bf16 q and K (bf16, or fp8 read in place) by dot products on the raw
    * rows (q copied unscaled, q_factor applied to the sums); NULL: K
@@ -95,8 +95,8 @@ static inline int64_t fc_splitkv_slots_of(const fc_splitkv_shared *s,
 }
 
 /* The state record of (batch b, kv head, split, slot). */
-float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t b,
-                         int64_t kv_head, int64_t split, int64_t slot);
+float *fc_splitkv_record(const fc_splitkv_shared *s, int64_t b, int64_t kv_head,
+                         int64_t split, int64_t slot);
 
 /* Finishes scores s[0..n) of slot for keys j0.. of (b, kv_head): -inf for
  * keys the slot's row does not see (key range, tree) and for padding

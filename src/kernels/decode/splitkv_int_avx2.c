@@ -99,8 +99,8 @@ static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
 /* Lanes of 8 keys from key `first` that bits has, as an all-ones mask. */
 static ALWAYS_INLINE __m256 key_mask(unsigned bits, int first) {
   const __m256i lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  const __m256i have = _mm256_and_si256(
-      _mm256_set1_epi32((int)(bits >> first)), lane_bits);
+  const __m256i have =
+      _mm256_and_si256(_mm256_set1_epi32((int)(bits >> first)), lane_bits);
   return _mm256_castsi256_ps(_mm256_cmpeq_epi32(have, lane_bits));
 }
 
@@ -162,11 +162,11 @@ static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
                                  0xd8));
     out->offset[s] = 0.0f;
     if (dtype == FLASHCPU_DTYPE_U8)
-      out->offset[s] = sum8(_mm256_add_ps(
-          _mm256_mul_ps(_mm256_cvtepi32_ps(codes[s][0]),
-                        _mm256_loadu_ps(v->zero)),
-          _mm256_mul_ps(_mm256_cvtepi32_ps(codes[s][1]),
-                        _mm256_loadu_ps(v->zero + 8))));
+      out->offset[s] =
+          sum8(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(codes[s][0]),
+                                           _mm256_loadu_ps(v->zero)),
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(codes[s][1]),
+                                           _mm256_loadu_ps(v->zero + 8))));
   }
   return true;
 }
@@ -188,12 +188,10 @@ static ALWAYS_INLINE void interleave(const char *a, const char *b,
   }
 }
 
-static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
-                                       flashcpu_dtype dtype, int64_t dv,
-                                       int64_t padded_dv, int64_t n, float *o,
-                                       const float *alpha,
-                                       const fc_splitkv_int_weights *w,
-                                       fc_prefetch_sweep *shared) {
+static ALWAYS_INLINE void
+values_int16(const fc_splitkv_rows *v, flashcpu_dtype dtype, int64_t dv,
+             int64_t padded_dv, int64_t n, float *o, const float *alpha,
+             const fc_splitkv_int_weights *w, fc_prefetch_sweep *shared) {
   const bool prefetch = shared != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared);
   for (int64_t d = 0; d < dv; d += STEP) {
@@ -222,10 +220,9 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
         float *out = o + s * padded_dv + d + 8 * h;
         __m256 sum = _mm256_cvtepi32_ps(acc[s][h]);
         if (dtype == FLASHCPU_DTYPE_U8) sum = _mm256_sub_ps(sum, offset);
-        _mm256_storeu_ps(out,
-                         _mm256_fmadd_ps(step, sum,
-                                         _mm256_mul_ps(_mm256_loadu_ps(out),
-                                                       factor)));
+        _mm256_storeu_ps(
+            out, _mm256_fmadd_ps(step, sum,
+                                 _mm256_mul_ps(_mm256_loadu_ps(out), factor)));
       }
     }
   }

@@ -33,14 +33,14 @@ static ALWAYS_INLINE void scores_bf16(const char *const *k_rows,
       acc[i] = _mm512_setzero_ps();
     for (int64_t d = 0; d < dim; d += PAIR) {
       const int64_t left = dim - d;
-      const __mmask32 mask =
-          left >= PAIR ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+      const __mmask32 mask = left >= PAIR ? (__mmask32)0xffffffffu
+                                          : (__mmask32)((1u << left) - 1u);
       __m512bh k[FC_SPLITKV_KEYS_PER_GROUP];
       for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++) {
         const char *row = k_rows[g * FC_SPLITKV_KEYS_PER_GROUP + j];
         if (prefetch) fc_sweep_next(&sweep);
-        k[j] = (__m512bh)_mm512_maskz_loadu_epi16(mask,
-                                                  (const uint16_t *)row + d);
+        k[j] =
+            (__m512bh)_mm512_maskz_loadu_epi16(mask, (const uint16_t *)row + d);
       }
       fc_splitkv_bf16_dot_step(acc, q, q_stride, d, k);
     }

@@ -64,8 +64,8 @@ static ALWAYS_INLINE void scores_int16(const fc_splitkv_rows *k,
       for (int s = 0; s < CHUNK; s++) {
         const __m512i qs = _mm512_loadu_si512(q_rows[s] + d);
         for (int j = 0; j < KEYS; j++)
-          acc[s * KEYS + j] = _mm512_dpwssd_epi32(acc[s * KEYS + j], qs,
-                                                  codes[j]);
+          acc[s * KEYS + j] =
+              _mm512_dpwssd_epi32(acc[s * KEYS + j], qs, codes[j]);
       }
     }
     groups[g] = fc512_sum16_by_lane_as(acc, 1); /* exact */

@@ -63,15 +63,15 @@ static ALWAYS_INLINE __m512i fp8_to_bf16(const char *codes, __mmask32 mask,
       _mm512_testn_epi16_mask(wide, _mm512_set1_epi16(f->exponent));
   bits = _mm512_mask_permutexvar_epi16(bits, tiny, wide, small);
   /* bits | (wide & 0x8000): the code's sign */
-  return _mm512_ternarylogic_epi32(bits, wide,
-                                   _mm512_set1_epi16((short)0x8000), 0xf8);
+  return _mm512_ternarylogic_epi32(bits, wide, _mm512_set1_epi16((short)0x8000),
+                                   0xf8);
 }
 
 /* The block's sums q_s . code_j by dot products, [slot][key] in 16 lanes
  * per slot (lanes past n garbage). */
-static ALWAYS_INLINE void dot_sums(const char *const *k_rows,
-                                   const uint16_t *q, int64_t q_stride,
-                                   int64_t dim, int64_t n, const fp8_format *f,
+static ALWAYS_INLINE void dot_sums(const char *const *k_rows, const uint16_t *q,
+                                   int64_t q_stride, int64_t dim, int64_t n,
+                                   const fp8_format *f,
                                    const uint16_t *small_table,
                                    fc_prefetch_sweep *shared_sweep,
                                    __m512 sums[FC_SPLITKV_CHUNK]) {
@@ -92,8 +92,8 @@ static ALWAYS_INLINE void dot_sums(const char *const *k_rows,
 #pragma GCC unroll 8
     for (int64_t d = 0; d < dim; d += PAIR) {
       const int64_t left = dim - d;
-      const __mmask32 mask =
-          left >= PAIR ? (__mmask32)0xffffffffu : (__mmask32)((1u << left) - 1u);
+      const __mmask32 mask = left >= PAIR ? (__mmask32)0xffffffffu
+                                          : (__mmask32)((1u << left) - 1u);
       __m512bh k[FC_SPLITKV_KEYS_PER_GROUP];
       for (int j = 0; j < FC_SPLITKV_KEYS_PER_GROUP; j++)
         k[j] = (__m512bh)fp8_to_bf16(rows[j] + d, mask, f, small);
@@ -147,12 +147,10 @@ static void widened_sums(const char *const *k_rows, flashcpu_dtype dtype,
   } while (0)
 
 static void sums_of(const fc_splitkv_rows *k, flashcpu_dtype dtype,
-                    const uint16_t *q, int64_t q_stride, int64_t dim,
-                    int64_t n, fc_prefetch_sweep *sweep,
-                    __m512 sums[FC_SPLITKV_CHUNK]) {
+                    const uint16_t *q, int64_t q_stride, int64_t dim, int64_t n,
+                    fc_prefetch_sweep *sweep, __m512 sums[FC_SPLITKV_CHUNK]) {
   const int e4m3 = dtype == FLASHCPU_DTYPE_F8_E4M3;
-  if (fc512_rows_have_bits(k->row, n, dim,
-                           e4m3 ? E4M3.special : E5M2.special))
+  if (fc512_rows_have_bits(k->row, n, dim, e4m3 ? E4M3.special : E5M2.special))
     widened_sums(k->row, dtype, q, q_stride, dim, n, sweep, sums);
   else if (e4m3)
     DOT_SUMS_BY_DIM(&E4M3, E4M3_SMALL);
@@ -171,9 +169,9 @@ static void fp8_scores(const fc_splitkv_rows *k, flashcpu_dtype k_dtype,
   const __m512 scale = _mm512_loadu_ps(k->scale);
   const __m512 f = _mm512_set1_ps(factor);
   for (int s = 0; s < FC_SPLITKV_CHUNK; s++)
-    _mm512_storeu_ps(out + s * FC_SPLITKV_KEY_BLOCK,
-                     fc512_saturate(_mm512_mul_ps(
-                         _mm512_mul_ps(sums[s], scale), f)));
+    _mm512_storeu_ps(
+        out + s * FC_SPLITKV_KEY_BLOCK,
+        fc512_saturate(_mm512_mul_ps(_mm512_mul_ps(sums[s], scale), f)));
 }
 
 /* The AVX-512 split-KV kernel with these scores (registry row). */

@@ -64,8 +64,8 @@ static ALWAYS_INLINE void scores_bytes(const fc_splitkv_rows *k,
       for (int s = 0; s < CHUNK; s++) {
         const __m512i qs = _mm512_maskz_loadu_epi8(mask, q_rows[s] + d);
         for (int j = 0; j < KEYS; j++)
-          acc[s * KEYS + j] = _mm512_dpbusd_epi32(acc[s * KEYS + j],
-                                                  codes[j], qs);
+          acc[s * KEYS + j] =
+              _mm512_dpbusd_epi32(acc[s * KEYS + j], codes[j], qs);
       }
     }
     groups[g] = fc512_sum16_by_lane_as(acc, 1); /* exact */
@@ -73,9 +73,8 @@ static ALWAYS_INLINE void scores_bytes(const fc_splitkv_rows *k,
   if (prefetch) *shared = sweep;
   /* The codes' offset from their values: U8's zero point, or the 128 the
    * flipped sign bit added to I8's. */
-  const __m512 offset = dtype == FLASHCPU_DTYPE_U8
-                            ? _mm512_loadu_ps(k->zero)
-                            : _mm512_set1_ps(128.0f);
+  const __m512 offset = dtype == FLASHCPU_DTYPE_U8 ? _mm512_loadu_ps(k->zero)
+                                                   : _mm512_set1_ps(128.0f);
   fc512_int_scores_finish(groups, k, q, &offset, out);
 }
 

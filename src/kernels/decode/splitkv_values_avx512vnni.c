@@ -53,19 +53,17 @@ static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
     }
     const float inverse = 32767.0f / largest[s];
     if (!(inverse <= FLT_MAX)) return false;
-    codes[s] =
-        _mm512_cvtps_epi32(_mm512_mul_ps(w[s], _mm512_set1_ps(inverse)));
+    codes[s] = _mm512_cvtps_epi32(_mm512_mul_ps(w[s], _mm512_set1_ps(inverse)));
     out->step[s] = largest[s] / 32767.0f;
   }
   const __m512 zero = _mm512_loadu_ps(v->zero);
   for (int s = 0; s < CHUNK; s++) {
     _mm256_storeu_si256((__m256i *)out->pairs[s],
                         _mm512_cvtepi32_epi16(codes[s]));
-    out->offset[s] =
-        dtype == FLASHCPU_DTYPE_U8
-            ? _mm512_reduce_add_ps(
-                  _mm512_mul_ps(_mm512_cvtepi32_ps(codes[s]), zero))
-            : 0.0f;
+    out->offset[s] = dtype == FLASHCPU_DTYPE_U8
+                         ? _mm512_reduce_add_ps(_mm512_mul_ps(
+                               _mm512_cvtepi32_ps(codes[s]), zero))
+                         : 0.0f;
   }
   return true;
 }
@@ -78,20 +76,18 @@ static ALWAYS_INLINE __m512i widen(const char *row, flashcpu_dtype dtype,
                                     : _mm512_cvtepi8_epi16(raw);
 }
 
-static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
-                                       flashcpu_dtype dtype, int64_t dv,
-                                       int64_t padded_dv, int64_t n, float *o,
-                                       const float *alpha,
-                                       const fc_splitkv_int_weights *w,
-                                       fc_prefetch_sweep *shared) {
+static ALWAYS_INLINE void
+values_int16(const fc_splitkv_rows *v, flashcpu_dtype dtype, int64_t dv,
+             int64_t padded_dv, int64_t n, float *o, const float *alpha,
+             const fc_splitkv_int_weights *w, fc_prefetch_sweep *shared) {
   const bool prefetch = shared != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared);
   /* The interleave leaves 128-bit lane L of the low half with columns 8L ..
    * 8L + 3 and of the high half with 8L + 4 .. 8L + 7: put back in order. */
-  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5,
-                                          6, 7, 20, 21, 22, 23);
-  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12,
-                                           13, 14, 15, 28, 29, 30, 31);
+  const __m512i first =
+      _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13,
+                                           14, 15, 28, 29, 30, 31);
   for (int64_t d = 0; d < dv; d += PASS) {
     __mmask32 masks[2];
     for (int g = 0; g < 2; g++) {
@@ -116,7 +112,8 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
         for (int s = 0; s < CHUNK; s++) {
           const __m512i pair = _mm512_set1_epi32(w->pairs[s][j / 2]);
           acc[s][2 * g] = _mm512_dpwssd_epi32(acc[s][2 * g], low, pair);
-          acc[s][2 * g + 1] = _mm512_dpwssd_epi32(acc[s][2 * g + 1], high, pair);
+          acc[s][2 * g + 1] =
+              _mm512_dpwssd_epi32(acc[s][2 * g + 1], high, pair);
         }
       }
     }
@@ -132,9 +129,9 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
           float *out = o + s * padded_dv + d + 32 * g + 16 * h;
           __m512 sum = _mm512_cvtepi32_ps(sums[h]);
           if (dtype == FLASHCPU_DTYPE_U8) sum = _mm512_sub_ps(sum, offset);
-          _mm512_storeu_ps(out, _mm512_fmadd_ps(
-                                    step, sum,
-                                    _mm512_mul_ps(_mm512_loadu_ps(out), factor)));
+          _mm512_storeu_ps(
+              out, _mm512_fmadd_ps(
+                       step, sum, _mm512_mul_ps(_mm512_loadu_ps(out), factor)));
         }
       }
     }
@@ -142,13 +139,10 @@ static ALWAYS_INLINE void values_int16(const fc_splitkv_rows *v,
   if (prefetch) *shared = sweep;
 }
 
-bool fc_splitkv_values_i16dot__avx512vnni(const fc_splitkv_rows *v,
-                                          flashcpu_dtype dtype, int64_t dv,
-                                          int64_t padded_dv, int64_t n,
-                                          float *o, const float *weights,
-                                          const float *alpha,
-                                          const unsigned *seen,
-                                          fc_prefetch_sweep *sweep) {
+bool fc_splitkv_values_i16dot__avx512vnni(
+    const fc_splitkv_rows *v, flashcpu_dtype dtype, int64_t dv,
+    int64_t padded_dv, int64_t n, float *o, const float *weights,
+    const float *alpha, const unsigned *seen, fc_prefetch_sweep *sweep) {
   fc_splitkv_int_weights w;
   if (!round_weights(v, dtype, n, weights, seen, &w)) return false;
 #define VALUES_FOR(dt, dim_value)                                              \

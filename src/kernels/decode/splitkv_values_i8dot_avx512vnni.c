@@ -33,11 +33,9 @@ typedef struct byte_weights {
  * negative or not finite, or a largest so small that 255 / largest
  * overflows): the f32 path takes the block. Keys past n and keys a slot
  * does not see weigh 0. */
-static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
-                                        flashcpu_dtype dtype, int64_t n,
-                                        const float *weights,
-                                        const unsigned *seen,
-                                        byte_weights *out) {
+static ALWAYS_INLINE bool
+round_weights(const fc_splitkv_rows *v, flashcpu_dtype dtype, int64_t n,
+              const float *weights, const unsigned *seen, byte_weights *out) {
   const __m512 scale = _mm512_loadu_ps(v->scale);
   const __mmask16 keys = fc512_tail_mask(n);
   __m512 w[CHUNK];
@@ -58,8 +56,8 @@ static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
   _mm512_storeu_ps(inverse, _mm512_div_ps(_mm512_set1_ps(255.0f), top));
   _mm512_storeu_ps(step, _mm512_div_ps(top, _mm512_set1_ps(255.0f)));
   /* Zero points less the 128 of the flipped sign bit (U8); I8 has none. */
-  const __m512 zero = _mm512_sub_ps(_mm512_loadu_ps(v->zero),
-                                    _mm512_set1_ps(128.0f));
+  const __m512 zero =
+      _mm512_sub_ps(_mm512_loadu_ps(v->zero), _mm512_set1_ps(128.0f));
   for (int s = 0; s < CHUNK; s++) {
     __m512i codes = _mm512_setzero_si512();
     out->step[s] = 0.0f;
@@ -70,21 +68,18 @@ static ALWAYS_INLINE bool round_weights(const fc_splitkv_rows *v,
       out->step[s] = step[s];
     }
     _mm_storeu_si128((__m128i *)out->quads[s], _mm512_cvtepi32_epi8(codes));
-    out->offset[s] =
-        dtype == FLASHCPU_DTYPE_U8
-            ? _mm512_reduce_add_ps(
-                  _mm512_mul_ps(_mm512_cvtepi32_ps(codes), zero))
-            : 0.0f;
+    out->offset[s] = dtype == FLASHCPU_DTYPE_U8
+                         ? _mm512_reduce_add_ps(
+                               _mm512_mul_ps(_mm512_cvtepi32_ps(codes), zero))
+                         : 0.0f;
   }
   return true;
 }
 
-static ALWAYS_INLINE void values_bytes(const fc_splitkv_rows *v,
-                                       flashcpu_dtype dtype, int64_t dv,
-                                       int64_t padded_dv, int64_t n, float *o,
-                                       const float *alpha,
-                                       const byte_weights *w,
-                                       fc_prefetch_sweep *shared) {
+static ALWAYS_INLINE void
+values_bytes(const fc_splitkv_rows *v, flashcpu_dtype dtype, int64_t dv,
+             int64_t padded_dv, int64_t n, float *o, const float *alpha,
+             const byte_weights *w, fc_prefetch_sweep *shared) {
   const bool prefetch = shared != NULL;
   fc_prefetch_sweep sweep = fc_sweep_copy(shared);
   const __m512i sign = _mm512_set1_epi8((char)0x80);
@@ -103,7 +98,8 @@ static ALWAYS_INLINE void values_bytes(const fc_splitkv_rows *v,
         /* Keys past n repeat the last row and weigh 0. */
         rows[r] = _mm512_maskz_loadu_epi8(mask, v->row[j + r] + d);
         if (dtype == FLASHCPU_DTYPE_U8) /* columns past dv stay 0 */
-          rows[r] = _mm512_maskz_mov_epi8(mask, _mm512_xor_si512(rows[r], sign));
+          rows[r] =
+              _mm512_maskz_mov_epi8(mask, _mm512_xor_si512(rows[r], sign));
       }
       const __m512i ab_lo = _mm512_unpacklo_epi8(rows[0], rows[1]);
       const __m512i ab_hi = _mm512_unpackhi_epi8(rows[0], rows[1]);
@@ -137,13 +133,10 @@ static ALWAYS_INLINE void values_bytes(const fc_splitkv_rows *v,
   if (prefetch) *shared = sweep;
 }
 
-bool fc_splitkv_values_i8dot__avx512vnni(const fc_splitkv_rows *v,
-                                         flashcpu_dtype dtype, int64_t dv,
-                                         int64_t padded_dv, int64_t n,
-                                         float *o, const float *weights,
-                                         const float *alpha,
-                                         const unsigned *seen,
-                                         fc_prefetch_sweep *sweep) {
+bool fc_splitkv_values_i8dot__avx512vnni(
+    const fc_splitkv_rows *v, flashcpu_dtype dtype, int64_t dv,
+    int64_t padded_dv, int64_t n, float *o, const float *weights,
+    const float *alpha, const unsigned *seen, fc_prefetch_sweep *sweep) {
   byte_weights w;
   if (!round_weights(v, dtype, n, weights, seen, &w)) return false;
 #define VALUES_FOR(dt, dim_value)                                              \

@@ -36,9 +36,10 @@ static void merge_row(const merge_args *a, int64_t row, float *records) {
   for (int64_t s = 0; s < m->count; s++) {
     float *record = records + s * stride;
     const float state_lse = m->state_lse[s][lse_index];
-    record[FC_STATE_M] = state_lse == -INFINITY
-                             ? -INFINITY
-                             : fc_saturate((state_lse - reference) * FC_LOG2E_F);
+    record[FC_STATE_M] =
+        state_lse == -INFINITY
+            ? -INFINITY
+            : fc_saturate((state_lse - reference) * FC_LOG2E_F);
     record[FC_STATE_L] = 1.0f;
     if (state_lse != -INFINITY) /* an empty state's out is never read */
       a->env->row_to_f32[m->states[s].dtype](
@@ -63,11 +64,11 @@ static void merge_tile(void *opaque, int64_t tile, const fc_team_view *team) {
   const merge_args *a = opaque;
   const fc_merge_problem *m = &a->problem;
   const int64_t rows = m->batch * m->q_len * m->heads;
-  float *records = (float *)team->scratch +
-                   (size_t)team->rank * (size_t)(m->count *
-                                                 fc_state_floats(m->dv));
-  int64_t end = (tile + 1) * ROWS_PER_TILE < rows ? (tile + 1) * ROWS_PER_TILE
-                                                  : rows;
+  float *records =
+      (float *)team->scratch +
+      (size_t)team->rank * (size_t)(m->count * fc_state_floats(m->dv));
+  int64_t end =
+      (tile + 1) * ROWS_PER_TILE < rows ? (tile + 1) * ROWS_PER_TILE : rows;
   for (int64_t row = tile * ROWS_PER_TILE + team->rank; row < end;
        row += team->size)
     merge_row(a, row, records);
@@ -96,8 +97,8 @@ flashcpu_status fc_merge_states__scalar(const fc_kernel_env *env,
                           "out of memory for the workspace of %lld states",
                           (long long)count);
   const int64_t rows = m->batch * m->q_len * m->heads;
-  fc_launch launch = {merge_tile, &a, (rows + ROWS_PER_TILE - 1) / ROWS_PER_TILE,
-                      true, NULL};
+  fc_launch launch = {merge_tile, &a,
+                      (rows + ROWS_PER_TILE - 1) / ROWS_PER_TILE, true, NULL};
   if (fc_runtime_launch(runtime, &launch) != 0)
     return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
                           "out of memory launching the merge");

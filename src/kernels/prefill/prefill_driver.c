@@ -6,8 +6,7 @@
 #include "common/score.h"
 #include "kernels/kernel_support.h"
 
-fc_prefill_plan fc_prefill_plan_for(const fc_problem *p,
-                                    int64_t target_slots) {
+fc_prefill_plan fc_prefill_plan_for(const fc_problem *p, int64_t target_slots) {
   fc_prefill_plan plan;
   int64_t rows = target_slots / p->group;
   if (rows < 1) rows = 1;
@@ -83,9 +82,9 @@ static int64_t tile_weight(const void *opaque, int64_t tile) {
   return (last.end - first.begin) * (at.row_end - at.row_begin);
 }
 
-flashcpu_status fc_prefill_launch(const fc_kernel_env *env,
-                                  const fc_problem *p, fc_prefill_plan *plan,
-                                  fc_tile_kernel kernel, void *args) {
+flashcpu_status fc_prefill_launch(const fc_kernel_env *env, const fc_problem *p,
+                                  fc_prefill_plan *plan, fc_tile_kernel kernel,
+                                  void *args) {
   if (p->q_lens) { /* ragged: each batch's first tile (a plan's storage,
                       else the workspace) */
     int64_t *starts = p->tile_starts;
@@ -209,8 +208,7 @@ flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
   a.blocks_per_tile = (a.plan.slots_per_tile + shape->slots - 1) / shape->slots;
   /* f32 V is read in place unless pages break its rows' fixed stride. */
   a.stage_v = p->v.dtype != FLASHCPU_DTYPE_F32 || p->v.pages != NULL;
-  flashcpu_status status =
-      fc_kernel_reserve_scratch(env, scratch_for_team, &a);
+  flashcpu_status status = fc_kernel_reserve_scratch(env, scratch_for_team, &a);
   if (status != FLASHCPU_OK) return status;
   return fc_prefill_launch(env, p, &a.plan, tile, &a);
 }

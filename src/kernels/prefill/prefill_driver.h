@@ -52,9 +52,9 @@ fc_prefill_tile fc_prefill_locate(const fc_problem *p,
  * tiles uneven. OUT_OF_MEMORY (reason in env) if the order cannot be
  * built. With env->reserve_only it reserves what the launch needs and
  * runs nothing. */
-flashcpu_status fc_prefill_launch(const fc_kernel_env *env,
-                                  const fc_problem *p, fc_prefill_plan *plan,
-                                  fc_tile_kernel kernel, void *args);
+flashcpu_status fc_prefill_launch(const fc_kernel_env *env, const fc_problem *p,
+                                  fc_prefill_plan *plan, fc_tile_kernel kernel,
+                                  void *args);
 
 /* ---- register-blocked kernels: slots in vector lanes -------------------- */
 
@@ -72,8 +72,7 @@ typedef struct fc_prefill_shape {
 /* The plan of a kernel's tiles for `teams` teams: its own tile size, or a
  * smaller one that balances them better (prefill_tile_size.c). */
 fc_prefill_plan fc_prefill_plan_tiles(const fc_problem *p,
-                                      const fc_prefill_shape *shape,
-                                      int teams);
+                                      const fc_prefill_shape *shape, int teams);
 
 /* n rounded up to a multiple of align. */
 static inline int64_t fc_prefill_padded(int64_t n, int64_t align) {
@@ -103,16 +102,16 @@ typedef struct fc_prefill_scratch {
   float *v_stage; /* [kv_block][Dv] */
   int *flags;     /* [team size][FC_PREFILL_FLAG_STRIDE] */
   /* This thread's. */
-  float *qt;     /* [my blocks][D][slots] */
-  float *ot;     /* [my blocks][Dv][slots] */
-  float *m, *l;  /* [my blocks][slots] */
-  float *st;     /* [kv_block][slots] scores, then weights */
-  float *hidden; /* [kv_block][slots] scores kept for the careful PV */
+  float *qt;       /* [my blocks][D][slots] */
+  float *ot;       /* [my blocks][Dv][slots] */
+  float *m, *l;    /* [my blocks][slots] */
+  float *st;       /* [kv_block][slots] scores, then weights */
+  float *hidden;   /* [kv_block][slots] scores kept for the careful PV */
   uint16_t *pairs; /* [kv_block / 2][slots][2] bf16 weights, for kernels
                       whose P V takes bf16 pairs */
   float *alpha, *begin, *end; /* [slots] */
-  float *row;    /* [max(D, Dv)] one row in transit */
-  int32_t *mask_offsets; /* [slots] */
+  float *row;                 /* [max(D, Dv)] one row in transit */
+  int32_t *mask_offsets;      /* [slots] */
   float *q_largest; /* [my blocks] the largest |Q| of each register block
                        (kernels that skip saturation where scores are
                        bounded) */

@@ -50,7 +50,9 @@ typedef struct ref_workspace {
   float *s; /* [REF_KV_BLOCK] scores of one row */
 } ref_workspace;
 
-static size_t round_floats(size_t floats) { return (floats + 15) & ~(size_t)15; }
+static size_t round_floats(size_t floats) {
+  return (floats + 15) & ~(size_t)15;
+}
 
 static size_t slots_of_rank(const fc_prefill_plan *plan, int team_size) {
   return (size_t)((plan->slots_per_tile + team_size - 1) / team_size);
@@ -69,7 +71,8 @@ static size_t rank_floats(const fc_problem *p, const fc_prefill_plan *plan,
 
 static size_t team_scratch_bytes(const fc_problem *p,
                                  const fc_prefill_plan *plan, int team_size) {
-  return (shared_floats(p) + (size_t)team_size * rank_floats(p, plan, team_size)) *
+  return (shared_floats(p) +
+          (size_t)team_size * rank_floats(p, plan, team_size)) *
          sizeof(float);
 }
 
@@ -110,9 +113,9 @@ static float dot(const float *a, const float *b, int64_t n) {
 /* Folds scores s[0..count) of keys whose V rows start at v into one row's
  * running state. Keys with score -inf are hidden and never touch V. NaN
  * scores are kept as the max so that they poison the row, as they must. */
-static void online_softmax_update(float *m, float *l, float *o,
-                                  const float *s, const float *v,
-                                  int64_t count, int64_t v_dim) {
+static void online_softmax_update(float *m, float *l, float *o, const float *s,
+                                  const float *v, int64_t count,
+                                  int64_t v_dim) {
   float block_max = -INFINITY;
   for (int64_t c = 0; c < count; c++)
     if (s[c] > block_max || isnan(s[c])) block_max = s[c];
@@ -219,7 +222,7 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
     int64_t g = slot / rows, r = slot % rows;
     if (r >= row_count) continue;
     fc_write_output_row(p, b, row_begin + r, kv_head * p->group + g, w.m[mine],
-              w.l[mine], w.o + mine * Dv);
+                        w.l[mine], w.o + mine * Dv);
   }
 }
 

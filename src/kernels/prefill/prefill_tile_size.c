@@ -23,8 +23,7 @@ static double tile_cost(const fc_problem *p, const fc_prefill_plan *plan,
                         const fc_prefill_shape *shape, int64_t tile) {
   const fc_prefill_tile at = fc_prefill_locate(p, plan, tile);
   const int64_t kv_length = fc_problem_kv_length(p, at.b);
-  const fc_key_range first =
-      fc_row_key_range(p, at.b, kv_length, at.row_begin);
+  const fc_key_range first = fc_row_key_range(p, at.b, kv_length, at.row_begin);
   const fc_key_range last =
       fc_row_key_range(p, at.b, kv_length, at.row_end - 1);
   const int64_t rows = at.row_end - at.row_begin;
@@ -69,15 +68,16 @@ static double makespan(const fc_problem *p, const fc_prefill_plan *plan,
     load[i] = value;
   }
   double largest = 0.0;
-  for (int i = 0; i < teams; i++) largest = load[i] > largest ? load[i] : largest;
+  for (int i = 0; i < teams; i++)
+    largest = load[i] > largest ? load[i] : largest;
   return largest;
 }
 
 fc_prefill_plan fc_prefill_plan_tiles(const fc_problem *p,
                                       const fc_prefill_shape *shape,
                                       int teams) {
-  int64_t slots = shape->tile_slots > 0 ? shape->tile_slots
-                                        : FC_PREFILL_TILE_SLOTS;
+  int64_t slots =
+      shape->tile_slots > 0 ? shape->tile_slots : FC_PREFILL_TILE_SLOTS;
   fc_prefill_plan best = fc_prefill_plan_for(p, slots);
   /* ragged batches locate tiles through the launch's tile_starts */
   if (p->q_lens || slots / 2 < FC_PREFILL_TILE_SLOTS) return best;

@@ -84,12 +84,12 @@ int main(void) {
 
   flashcpu_tensor tq = flashcpu_tensor_bshd(&q[0][0][0][0], FLASHCPU_DTYPE_F32,
                                             BATCH, Q_LEN, Q_HEADS, HEAD_DIM);
-  flashcpu_tensor tk = flashcpu_tensor_bshd(
-      &k[0][0][0][0], FLASHCPU_DTYPE_F32, BATCH, KV_CAPACITY, KV_HEADS,
-      HEAD_DIM);
-  flashcpu_tensor tv = flashcpu_tensor_bshd(
-      &v[0][0][0][0], FLASHCPU_DTYPE_F32, BATCH, KV_CAPACITY, KV_HEADS,
-      HEAD_DIM);
+  flashcpu_tensor tk =
+      flashcpu_tensor_bshd(&k[0][0][0][0], FLASHCPU_DTYPE_F32, BATCH,
+                           KV_CAPACITY, KV_HEADS, HEAD_DIM);
+  flashcpu_tensor tv =
+      flashcpu_tensor_bshd(&v[0][0][0][0], FLASHCPU_DTYPE_F32, BATCH,
+                           KV_CAPACITY, KV_HEADS, HEAD_DIM);
   flashcpu_tensor tout = flashcpu_tensor_bshd(
       &out[0][0][0][0], FLASHCPU_DTYPE_F32, BATCH, Q_LEN, Q_HEADS, HEAD_DIM);
 
@@ -98,8 +98,8 @@ int main(void) {
   flashcpu_attention_params_init(&params);
   params.kv_lengths = kv_lengths;
 
-  status = flashcpu_attention(ctx, &tq, &tk, &tv, &tout, &lse[0][0][0],
-                              &params);
+  status =
+      flashcpu_attention(ctx, &tq, &tk, &tv, &tout, &lse[0][0][0], &params);
   if (status != FLASHCPU_OK) {
     fprintf(stderr, "consumer: FAILED: flashcpu_attention: %s: %s\n",
             flashcpu_status_name(status), flashcpu_last_error(ctx));
@@ -125,8 +125,7 @@ int main(void) {
                     (double)mean);
         }
         const double expected_lse = log((double)visible);
-        if (!(fabs((double)lse[b][h][i] - expected_lse) <= 1e-6) &&
-            wrong++ < 5)
+        if (!(fabs((double)lse[b][h][i] - expected_lse) <= 1e-6) && wrong++ < 5)
           fprintf(stderr,
                   "consumer: lse[b=%d][head=%d][row=%d] is %.9g, expected "
                   "ln(%d) = %.9g\n",
