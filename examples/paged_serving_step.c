@@ -307,7 +307,8 @@ int main(void) {
   /* One plan for the step: it checks and copies the batch, and serves
    * every layer. */
   flashcpu_plan *plan = NULL;
-  status = flashcpu_plan_create(ctx, &batch, Q_HEADS, &cache[0], &plan);
+  status = flashcpu_plan_create(ctx, &batch, Q_HEADS, FLASHCPU_DTYPE_F32,
+                                FLASHCPU_DTYPE_F32, &cache[0], &plan);
   if (status != FLASHCPU_OK) return failed(ctx, "plan_create", status);
   char description[512];
   flashcpu_plan_describe(plan, description, sizeof description);

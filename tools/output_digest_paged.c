@@ -19,15 +19,19 @@ static int64_t pages_of(int64_t keys, int64_t page_size) {
   return (keys + page_size - 1) / page_size;
 }
 
-/* The step's plan (q_dtype and out_dtype: what a plan that takes them
- * would be given). */
+/* The step's plan (releases before 0.3.0 took no dtypes). */
 static flashcpu_status
 digest_plan(flashcpu_context *ctx, const flashcpu_batch *batch,
             flashcpu_dtype q_dtype, flashcpu_dtype out_dtype,
             const flashcpu_paged_kv *kv, flashcpu_plan **plan) {
+#if FLASHCPU_VERSION >= 300
+  return flashcpu_plan_create(ctx, batch, Q_HEADS, q_dtype, out_dtype, kv,
+                              plan);
+#else
   (void)q_dtype;
   (void)out_dtype;
   return flashcpu_plan_create(ctx, batch, Q_HEADS, kv, plan);
+#endif
 }
 
 static int paged_step(flashcpu_context *ctx, int64_t page_size,

@@ -562,7 +562,7 @@ FLASHCPU_API flashcpu_status flashcpu_attention(
  * into one ragged batch of query rows. Per step:
  *
  *   flashcpu_kv_append(ctx, k_new, v_new, slot_mapping, &cache);  per layer
- *   flashcpu_plan_create(ctx, &batch, q_heads, &cache, &plan);    once
+ *   flashcpu_plan_create(ctx, &batch, Hq, q_dt, out_dt, &cache, &plan); once
  *   flashcpu_attention_paged(ctx, plan, q, &cache, out, lse, p);  per layer
  *   flashcpu_plan_destroy(plan);
  *
@@ -648,21 +648,36 @@ FLASHCPU_API void flashcpu_batch_init(flashcpu_batch *batch);
 
 typedef struct flashcpu_plan flashcpu_plan;
 
-/* Plans a step on ctx for q_heads query heads over caches shaped like kv
- * (its num_pages, page_size, kv_heads, head_dim, v_head_dim, and its
- * dtypes where they are quantized: the plan then reserves for those pages'
- * kernels too; its data is not read): checks the lengths, every block-table
+/* Plans a step on ctx for q_heads query heads, q of q_dtype and out of
+ * out_dtype (f32, f16 or bf16), over caches described by kv (its
+ * num_pages, page_size, kv_heads, head_dim, v_head_dim, dtypes and scale
+ * layout; its data is not read): checks the lengths, every block-table
  * entry the requests use and the tree masks once, copies them (the batch's
- * arrays may change once this returns), and decides each request's kernel
- * family (split-KV decode for up to splitkv_max_rows rows, else prefill)
- * and its tiles, and reserves the context's memory for them, so that
- * flashcpu_attention_paged allocates nothing. On error *plan is NULL and
- * nothing was allocated; the message names the argument and the index. */
-FLASHCPU_API flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
-                                                  const flashcpu_batch *batch,
-                                                  int64_t q_heads,
-                                                  const flashcpu_paged_kv *kv,
-                                                  flashcpu_plan **plan);
+ * arrays may change once this returns), chooses each request's kernel
+ * (split-KV decode for up to splitkv_max_rows rows, else prefill), plans
+ * its tiles and workspace, and reserves the context's memory for them, so
+ * that flashcpu_attention_paged only binds the layer's data and launches,
+ * allocating nothing. On error *plan is NULL and nothing was allocated; the
+ * message names the argument and the index. */
+FLASHCPU_API flashcpu_status flashcpu_plan_create(
+    flashcpu_context *ctx, const flashcpu_batch *batch, int64_t q_heads,
+    flashcpu_dtype q_dtype, flashcpu_dtype out_dtype,
+    const flashcpu_paged_kv *kv, flashcpu_plan **plan);
+
+/* Bytes of workspace a call on the plan uses (split-KV's partial states),
+ * for a caller that provides its own (0 for a NULL plan). */
+FLASHCPU_API size_t flashcpu_plan_workspace_size(const flashcpu_plan *plan);
+
+/* Makes the plan's calls use the caller's workspace (64-byte aligned, at
+ * least flashcpu_plan_workspace_size bytes) instead of the context's; NULL
+ * goes back to the context's. The caller keeps it alive while the plan is
+ * used and never gives one workspace to two calls running at once. Errors:
+ * BAD_LAYOUT (misaligned), INVALID_ARGUMENT (too small); the plan is then
+ * unchanged. */
+FLASHCPU_API flashcpu_status flashcpu_plan_set_workspace(flashcpu_context *ctx,
+                                                         flashcpu_plan *plan,
+                                                         void *workspace,
+                                                         size_t size);
 
 /* Frees a plan (before or after its context). NULL is ignored. */
 FLASHCPU_API void flashcpu_plan_destroy(flashcpu_plan *plan);
@@ -678,17 +693,18 @@ FLASHCPU_API size_t flashcpu_plan_describe(const flashcpu_plan *plan,
 /* Attention for the plan's step on one layer's paged cache:
  *   q   [1, T, Hq, D]   packed query rows (a view: any strides, head_dim
  *                       contiguous), f32/f16/bf16
- *   kv  the layer's pages, shaped as the plan's (dtypes may differ per
- *       layer)
- *   out [1, T, Hq, Dv]  any dtype
+ *   kv  the layer's pages, shaped as the plan's, of its dtypes and scale
+ *       layout (a layer of other dtypes needs a plan of its own)
+ *   out [1, T, Hq, Dv]  f32/f16/bf16
  *   lse float32 [Hq, T] contiguous (FlashAttention's varlen layout), or NULL
  * params as for flashcpu_attention (NULL: defaults), except that the
  * lengths and tree masks come from the plan: params->kv_lengths and
  * params->tree_mask must be NULL. An additive mask's value for request r,
  * head h, its row i, key j is at r * strides[0] + h * strides[1] +
  * (cu_seqlens_q[r] + i) * strides[2] + j * strides[3]; ALiBi slopes are
- * [Hq] or [R, Hq]. ctx must be the plan's context. Returns FLASHCPU_OK, or
- * an error status with nothing written. */
+ * [Hq] or [R, Hq]. q and out are of the plan's dtypes. ctx must be the
+ * plan's context. Returns FLASHCPU_OK, or an error status with nothing
+ * written. */
 FLASHCPU_API flashcpu_status flashcpu_attention_paged(
     flashcpu_context *ctx, const flashcpu_plan *plan, const flashcpu_tensor *q,
     const flashcpu_paged_kv *kv, const flashcpu_tensor *out, float *lse,

@@ -95,6 +95,25 @@ def dtype_of(x):
     return code
 
 
+def float_code(dtype, what):
+    """F32, F16 or BF16 for a dtype given as a numpy or torch float dtype or
+    its name ("float32", "float16", "bfloat16")."""
+    if isinstance(dtype, str):
+        code = _NUMPY_FLOATS.get(dtype)
+    elif type(dtype).__module__.startswith("torch"):
+        code = torch_float_code(dtype)
+    else:
+        import numpy
+        try:
+            code = numpy_float_code(numpy.dtype(dtype))
+        except TypeError:
+            code = None
+    if code is None:
+        _fail(errors.UnsupportedDtypeError, "UNSUPPORTED_DTYPE",
+              f"{what} is {dtype!r}; it must be float32, float16 or bfloat16")
+    return code
+
+
 def is_plain_float(x):
     """Whether x is a torch tensor or numpy array of a float dtype flashcpu
     reads as it is (not codes of a quantized format)."""

@@ -148,7 +148,12 @@ def _declare(lib):
     lib.flashcpu_dequantize.argtypes = [c_ctx, tensor, ctypes.POINTER(KvScales), tensor]
     paged = ctypes.POINTER(PagedKV)
     lib.flashcpu_plan_create.argtypes = [c_ctx, ctypes.POINTER(Batch), ctypes.c_int64,
-                                         paged, ctypes.POINTER(ctypes.c_void_p)]
+                                         ctypes.c_int, ctypes.c_int, paged,
+                                         ctypes.POINTER(ctypes.c_void_p)]
+    lib.flashcpu_plan_workspace_size.argtypes = [ctypes.c_void_p]
+    lib.flashcpu_plan_workspace_size.restype = ctypes.c_size_t
+    lib.flashcpu_plan_set_workspace.argtypes = [c_ctx, ctypes.c_void_p, ctypes.c_void_p,
+                                                ctypes.c_size_t]
     lib.flashcpu_plan_destroy.argtypes = [ctypes.c_void_p]
     lib.flashcpu_plan_destroy.restype = None
     lib.flashcpu_plan_num_tokens.argtypes = [ctypes.c_void_p]

@@ -3,7 +3,8 @@ flashcpu.attention_paged and flashcpu.kv_append (the C API's section "paged
 KV caches, ragged batches", include/flashcpu/flashcpu.h)."""
 
 import ctypes
-import threading
+import itertools
+import weakref
 
 from . import _api, _arrays, _context, _quantized, errors
 from ._library import Batch, PagedKV as _PagedKVStruct
@@ -110,6 +111,21 @@ class PagedKV:
         s = self._struct
         return (s.num_pages, s.page_size, s.kv_heads, s.head_dim, s.v_head_dim)
 
+    @property
+    def kernel_key(self):
+        """What a C plan chooses its kernels by besides the geometry: the
+        dtypes and, per side, whether scales and zero points are present,
+        their dtype and whether they vary along a row."""
+        s = self._struct
+        key = [s.k_dtype, s.v_dtype]
+        for scales in (s.k_scales, s.v_scales):
+            if scales:
+                c = scales.contents
+                key.append((bool(c.data), bool(c.zero_points), c.dtype, c.strides[3] == 0))
+            else:
+                key.append(None)
+        return tuple(key)
+
     def __repr__(self):
         names = dict(_arrays.NAMES)
         names.update({code: name for name, code in _quantized.FORMATS.items()})
@@ -165,6 +181,11 @@ class Plan:
       request r's pages being block_table[block_offsets[r]:block_offsets[r+1]];
     num_heads: Hq; kv: a PagedKV of the layers' geometry (its data is not
       read; every layer's cache must have the same geometry);
+    q_dtype, out_dtype: the dtypes of the layers' q and out (numpy or torch
+      float dtypes, or "float32", "float16", "bfloat16"); default: the
+      cache's dtype where it is a float one, else float32, and out as q. A
+      layer of other q, out or cache dtypes gets a C plan of its own, made
+      on its first call;
     tree_bits, tree_num_keys: speculative-verify requests: request r with
       tree_num_keys[r] = n > 0 lets its packed row q see key S_r - n + t only
       when tree_bits[q, t] (boolean [T, max n], or packed uint64 words
@@ -177,8 +198,11 @@ class Plan:
     use it from one thread at a time."""
 
     def __init__(self, cu_seqlens_q, seq_lens_kv, block_table, *, num_heads, kv,
-                 block_offsets=None, tree_bits=None, tree_num_keys=None, context=None):
+                 block_offsets=None, tree_bits=None, tree_num_keys=None, context=None,
+                 q_dtype=None, out_dtype=None):
         self._handle = None
+        self._handles = {}
+        self._id = None
         if not isinstance(kv, PagedKV):
             raise errors.InvalidArgumentError(
                 "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
@@ -231,25 +255,57 @@ class Plan:
             batch.tree_bits, batch.tree_row_stride = words.ctypes.data, row_stride
             batch.tree_num_keys = counts.ctypes.data
             keep.extend((words, counts))
-        handle = ctypes.c_void_p()
-        ctx = self.context.handle
         num_heads = _arrays.integer(num_heads, "num_heads", 0, _arrays.INT32_MAX)
-        _context.check(_lib.flashcpu_plan_create(ctx, ctypes.byref(batch), num_heads,
-                                                 ctypes.byref(kv._struct),
-                                                 ctypes.byref(handle)), ctx)
-        self._handle = handle
-        self.num_requests = requests
+        default = kv._struct.k_dtype if kv._struct.k_dtype in (_arrays.F32, _arrays.F16,
+                                                               _arrays.BF16) else _arrays.F32
+        q_code = default if q_dtype is None else _arrays.float_code(q_dtype, "q_dtype")
+        out_code = q_code if out_dtype is None else _arrays.float_code(out_dtype, "out_dtype")
+        self._batch, self._keep = batch, keep
         self.num_heads = num_heads
+        self._handle = self._plan_for(q_code, out_code, kv)
+        self.num_requests = requests
         self.geometry = kv.geometry
         self.max_keys = int(seq.max()) if requests else 0
         self.cu_seqlens_q = cu  # int32 copies, for the caller's reference
         self.seq_lens_kv = seq
+
+    def _plan_for(self, q_code, out_code, kv):
+        """The C plan for these dtypes and kv's kernel key, made once."""
+        key = (q_code, out_code, kv.kernel_key)
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = ctypes.c_void_p()
+            ctx = self.context.handle
+            _context.check(_lib.flashcpu_plan_create(
+                ctx, ctypes.byref(self._batch), self.num_heads, q_code, out_code,
+                ctypes.byref(kv._struct), ctypes.byref(handle)), ctx)
+            self._handles[key] = handle
+        return handle
 
     @property
     def handle(self):
         if self._handle is None:
             raise errors.InvalidArgumentError("INVALID_ARGUMENT", "the plan is closed")
         return self._handle
+
+    def as_tensor(self):
+        """An int64 tensor [1] that names this plan to
+        torch.ops.flashcpu.attention_paged (torch keeps the planning out of
+        the op, and a tensor's value does not specialise compiled graphs).
+        It names the plan while the plan is open and referenced."""
+        import torch
+        if self._handle is None:
+            raise errors.InvalidArgumentError("INVALID_ARGUMENT", "the plan is closed")
+        if self._id is None:
+            self._id = next(_plan_ids)
+            _live_plans[self._id] = self
+        return torch.tensor([self._id], dtype=torch.int64)
+
+    def handle_for(self, q_code, out_code, kv):
+        """The C plan that runs q and out of these dtype codes on kv."""
+        if self._handle is None:
+            raise errors.InvalidArgumentError("INVALID_ARGUMENT", "the plan is closed")
+        return self._plan_for(q_code, out_code, kv)
 
     @property
     def num_tokens(self):
@@ -264,9 +320,10 @@ class Plan:
         return buffer.value.decode(errors="replace")
 
     def close(self):
-        if getattr(self, "_handle", None) is not None:
-            _lib.flashcpu_plan_destroy(self._handle)
-            self._handle = None
+        for handle in getattr(self, "_handles", {}).values():
+            _lib.flashcpu_plan_destroy(handle)
+        self._handles = {}
+        self._handle = None
 
     def __enter__(self):
         return self
@@ -308,13 +365,14 @@ def attention_paged(q, kv, plan, *, causal=False, window=(-1, -1), softcap=0.0,
     if not isinstance(kv, PagedKV):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
-    handle, ctx = plan.handle, plan.context.handle
+    ctx = plan.context.handle
     qv = _arrays.rows_view(q, "q")
     tokens, heads = plan.num_tokens, plan.num_heads
     if out is None:
         out = _arrays.empty_like_kind(q, (qv.dims[1], qv.dims[2], kv.v_head_dim), qv.dtype)
     _arrays.check_writable(out, "out")
     ov = _arrays.rows_view(out, "out")
+    handle = plan.handle_for(qv.dtype, ov.dtype, kv)
     lse = None
     if return_lse:
         lse = _arrays.empty_like_kind(_arrays.raw(q), (heads, tokens), _arrays.F32)
@@ -371,36 +429,20 @@ def kv_append(k_new, v_new, slot_mapping, kv, context=None):
         ctx)
 
 
-# ---- a plan per step for the torch ops, which take the index tensors
+# ---- plans as torch tensors, for the torch op
 
-_cached = threading.local()
+_live_plans = weakref.WeakValueDictionary()
+_plan_ids = itertools.count(1)
 
 
-def cached_plan(cu_seqlens_q, seq_lens_kv, block_table, num_heads, kv,
-                block_offsets=None):
-    """A Plan for these index arrays on this thread's default context, made
-    again only when their values, num_heads or kv's geometry change (one
-    step's layers share one plan). The values are compared, not the
-    addresses, so that an engine may refill the same tensors each step."""
-    import numpy
-    context = _context.default_context()
-    arrays = [_arrays.index_array(cu_seqlens_q, "cu_seqlens_q"),
-              _arrays.index_array(seq_lens_kv, "seq_lens_kv"),
-              _arrays.index_array(block_table, "block_table",
-                                  ndim=2 if block_offsets is None else 1)]
-    if block_offsets is not None:
-        arrays.append(_arrays.index_array(block_offsets, "block_offsets"))
-    key = (id(context), _arrays.integer(num_heads, "num_heads"), kv.geometry, len(arrays))
-    entry = getattr(_cached, "entry", None)
-    if (entry is not None and entry[0] == key and entry[1].context is context and
-            all(a.shape == b.shape and numpy.array_equal(a, b)
-                for a, b in zip(arrays, entry[2]))):
-        return entry[1]
-    if entry is not None:
-        entry[1].close()
-        _cached.entry = None
-    plan = Plan(arrays[0], arrays[1], arrays[2], num_heads=num_heads, kv=kv,
-                block_offsets=arrays[3] if block_offsets is not None else None,
-                context=context)
-    _cached.entry = (key, plan, [a.copy() for a in arrays])
+def plan_of_tensor(tensor):
+    """The open Plan whose as_tensor() gave tensor."""
+    if tensor.dim() != 1 or tensor.numel() != 1 or str(tensor.dtype) != "torch.int64":
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT", "plan must be the int64 tensor of one element that "
+            "flashcpu.Plan.as_tensor() returns")
+    plan = _live_plans.get(int(tensor[0]))
+    if plan is None or plan._handle is None:
+        raise errors.InvalidArgumentError(
+            "INVALID_ARGUMENT", "plan names no open flashcpu.Plan (closed, or collected)")
     return plan

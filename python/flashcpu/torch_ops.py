@@ -36,34 +36,29 @@ def _attention_fake(q, k, v, causal=False, window_left=-1, window_right=-1, soft
 
 @torch.library.custom_op("flashcpu::attention_paged", mutates_args=())
 def attention_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    cu_seqlens_q: torch.Tensor, seq_lens_kv: torch.Tensor,
-                    block_table: torch.Tensor, layout: str = "nhd", causal: bool = False,
+                    plan: torch.Tensor, layout: str = "nhd", causal: bool = False,
                     window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                     scale: Optional[float] = None, sinks: Optional[torch.Tensor] = None,
-                    alibi_slopes: Optional[torch.Tensor] = None,
-                    block_offsets: Optional[torch.Tensor] = None) -> torch.Tensor:
+                    alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     """flashcpu.attention_paged on CPU tensors: q [T, Hq, D] packed rows,
-    the caches as flashcpu.PagedKV takes them, the step's index tensors as
-    flashcpu.Plan takes them. Returns out [T, Hq, Dv] of q's dtype. The
-    plan is made on the first layer of a step and reused while the index
-    tensors hold the same values (this thread's default context)."""
+    the caches as flashcpu.PagedKV takes them, and the step's flashcpu.Plan
+    as plan.as_tensor() gives it (made once per step, outside the model;
+    the op checks no index arrays). Returns out [T, Hq, Dv] of q's dtype."""
     if q.dim() != 3:
         raise errors.ShapeMismatchError(
             "SHAPE_MISMATCH", f"q has {q.dim()} dims; expected 3 (packed rows [T, Hq, D])")
     kv = _paged.PagedKV(k_cache, v_cache, layout)
-    plan = _paged.cached_plan(cu_seqlens_q, seq_lens_kv, block_table, q.shape[1], kv,
-                              block_offsets)
-    return _paged.attention_paged(q, kv, plan, causal=causal,
+    return _paged.attention_paged(q, kv, _paged.plan_of_tensor(plan), causal=causal,
                                   window=(window_left, window_right), softcap=softcap,
                                   scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
 
 
 @attention_paged.register_fake
-def _attention_paged_fake(q, k_cache, v_cache, cu_seqlens_q, seq_lens_kv, block_table,
-                          layout="nhd", causal=False, window_left=-1, window_right=-1,
-                          softcap=0.0, scale=None, sinks=None, alibi_slopes=None,
-                          block_offsets=None):
-    return q.new_empty((q.shape[0], q.shape[1], v_cache.shape[3]))
+def _attention_paged_fake(q, k_cache, v_cache, plan, layout="nhd", causal=False,
+                          window_left=-1, window_right=-1, softcap=0.0, scale=None,
+                          sinks=None, alibi_slopes=None):
+    dv = v_cache.shape[3]
+    return q.new_empty((q.shape[0], q.shape[1], dv))
 
 
 @torch.library.custom_op("flashcpu::kv_append", mutates_args=("k_cache", "v_cache"))

@@ -1,9 +1,11 @@
-/* The public entry point: check, pick the kernel, run it on the teams. */
+/* The public entry point: check, choose the kernel, plan, reserve,
+ * launch. */
 #include <stdio.h>
 
 #include "api/check.h"
 #include "api/context_internal.h"
 #include "api/errors.h"
+#include "dispatch/plan_execute.h"
 
 flashcpu_status flashcpu_attention(flashcpu_context *ctx,
                                    const flashcpu_tensor *q,
@@ -34,7 +36,19 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   char kernel_reason[256];
   fc_kernel_env env =
       fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
-  status = kernel->run(&env, &problem);
+  fc_kernel_plan plan;
+  fc_kernel_plan *plans[1] = {&plan};
+  const fc_problem *problems[1] = {&problem};
+  status = kernel->plan(&env, &problem, &plan);
+  if (status == FLASHCPU_OK &&
+      fc_plans_reserve(&ctx->runtime, plans, 1, true, kernel_reason,
+                       sizeof kernel_reason) != 0)
+    status = FLASHCPU_ERROR_OUT_OF_MEMORY;
+  if (status == FLASHCPU_OK &&
+      fc_plans_launch(&ctx->runtime, plans, problems, 1, NULL) != 0) {
+    snprintf(kernel_reason, sizeof kernel_reason, "out of memory launching");
+    status = FLASHCPU_ERROR_OUT_OF_MEMORY;
+  }
   if (status != FLASHCPU_OK)
     return fc_fail(ctx, status, "flashcpu_attention: %s: %s", kernel->name,
                    kernel_reason[0] ? kernel_reason : "failed");

@@ -1,5 +1,5 @@
 /* flashcpu_attention_paged: check one layer's call against its plan, then
- * run each kernel family's requests as one problem over the pages. */
+ * bind its data to the plan's kernels and launch them. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include "api/errors.h"
 #include "api/paged_check.h"
 #include "api/plan_internal.h"
-#include "kernels/kernel_support.h"
+#include "dispatch/plan_execute.h"
 
 #define CALL "flashcpu_attention_paged"
 
@@ -55,6 +55,38 @@ static flashcpu_status check_cache(flashcpu_context *ctx,
                      CALL ": kv->%s is %lld but the plan was made for %lld",
                      geometry[i].name, (long long)geometry[i].got,
                      (long long)geometry[i].planned);
+  return FLASHCPU_OK;
+}
+
+/* The call's q, out and cache dtypes (and whether the cache's scales vary
+ * along a row) are the ones the plan chose its kernels for. */
+static flashcpu_status check_planned_views(flashcpu_context *ctx,
+                                           const fc_problem *planned,
+                                           const fc_problem *now) {
+  const struct {
+    const fc_view *planned, *now;
+    const char *name;
+  } views[] = {{&planned->q, &now->q, "q->dtype"},
+               {&planned->out, &now->out, "out->dtype"},
+               {&planned->k, &now->k, "kv->k_dtype"},
+               {&planned->v, &now->v, "kv->v_dtype"}};
+  for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
+    if (views[i].now->dtype != views[i].planned->dtype)
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": %s is %s but the plan was made for %s",
+                     views[i].name, flashcpu_dtype_name(views[i].now->dtype),
+                     flashcpu_dtype_name(views[i].planned->dtype));
+  for (int s = 2; s < 4; s++) {
+    const fc_view *a = views[s].planned, *b = views[s].now;
+    if (!a->scales != !b->scales || !a->zeros != !b->zeros ||
+        (a->scales && a->scale_dtype != b->scale_dtype) ||
+        (a->scale_strides[3] == 0) != (b->scale_strides[3] == 0))
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": kv->%s_scales differ from the ones the plan was "
+                          "made with (present, zero points, dtype, or per "
+                          "channel)",
+                     s == 2 ? "k" : "v");
+  }
   return FLASHCPU_OK;
 }
 
@@ -143,20 +175,26 @@ flashcpu_attention_paged(flashcpu_context *ctx, const flashcpu_plan *plan,
                                        names, count)))
     return status;
 
-  /* One problem per part, kernels chosen before any runs, so that an error
-   * leaves the output untouched. */
+  /* The plan's problems with this call's data and options, and copies of
+   * its kernel plans to bind them to (the plan itself stays const). */
   fc_problem problems[FC_PLAN_PARTS];
-  const fc_attention_kernel *kernels[FC_PLAN_PARTS] = {NULL, NULL};
+  fc_kernel_plan kernel_plans[FC_PLAN_PARTS];
+  fc_kernel_plan *bound[FC_PLAN_PARTS];
+  const fc_problem *bound_problems[FC_PLAN_PARTS];
+  int parts = 0;
+  char ran[sizeof ctx->last_kernels] = "";
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
     const fc_plan_part *part = &plan->parts[i];
     if (part->count == 0) continue;
-    fc_problem *p = &problems[i];
-    fc_plan_part_problem(plan, part, p);
+    fc_problem *p = &problems[parts];
+    *p = plan->problems[i];
     fc_fill_view(q, &p->q);
     fc_fill_view(out, &p->out);
     p->q.row_starts = p->out.row_starts = part->q_starts;
     fc_fill_paged_view(kv, 0, plan->pages, part->page_rows, &p->k);
     fc_fill_paged_view(kv, 1, plan->pages, part->page_rows, &p->v);
+    if ((status = check_planned_views(ctx, &plan->problems[i], p)))
+      return status;
     p->lse = lse;
     p->scale = params->scale != 0.0f
                    ? params->scale
@@ -170,51 +208,33 @@ flashcpu_attention_paged(flashcpu_context *ctx, const flashcpu_plan *plan,
     p->alibi_batch_stride = shared.alibi_batch_stride;
     p->sinks = shared.sinks;
     p->sinks_dtype = shared.sinks_dtype;
-    char reason[384];
-    kernels[i] = fc_kernel_table_choose(&ctx->table, p, reason, sizeof reason);
     if (ctx->verbose)
       fprintf(stderr,
               "[flashcpu] attention_paged %s: %lld requests, %lld rows at "
-              "most, %lld keys at most: %s (%s)\n",
+              "most, %lld keys at most: %s\n",
               fc_kernel_family_name(part->family), (long long)part->count,
               (long long)part->max_rows, (long long)part->max_keys,
-              kernels[i] ? kernels[i]->name : "no kernel", reason);
-    if (!kernels[i])
-      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s", reason);
-  }
-  char ran[sizeof ctx->last_kernels] = "";
-  for (int i = 0; i < FC_PLAN_PARTS; i++) {
-    if (!kernels[i]) continue;
+              plan->kernels[i]->name);
+    kernel_plans[parts] = plan->kernel_plans[i];
+    bound[parts] = &kernel_plans[parts];
+    bound_problems[parts] = p;
     const size_t used = strlen(ran);
     snprintf(ran + used, sizeof ran - used, "%s%s", used ? ", " : "",
-             kernels[i]->name);
+             plan->kernels[i]->name);
+    parts++;
   }
-  char kernel_reason[256], second_reason[256];
-  fc_kernel_env env =
-      fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
-  if (kernels[0] && kernels[1]) {
-    /* Both families in one launch: the split-KV tiles, bound by memory,
-     * beside the prefill tiles, bound by arithmetic, so that they overlap
-     * instead of following each other. The schedule never changes the
-     * bytes. */
-    fc_fuse fuse = {
-        kernels[1]->run, &problems[1], second_reason, sizeof second_reason,
-        FLASHCPU_OK,     NULL,         false};
-    env.fuse = &fuse;
-    status = kernels[0]->run(&env, &problems[0]);
-    if (fuse.second_status != FLASHCPU_OK)
-      return fc_fail(ctx, fuse.second_status, CALL ": %s: %s", kernels[1]->name,
-                     second_reason[0] ? second_reason : "failed");
-    if (status != FLASHCPU_OK)
-      return fc_fail(ctx, status, CALL ": %s: %s", kernels[0]->name,
-                     kernel_reason[0] ? kernel_reason : "failed");
-  } else if (kernels[0] || kernels[1]) { /* one family (none: T = 0) */
-    const int i = kernels[0] ? 0 : 1;
-    status = kernels[i]->run(&env, &problems[i]);
-    if (status != FLASHCPU_OK)
-      return fc_fail(ctx, status, CALL ": %s: %s", kernels[i]->name,
-                     kernel_reason[0] ? kernel_reason : "failed");
-  }
+  /* Both families in one launch (fc_plans_launch): the split-KV tiles,
+   * bound by memory, beside the prefill tiles, bound by arithmetic. The
+   * schedule never changes the bytes. Reserving again only checks: the
+   * plan reserved the context's memory when it was made. */
+  char reason[256];
+  if (fc_plans_reserve(&ctx->runtime, bound, parts, plan->workspace == NULL,
+                       reason, sizeof reason) != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": %s", reason);
+  if (fc_plans_launch(&ctx->runtime, bound, bound_problems, parts,
+                      plan->workspace) != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                   CALL ": out of memory launching");
   memcpy(ctx->last_kernels, ran, sizeof ran);
   fc_clear_error(ctx);
   return FLASHCPU_OK;

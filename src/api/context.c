@@ -295,10 +295,7 @@ fc_kernel_env fc_context_kernel_env(flashcpu_context *ctx, char *reason,
                        ctx->table.dequant_row,
                        &ctx->table.settings,
                        reason,
-                       reason_size,
-                       false,
-                       NULL,
-                       NULL};
+                       reason_size};
   if (reason_size) reason[0] = '\0';
   return env;
 }

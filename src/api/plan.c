@@ -1,6 +1,7 @@
 /* flashcpu_plan_create: check a step's lengths, block table and tree masks
- * once, copy them, split the requests by kernel family, and reserve the
- * context's memory for running them. */
+ * once, copy them, split the requests by kernel family, choose and plan
+ * each family's kernel, and reserve the context's memory for running
+ * them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "api/paged_check.h"
 #include "api/plan_internal.h"
 #include "common/quant.h"
+#include "dispatch/plan_execute.h"
 #include "kernels/decode/decode_splitkv.h"
 
 #define CALL "flashcpu_plan_create"
@@ -132,25 +134,6 @@ static flashcpu_status check_batch(flashcpu_context *ctx,
   return FLASHCPU_OK;
 }
 
-/* Which family runs a request of `rows` rows (a forced kernel's, else
- * split-KV for up to splitkv_max_rows); false if the forced one cannot. */
-static bool family_of(const flashcpu_context *ctx, int64_t rows,
-                      fc_kernel_family *family) {
-  const fc_attention_kernel *forced = ctx->table.forced;
-  if (forced) {
-    *family = forced->family;
-    return forced->family != FC_FAMILY_SPLITKV || rows <= FC_SPLITKV_MAX_ROWS;
-  }
-  bool has_splitkv = false; /* a scalar context has none */
-  for (size_t i = 0; i < ctx->table.candidate_count; i++)
-    has_splitkv =
-        has_splitkv || ctx->table.candidates[i]->family == FC_FAMILY_SPLITKV;
-  *family = has_splitkv && rows <= ctx->table.settings.splitkv_max_rows
-                ? FC_FAMILY_SPLITKV
-                : FC_FAMILY_PREFILL;
-  return true;
-}
-
 void flashcpu_plan_destroy(flashcpu_plan *plan) {
   if (!plan) return;
   for (int i = 0; i < FC_PLAN_PARTS; i++) free(plan->parts[i].q_lens);
@@ -164,15 +147,13 @@ int64_t flashcpu_plan_num_tokens(const flashcpu_plan *plan) {
 }
 
 /* Fills the plan from a checked batch; 0, or -1 when out of memory. */
-static int fill_plan(const flashcpu_context *ctx, const flashcpu_batch *batch,
+static int fill_plan(const flashcpu_batch *batch, const unsigned char *families,
                      flashcpu_plan *plan) {
   const int64_t R = batch->num_requests;
   const int32_t *cu = batch->cu_seqlens_q;
   int64_t counts[FC_PLAN_PARTS] = {0, 0}, total_pages = 0;
   for (int64_t r = 0; r < R; r++) {
-    fc_kernel_family family;
-    family_of(ctx, cu[r + 1] - cu[r], &family);
-    if (cu[r + 1] > cu[r]) counts[family]++;
+    if (cu[r + 1] > cu[r]) counts[families[r]]++;
     total_pages += pages_of(batch->seq_lens_kv[r], plan->page_size);
   }
   plan->pages =
@@ -226,9 +207,7 @@ static int fill_plan(const flashcpu_context *ctx, const flashcpu_batch *batch,
     const int64_t rows = cu[r + 1] - cu[r];
     if (keys > plan->max_keys) plan->max_keys = keys;
     if (rows > 0) {
-      fc_kernel_family family;
-      family_of(ctx, rows, &family);
-      fc_plan_part *part = &plan->parts[family];
+      fc_plan_part *part = &plan->parts[families[r]];
       const int64_t i = part->count++;
       const int64_t tree_keys = plan->tree_bits ? batch->tree_num_keys[r] : 0;
       part->q_lens[i] = rows;
@@ -248,8 +227,10 @@ static int fill_plan(const flashcpu_context *ctx, const flashcpu_batch *batch,
   return 0;
 }
 
-void fc_plan_part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
-                          fc_problem *p) {
+/* The problem a part runs, as far as a plan knows it: shapes, lengths,
+ * dtypes and the cache's views (call options and q/out data unset). */
+static void part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
+                         const flashcpu_paged_kv *kv, fc_problem *p) {
   memset(p, 0, sizeof *p);
   p->batch = part->count;
   p->q_len = part->max_rows;
@@ -272,98 +253,90 @@ void fc_plan_part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
     p->tree = &plan->tree;
     p->tree_keys = part->tree_keys;
   }
+  p->q.dtype = plan->q_dtype;
+  p->out.dtype = plan->out_dtype;
+  p->q.element_size = (int64_t)flashcpu_dtype_size(plan->q_dtype);
+  p->out.element_size = (int64_t)flashcpu_dtype_size(plan->out_dtype);
   p->q.row_starts = p->out.row_starts = part->q_starts;
-  p->q.element_size = p->out.element_size = 4;
-  p->k.pages = p->v.pages = plan->pages;
-  p->k.page_rows = p->v.page_rows = part->page_rows;
-  p->k.page_size = p->v.page_size = plan->page_size;
-  p->k.page_shift = p->v.page_shift = -1;
-  p->k.element_size = p->v.element_size = 4;
+  fc_fill_paged_view(kv, 0, plan->pages, part->page_rows, &p->k);
+  fc_fill_paged_view(kv, 1, plan->pages, part->page_rows, &p->v);
 }
 
-/* The dtypes a plan reserves for: q and K/V in f32, in bf16, and q in
- * either over quantized pages' own dtypes. */
-typedef struct plan_dtypes {
-  flashcpu_dtype q, k, v;
-} plan_dtypes;
-
-static int plan_dtypes_of(const flashcpu_plan *plan, plan_dtypes *out) {
-  int count = 0;
-  out[count++] =
-      (plan_dtypes){FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32};
-  out[count++] = (plan_dtypes){FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_BF16,
-                               FLASHCPU_DTYPE_BF16};
-  if (fc_dtype_is_quantized(plan->k_dtype) ||
-      fc_dtype_is_quantized(plan->v_dtype)) {
-    out[count++] =
-        (plan_dtypes){FLASHCPU_DTYPE_F32, plan->k_dtype, plan->v_dtype};
-    out[count++] =
-        (plan_dtypes){FLASHCPU_DTYPE_BF16, plan->k_dtype, plan->v_dtype};
+/* Which family's kernel runs each request: the one the context chooses
+ * for it alone (requests without rows: any). */
+static flashcpu_status request_families(flashcpu_context *ctx,
+                                        const flashcpu_batch *batch,
+                                        const flashcpu_plan *plan,
+                                        const flashcpu_paged_kv *kv,
+                                        unsigned char *families) {
+  fc_plan_part one = {0};
+  int64_t zero = 0, keys = 0, rows = 0;
+  int32_t page = 0;
+  one.count = 1;
+  one.q_lens = &rows;
+  one.q_starts = one.page_rows = one.tree_keys = one.batch_ids = &zero;
+  one.kv_lengths = &keys;
+  fc_problem p;
+  flashcpu_plan probe = *plan;
+  probe.pages = &page;
+  for (int64_t r = 0; r < batch->num_requests; r++) {
+    rows = batch->cu_seqlens_q[r + 1] - batch->cu_seqlens_q[r];
+    families[r] = FC_FAMILY_PREFILL;
+    if (rows == 0) continue;
+    keys = batch->seq_lens_kv[r];
+    one.max_rows = rows;
+    one.max_keys = keys;
+    part_problem(&probe, &one, kv, &p);
+    char reason[384];
+    const fc_attention_kernel *kernel =
+        fc_kernel_table_choose(&ctx->table, &p, reason, sizeof reason);
+    if (!kernel)
+      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                     CALL ": request %lld (%lld query rows): %s", (long long)r,
+                     (long long)rows, reason);
+    families[r] = (unsigned char)kernel->family;
   }
-  return count;
+  return FLASHCPU_OK;
 }
 
-static void set_view_dtype(fc_view *view, flashcpu_dtype dtype) {
-  view->dtype = dtype;
-  view->quantized = fc_dtype_is_quantized(dtype);
-  if (view->quantized) view->element_size = 1;
-}
-
-/* Sizes the context's scratch, workspace and tile order for the plan's
- * parts, so that running it allocates nothing: for every kernel a part can
- * get, which depends on the layer's dtypes (bf16 takes dot-product rows,
- * quantized pages kernels of their own). */
-static flashcpu_status reserve(flashcpu_context *ctx,
-                               const flashcpu_plan *plan) {
-  plan_dtypes dtypes[4];
-  const int dtype_count = plan_dtypes_of(plan, dtypes);
-  int64_t fused_tiles = 0; /* both parts' tiles in one launch */
+/* Chooses and plans each part's kernel, and reserves the context's memory
+ * for them, so that running the plan allocates nothing. */
+static flashcpu_status plan_parts(flashcpu_context *ctx, flashcpu_plan *plan,
+                                  const flashcpu_paged_kv *kv) {
+  fc_kernel_plan *planned[FC_PLAN_PARTS];
+  int count = 0;
+  char reason[384];
   for (int i = 0; i < FC_PLAN_PARTS; i++) {
-    int64_t most_tiles = 0;
     const fc_plan_part *part = &plan->parts[i];
     if (part->count == 0) continue;
-    const fc_attention_kernel *reserved[4] = {NULL, NULL, NULL, NULL};
-    int reserved_count = 0;
-    char reason[384] = "";
-    for (int d = 0; d < dtype_count; d++) {
-      fc_problem p;
-      fc_plan_part_problem(plan, part, &p);
-      p.q.dtype = p.out.dtype = dtypes[d].q;
-      set_view_dtype(&p.k, dtypes[d].k);
-      set_view_dtype(&p.v, dtypes[d].v);
-      const fc_attention_kernel *kernel =
-          fc_kernel_table_choose(&ctx->table, &p, reason, sizeof reason);
-      bool seen = kernel == NULL;
-      for (int r = 0; r < reserved_count; r++)
-        seen = seen || kernel == reserved[r];
-      if (seen) continue;
-      char kernel_reason[256];
-      fc_kernel_env env =
-          fc_context_kernel_env(ctx, kernel_reason, sizeof kernel_reason);
-      int64_t tiles = 0;
-      env.reserve_only = true;
-      env.reserved_tiles = &tiles;
-      flashcpu_status status = kernel->run(&env, &p);
-      if (tiles > most_tiles) most_tiles = tiles;
-      if (status != FLASHCPU_OK)
-        return fc_fail(ctx, status, CALL ": %s: %s", kernel->name,
-                       kernel_reason[0] ? kernel_reason : "failed");
-      reserved[reserved_count++] = kernel;
-    }
-    if (reserved_count == 0)
-      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": %s", reason);
-    fused_tiles += most_tiles;
+    fc_problem *p = &plan->problems[i];
+    part_problem(plan, part, kv, p);
+    const fc_attention_kernel *kernel =
+        fc_kernel_table_choose(&ctx->table, p, reason, sizeof reason);
+    if (!kernel || kernel->family != part->family)
+      return fc_fail(ctx, FLASHCPU_ERROR_INTERNAL,
+                     CALL ": the %s requests get %s (%s)",
+                     fc_kernel_family_name(part->family),
+                     kernel ? kernel->name : "no kernel", reason);
+    fc_kernel_env env = fc_context_kernel_env(ctx, reason, sizeof reason);
+    flashcpu_status status = kernel->plan(&env, p, &plan->kernel_plans[i]);
+    if (status != FLASHCPU_OK)
+      return fc_fail(ctx, status, CALL ": %s: %s", kernel->name,
+                     reason[0] ? reason : "failed");
+    plan->kernels[i] = kernel;
+    planned[count++] = &plan->kernel_plans[i];
   }
-  if (fc_runtime_reserve_tile_order(&ctx->runtime, fused_tiles) != 0)
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   CALL ": out of memory ordering %lld tiles",
-                   (long long)fused_tiles);
+  plan->workspace_bytes = fc_plans_workspace_bytes(planned, count);
+  if (fc_plans_reserve(&ctx->runtime, planned, count, true, reason,
+                       sizeof reason) != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": %s", reason);
   return FLASHCPU_OK;
 }
 
 flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
                                      const flashcpu_batch *batch,
-                                     int64_t q_heads,
+                                     int64_t q_heads, flashcpu_dtype q_dtype,
+                                     flashcpu_dtype out_dtype,
                                      const flashcpu_paged_kv *kv,
                                      flashcpu_plan **plan) {
   if (!plan)
@@ -371,6 +344,15 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
   *plan = NULL;
   if (!ctx)
     return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, CALL ": ctx is NULL");
+  const struct {
+    flashcpu_dtype dtype;
+    const char *name;
+  } dtypes[] = {{q_dtype, "q_dtype"}, {out_dtype, "out_dtype"}};
+  for (int i = 0; i < 2; i++)
+    if (!fc_dtype_is_float(dtypes[i].dtype))
+      return fc_fail(ctx, FLASHCPU_ERROR_UNSUPPORTED_DTYPE,
+                     CALL ": %s is %d; q and out are f32, f16 or bf16",
+                     dtypes[i].name, (int)dtypes[i].dtype);
   flashcpu_status status =
       fc_check_paged_kv(ctx, CALL, kv, false, NULL, NULL, NULL);
   if (status != FLASHCPU_OK) return status;
@@ -380,20 +362,14 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
                         "kv->kv_heads (%lld) for GQA",
                    (long long)q_heads, (long long)kv->kv_heads);
   if ((status = check_batch(ctx, batch, kv)) != FLASHCPU_OK) return status;
-  for (int64_t r = 0; r < batch->num_requests; r++) {
-    const int64_t rows = batch->cu_seqlens_q[r + 1] - batch->cu_seqlens_q[r];
-    fc_kernel_family family;
-    if (!family_of(ctx, rows, &family))
-      return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                     CALL ": request %lld has %lld query rows; the forced "
-                          "kernel %s takes at most %d",
-                     (long long)r, (long long)rows, ctx->table.forced->name,
-                     FC_SPLITKV_MAX_ROWS);
-  }
 
   flashcpu_plan *made = calloc(1, sizeof *made);
-  if (!made)
+  unsigned char *families = malloc((size_t)batch->num_requests);
+  if (!made || !families) {
+    free(made);
+    free(families);
     return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY, CALL ": out of memory");
+  }
   made->ctx_id = ctx->id;
   made->requests = batch->num_requests;
   made->tokens = batch->cu_seqlens_q[batch->num_requests];
@@ -403,20 +379,47 @@ flashcpu_status flashcpu_plan_create(flashcpu_context *ctx,
   made->v_head_dim = kv->v_head_dim;
   made->page_size = kv->page_size;
   made->num_pages = kv->num_pages;
-  made->k_dtype = kv->k_dtype;
-  made->v_dtype = kv->v_dtype;
-  if (fill_plan(ctx, batch, made) != 0) {
-    flashcpu_plan_destroy(made);
-    return fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                   CALL ": out of memory copying the batch");
-  }
-  if ((status = reserve(ctx, made)) != FLASHCPU_OK) {
+  made->q_dtype = q_dtype;
+  made->out_dtype = out_dtype;
+  status = request_families(ctx, batch, made, kv, families);
+  if (status == FLASHCPU_OK && fill_plan(batch, families, made) != 0)
+    status = fc_fail(ctx, FLASHCPU_ERROR_OUT_OF_MEMORY,
+                     CALL ": out of memory copying the batch");
+  free(families);
+  if (status == FLASHCPU_OK) status = plan_parts(ctx, made, kv);
+  if (status != FLASHCPU_OK) {
     flashcpu_plan_destroy(made);
     return status;
   }
   *plan = made;
   fc_clear_error(ctx);
   return FLASHCPU_OK;
+}
+
+size_t flashcpu_plan_workspace_size(const flashcpu_plan *plan) {
+  return plan ? plan->workspace_bytes : 0;
+}
+
+flashcpu_status flashcpu_plan_set_workspace(flashcpu_context *ctx,
+                                            flashcpu_plan *plan,
+                                            void *workspace, size_t size) {
+#define SET_CALL "flashcpu_plan_set_workspace"
+  if (!ctx)
+    return fc_fail(NULL, FLASHCPU_ERROR_NULL_POINTER, SET_CALL ": ctx is NULL");
+  if (!plan)
+    return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, SET_CALL ": plan is NULL");
+  if (workspace && ((uintptr_t)workspace & 63) != 0)
+    return fc_fail(ctx, FLASHCPU_ERROR_BAD_LAYOUT,
+                   SET_CALL ": workspace %p is not 64-byte aligned", workspace);
+  if (workspace && size < plan->workspace_bytes)
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   SET_CALL ": the workspace has %zu bytes; the plan needs %zu "
+                            "(flashcpu_plan_workspace_size)",
+                   size, plan->workspace_bytes);
+  plan->workspace = workspace;
+  fc_clear_error(ctx);
+  return FLASHCPU_OK;
+#undef SET_CALL
 }
 
 size_t flashcpu_plan_describe(const flashcpu_plan *plan, char *buffer,

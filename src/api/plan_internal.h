@@ -1,6 +1,7 @@
 /* The plan behind the opaque flashcpu_plan handle: one step's lengths,
- * block table and tree masks, validated and copied, with its requests
- * split by kernel family. */
+ * block table and tree masks, validated and copied, its requests split by
+ * kernel family, each family's kernel chosen and planned once for every
+ * layer of the step. */
 #ifndef FLASHCPU_API_PLAN_INTERNAL_H
 #define FLASHCPU_API_PLAN_INTERNAL_H
 
@@ -9,6 +10,7 @@
 
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/registry.h"
 
 /* The requests one kernel family runs, as the batches of one problem. */
@@ -30,18 +32,21 @@ struct flashcpu_plan {
   uint64_t ctx_id; /* the context's id: its address may be reused */
   int64_t requests, tokens, q_heads;
   int64_t kv_heads, head_dim, v_head_dim, page_size, num_pages;
-  flashcpu_dtype k_dtype, v_dtype; /* the cache's: quantized pages take
-                                      kernels of their own */
-  int64_t max_keys;                /* longest request, for mask extents */
-  int32_t *pages;                  /* the pages each request uses, in order */
-  uint64_t *tree_bits;             /* [tokens][tree_row_stride] or NULL */
-  flashcpu_tree_mask tree;         /* over tree_bits, packed rows */
+  flashcpu_dtype q_dtype, out_dtype;
+  int64_t max_keys;        /* longest request, for mask extents */
+  int32_t *pages;          /* the pages each request uses, in order */
+  uint64_t *tree_bits;     /* [tokens][tree_row_stride] or NULL */
+  flashcpu_tree_mask tree; /* over tree_bits, packed rows */
   fc_plan_part parts[FC_PLAN_PARTS];
+  /* Per part with requests: its kernel, the problem it was planned for
+   * (the cache's views as plan_create saw them; no call options) and the
+   * kernel's plan. */
+  const fc_attention_kernel *kernels[FC_PLAN_PARTS];
+  fc_problem problems[FC_PLAN_PARTS];
+  fc_kernel_plan kernel_plans[FC_PLAN_PARTS];
+  size_t workspace_bytes; /* what the parts need together */
+  void *workspace;        /* the caller's (flashcpu_plan_set_workspace), or
+                             NULL: the context's */
 };
-
-/* The problem a part of the plan runs, with its views' data unset: what
- * the reservation and the run both start from. */
-void fc_plan_part_problem(const flashcpu_plan *plan, const fc_plan_part *part,
-                          fc_problem *p);
 
 #endif

@@ -33,19 +33,7 @@ typedef struct fc_kernel_env {
   const fc_kernel_settings *settings;
   char *reason; /* out: why the kernel returned an error */
   size_t reason_size;
-  /* Reserve the scratch, workspace and tile order the call would need,
-   * then return without running (a plan sizes the context's memory); the
-   * main launch's tile count is added to *reserved_tiles where set. */
-  bool reserve_only;
-  int64_t *reserved_tiles;
-  /* Two kernels in one launch (a paged step's split-KV and prefill parts):
-   * see fc_kernel_launch. NULL: each kernel launches on its own. */
-  struct fc_fuse *fuse;
 } fc_kernel_env;
-
-/* An attention kernel: runs the whole checked problem on env->runtime. */
-typedef flashcpu_status (*fc_attention_fn)(const fc_kernel_env *env,
-                                           const fc_problem *p);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define FC_KERNEL_PRINTF(fmt, first) __attribute__((format(printf, fmt, first)))

@@ -20,36 +20,22 @@ flashcpu_status fc_kernel_fail(const fc_kernel_env *env, flashcpu_status status,
   return status;
 }
 
-int fc_kernel_launch(const fc_kernel_env *env, const fc_launch *launch) {
-  fc_fuse *fuse = env->fuse;
-  if (!fuse) return fc_runtime_launch(env->runtime, launch);
-  if (fuse->held) { /* the second kernel: run both */
-    fuse->launched = true;
-    return fc_runtime_launch_pair(env->runtime, fuse->held, launch);
+size_t fc_kernel_scratch_bytes(const fc_runtime *runtime,
+                               fc_scratch_bytes_fn bytes_for,
+                               const void *args) {
+  size_t needed = 0;
+  for (int t = 0; t < runtime->plan.team_count; t++) {
+    const size_t bytes = bytes_for(args, runtime->plan.teams[t].size);
+    if (bytes > needed) needed = bytes;
   }
-  /* The first kernel: hold its launch while the second one prepares. */
-  fuse->held = launch;
-  fc_kernel_env second = *env;
-  second.reason = fuse->second_reason;
-  second.reason_size = fuse->second_reason_size;
-  if (second.reason_size) second.reason[0] = '\0';
-  fuse->second_status = fuse->second(&second, fuse->second_problem);
-  fuse->held = NULL;
-  if (fuse->second_status != FLASHCPU_OK) return -1;
-  /* A second kernel that had nothing to launch leaves the first alone. */
-  return fuse->launched ? 0 : fc_runtime_launch(env->runtime, launch);
+  return needed;
 }
 
 flashcpu_status fc_kernel_reserve_scratch(const fc_kernel_env *env,
                                           fc_scratch_bytes_fn bytes_for,
                                           const void *args) {
-  fc_runtime *runtime = env->runtime;
-  size_t needed = 0;
-  for (int t = 0; t < runtime->plan.team_count; t++) {
-    size_t bytes = bytes_for(args, runtime->plan.teams[t].size);
-    if (bytes > needed) needed = bytes;
-  }
-  if (fc_runtime_reserve_scratch(runtime, needed) != 0)
+  const size_t needed = fc_kernel_scratch_bytes(env->runtime, bytes_for, args);
+  if (fc_runtime_reserve_scratch(env->runtime, needed) != 0)
     return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
                           "out of memory allocating %zu bytes of team "
                           "scratch",

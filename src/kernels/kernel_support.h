@@ -1,6 +1,7 @@
 /* What every attention kernel does the same way around its inner loops:
- * reserving team scratch before anything is written, and finishing an
- * output row from its online-softmax state. Portable C (baseline TU). */
+ * sizing and reserving team scratch before anything is written, and
+ * finishing an output row from its online-softmax state. Portable C
+ * (baseline TU). */
 #ifndef FLASHCPU_KERNELS_KERNEL_SUPPORT_H
 #define FLASHCPU_KERNELS_KERNEL_SUPPORT_H
 
@@ -12,30 +13,12 @@
 #include "flashcpu/flashcpu.h"
 #include "kernels/kernel_env.h"
 
-/* Fusing two kernels' main launches into one. The caller runs the first
- * kernel with env->fuse set; when it reaches its main launch,
- * fc_kernel_launch holds it and runs `second` on second_problem, whose
- * main launch then runs both interleaved (fc_runtime_launch_pair). What
- * either kernel does after its main launch (split-KV's merge launch) runs
- * after the pair. The kernels' scratch, workspace and tile order must not
- * grow in between: a plan has reserved them. */
-typedef struct fc_fuse {
-  fc_attention_fn second;
-  const fc_problem *second_problem;
-  char *second_reason;
-  size_t second_reason_size;
-  flashcpu_status second_status; /* out */
-  const fc_launch *held;         /* the first kernel's launch, while held */
-  bool launched;                 /* the pair ran */
-} fc_fuse;
-
-/* A kernel's main launch: alone, or paired as env->fuse says. 0, or -1
- * when out of memory (or, when fused, the second kernel failed: its status
- * and reason are in the fuse). */
-int fc_kernel_launch(const fc_kernel_env *env, const fc_launch *launch);
-
 /* Bytes of scratch a team of team_size threads needs for this kernel. */
 typedef size_t (*fc_scratch_bytes_fn)(const void *args, int team_size);
+
+/* The largest team's need: what a plan's scratch_bytes holds. */
+size_t fc_kernel_scratch_bytes(const fc_runtime *runtime,
+                               fc_scratch_bytes_fn bytes_for, const void *args);
 
 /* Makes every team's scratch large enough for the largest team's need;
  * OUT_OF_MEMORY (with the reason in env) leaves outputs untouched. */

@@ -10,6 +10,7 @@
 #include "flashcpu/flashcpu.h"
 #include "kernels/convert/convert.h"
 #include "kernels/kernel_env.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/merge/merge_states.h"
 
 typedef enum fc_kernel_family {
@@ -35,8 +36,8 @@ typedef bool (*fc_wanted_fn)(const fc_problem *p,
                              size_t size);
 
 typedef struct fc_attention_kernel {
-  const char *name; /* the symbol's name */
-  fc_attention_fn run;
+  const char *name;          /* the symbol's name */
+  fc_attention_plan_fn plan; /* kernels/kernel_plan.h */
   fc_kernel_family family;
   flashcpu_isa isa;
   fc_cpu_need need;
@@ -122,7 +123,8 @@ bool fc_wants_prefill_amx(const fc_problem *p, const fc_kernel_settings *s,
 /* The prototypes of every row's symbol. */
 #define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,      \
                             weights)                                           \
-  flashcpu_status symbol(const fc_kernel_env *env, const fc_problem *p);
+  flashcpu_status symbol(const fc_kernel_env *env, const fc_problem *p,        \
+                         fc_kernel_plan *plan);
 #define FC_MERGE_KERNEL(symbol, isa)                                           \
   flashcpu_status symbol(const fc_kernel_env *env, const fc_merge_problem *m);
 #define FC_ROW_CONVERTER(symbol, isa, dtype)                                   \

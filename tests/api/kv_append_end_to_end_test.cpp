@@ -297,7 +297,8 @@ TEST(AppendEndToEnd, AttentionOverAppendedPagesEqualsContiguousAttention) {
         ASSERT_EQ(contiguous_status, FLASHCPU_OK)
             << flashcpu_last_error(context);
         flashcpu_plan *plan = nullptr;
-        ASSERT_EQ(flashcpu_plan_create(context, &batch, Hq, &cache.view, &plan),
+        ASSERT_EQ(flashcpu_plan_create(context, &batch, Hq, dtypes.q,
+                                       dtypes.out, &cache.view, &plan),
                   FLASHCPU_OK)
             << flashcpu_last_error(context);
         const flashcpu_status paged_status = flashcpu_attention_paged(

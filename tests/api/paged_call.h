@@ -132,8 +132,8 @@ struct PagedCall {
   flashcpu_status CreatePlan() {
     flashcpu_plan_destroy(plan);
     plan = nullptr;
-    return flashcpu_plan_create(plan_ctx ? plan_ctx : ctx, &batch, q_heads, &kv,
-                                &plan);
+    return flashcpu_plan_create(plan_ctx ? plan_ctx : ctx, &batch, q_heads,
+                                q.dtype, out.dtype, &kv, &plan);
   }
   flashcpu_status Run() {
     return flashcpu_attention_paged(call_ctx, run_plan ? run_plan : plan, &q,

@@ -226,8 +226,9 @@ TEST_P(PlanErrors, RejectedWithStatusMessageNoPlanAndNoWrites) {
   const Snapshot before(call);
   flashcpu_plan *plan =
       reinterpret_cast<flashcpu_plan *>(&call); // must become NULL
-  const flashcpu_status status = flashcpu_plan_create(
-      call.ctx, &call.batch, call.q_heads, &call.kv, &plan);
+  const flashcpu_status status =
+      flashcpu_plan_create(call.ctx, &call.batch, call.q_heads, call.q.dtype,
+                           call.out.dtype, &call.kv, &plan);
   EXPECT_EQ(status, c.status) << "got " << flashcpu_status_name(status) << ": "
                               << flashcpu_last_error(call.ctx);
   EXPECT_EQ(plan, nullptr);
@@ -246,21 +247,26 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(PlanErrorsNull, NullArgumentsAreNamed) {
   PagedCall call;
   flashcpu_plan *plan = nullptr;
-  EXPECT_EQ(flashcpu_plan_create(call.ctx, nullptr, 4, &call.kv, &plan), kNull);
+  EXPECT_EQ(flashcpu_plan_create(call.ctx, nullptr, 4, call.q.dtype,
+                                 call.out.dtype, &call.kv, &plan),
+            kNull);
   EXPECT_TRUE(ContainsWord(flashcpu_last_error(call.ctx), "batch"))
       << flashcpu_last_error(call.ctx);
   EXPECT_EQ(plan, nullptr);
-  EXPECT_EQ(flashcpu_plan_create(call.ctx, &call.batch, 4, nullptr, &plan),
+  EXPECT_EQ(flashcpu_plan_create(call.ctx, &call.batch, 4, call.q.dtype,
+                                 call.out.dtype, nullptr, &plan),
             kNull);
   EXPECT_TRUE(ContainsWord(flashcpu_last_error(call.ctx), "kv"))
       << flashcpu_last_error(call.ctx);
   EXPECT_EQ(plan, nullptr);
-  EXPECT_EQ(flashcpu_plan_create(call.ctx, &call.batch, 4, &call.kv, nullptr),
+  EXPECT_EQ(flashcpu_plan_create(call.ctx, &call.batch, 4, call.q.dtype,
+                                 call.out.dtype, &call.kv, nullptr),
             kNull);
   EXPECT_TRUE(ContainsWord(flashcpu_last_error(call.ctx), "plan"))
       << flashcpu_last_error(call.ctx);
   plan = reinterpret_cast<flashcpu_plan *>(&call);
-  EXPECT_EQ(flashcpu_plan_create(nullptr, &call.batch, 4, &call.kv, &plan),
+  EXPECT_EQ(flashcpu_plan_create(nullptr, &call.batch, 4, call.q.dtype,
+                                 call.out.dtype, &call.kv, &plan),
             kNull);
   EXPECT_EQ(plan, nullptr);
   EXPECT_TRUE(ContainsWord(flashcpu_last_error(nullptr), "ctx"))
@@ -281,8 +287,9 @@ TEST(PlanErrorsForcedKernel, SplitKvKernelRefusesRequestsOfMoreThan64Rows) {
     call.batch.tree_bits = nullptr;
     call.batch.tree_num_keys = nullptr;
     flashcpu_plan *plan = nullptr;
-    const flashcpu_status status = flashcpu_plan_create(
-        context, &call.batch, call.q_heads, &call.kv, &plan);
+    const flashcpu_status status =
+        flashcpu_plan_create(context, &call.batch, call.q_heads, call.q.dtype,
+                             call.out.dtype, &call.kv, &plan);
     if (rows == 64) {
       EXPECT_EQ(status, FLASHCPU_OK) << flashcpu_last_error(context);
     } else {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -230,61 +231,151 @@ TEST(PlanLifecycle, LseIsOptional) {
             0);
 }
 
-// One plan serves every layer of a step: caches of the same shape with other
-// data and dtypes, q and out of any dtype. Each layer's bytes equal those
-// of a plan made for that layer alone, in any order of the layers.
+// One plan serves every layer of a step: caches of the same shape and
+// dtypes with other data. Each layer's bytes equal those of a plan made for
+// that layer alone, in any order of the layers, for each set of dtypes.
 TEST(PlanLifecycle, OnePlanServesEveryLayerLikeFreshPlans) {
-  struct Layer {
+  struct Dtypes {
     flashcpu_dtype q, kv, out;
   };
-  const Layer layers[] = {
+  const Dtypes sets[] = {
       {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_F32},
       {FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_F16},
       {FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_BF16, FLASHCPU_DTYPE_BF16},
       {FLASHCPU_DTYPE_F16, FLASHCPU_DTYPE_F32, FLASHCPU_DTYPE_BF16}};
-  PagedCall shared; // its plan serves every layer
+  for (const Dtypes &dtypes : sets) {
+    PagedCall shared; // its plan serves every layer
+    shared.q.dtype = dtypes.q;
+    shared.out.dtype = dtypes.out;
+    shared.kv.k_dtype = shared.kv.v_dtype = dtypes.kv;
+    ASSERT_EQ(shared.CreatePlan(), FLASHCPU_OK)
+        << flashcpu_last_error(shared.ctx);
+
+    auto run_layer = [&](int index, bool fresh_plan) {
+      PagedCall call;
+      FillInputs(call, 100 + static_cast<uint64_t>(index));
+      // The same buffers reinterpreted in the layer's dtypes; f16/bf16
+      // views of random float bytes hold ordinary finite values but a few
+      // may not: rewrite every element from the random floats.
+      for (PagedCall::Region r :
+           {PagedCall::kQ, PagedCall::kK, PagedCall::kV}) {
+        const flashcpu_dtype dtype = r == PagedCall::kQ ? dtypes.q : dtypes.kv;
+        std::vector<float> values(call.region(r),
+                                  call.region(r) + PagedCall::kRegion);
+        unsigned char *bytes =
+            reinterpret_cast<unsigned char *>(call.region(r));
+        for (int64_t e = 0; e < PagedCall::kRegion / 2; e++)
+          StoreAs(bytes + e * static_cast<int64_t>(ElementBytes(dtype)), dtype,
+                  values[static_cast<size_t>(e)]);
+      }
+      call.q.dtype = dtypes.q;
+      call.out.dtype = dtypes.out;
+      call.kv.k_dtype = call.kv.v_dtype = dtypes.kv;
+      // The shared plan's ctx: a plan runs on its own context only.
+      call.call_ctx = shared.ctx;
+      if (fresh_plan) {
+        call.plan_ctx = shared.ctx;
+        EXPECT_EQ(call.CreatePlan(), FLASHCPU_OK)
+            << flashcpu_last_error(shared.ctx);
+      } else {
+        call.run_plan = shared.plan;
+      }
+      EXPECT_EQ(call.Run(), FLASHCPU_OK)
+          << "layer " << index << ": " << flashcpu_last_error(shared.ctx);
+      return OutputBytes(call);
+    };
+    std::vector<std::vector<unsigned char>> reused;
+    for (int i = 0; i < 4; i++) reused.push_back(run_layer(i, false));
+    for (int i : {2, 0, 3, 1}) {
+      EXPECT_EQ(run_layer(i, true), reused[static_cast<size_t>(i)])
+          << "layer " << i;
+      EXPECT_EQ(run_layer(i, false), reused[static_cast<size_t>(i)])
+          << "layer " << i << " again";
+    }
+  }
+}
+
+// A plan chose its kernels for its dtypes: a layer of other q, out or cache
+// dtypes, or with other scales, is refused by name and nothing is written.
+TEST(PlanLifecycle, RefusesALayerOfOtherDtypes) {
+  PagedCall shared;
   ASSERT_EQ(shared.CreatePlan(), FLASHCPU_OK)
       << flashcpu_last_error(shared.ctx);
-
-  auto run_layer = [&](const Layer &layer, int index, bool fresh_plan) {
-    PagedCall call;
-    FillInputs(call, 100 + static_cast<uint64_t>(index));
-    // The same buffers reinterpreted in the layer's dtypes; f16/bf16 views
-    // of random float bytes hold ordinary finite values but a few may not:
-    // rewrite every element from the random floats.
-    for (PagedCall::Region r : {PagedCall::kQ, PagedCall::kK, PagedCall::kV}) {
-      const flashcpu_dtype dtype = r == PagedCall::kQ ? layer.q : layer.kv;
-      std::vector<float> values(call.region(r),
-                                call.region(r) + PagedCall::kRegion);
-      unsigned char *bytes = reinterpret_cast<unsigned char *>(call.region(r));
-      for (int64_t e = 0; e < PagedCall::kRegion / 2; e++)
-        StoreAs(bytes + e * static_cast<int64_t>(ElementBytes(dtype)), dtype,
-                values[static_cast<size_t>(e)]);
-    }
-    call.q.dtype = layer.q;
-    call.out.dtype = layer.out;
-    call.kv.k_dtype = call.kv.v_dtype = layer.kv;
-    // The shared plan's ctx: a plan runs on its own context only.
-    call.call_ctx = shared.ctx;
-    if (fresh_plan) {
-      call.plan_ctx = shared.ctx;
-      EXPECT_EQ(call.CreatePlan(), FLASHCPU_OK)
-          << flashcpu_last_error(shared.ctx);
-    } else {
-      call.run_plan = shared.plan;
-    }
-    EXPECT_EQ(call.Run(), FLASHCPU_OK)
-        << "layer " << index << ": " << flashcpu_last_error(shared.ctx);
-    return OutputBytes(call);
+  const struct {
+    const char *name;
+    void (*change)(PagedCall *call);
+  } cases[] = {
+      {"q->dtype", [](PagedCall *c) { c->q.dtype = FLASHCPU_DTYPE_BF16; }},
+      {"out->dtype", [](PagedCall *c) { c->out.dtype = FLASHCPU_DTYPE_F16; }},
+      {"kv->k_dtype",
+       [](PagedCall *c) { c->kv.k_dtype = FLASHCPU_DTYPE_BF16; }},
+      {"kv->v_dtype", [](PagedCall *c) { c->kv.v_dtype = FLASHCPU_DTYPE_F16; }},
   };
-  std::vector<std::vector<unsigned char>> reused;
-  for (int i = 0; i < 4; i++) reused.push_back(run_layer(layers[i], i, false));
-  for (int i : {2, 0, 3, 1}) {
-    EXPECT_EQ(run_layer(layers[i], i, true), reused[static_cast<size_t>(i)])
-        << "layer " << i;
-    EXPECT_EQ(run_layer(layers[i], i, false), reused[static_cast<size_t>(i)])
-        << "layer " << i << " again";
+  for (const auto &c : cases) {
+    PagedCall call;
+    FillInputs(call, 7);
+    c.change(&call);
+    call.call_ctx = shared.ctx;
+    call.run_plan = shared.plan;
+    const std::vector<unsigned char> before = OutputBytes(call);
+    EXPECT_EQ(call.Run(), FLASHCPU_ERROR_INVALID_ARGUMENT) << c.name;
+    const std::string error = flashcpu_last_error(shared.ctx);
+    EXPECT_NE(error.find(c.name), std::string::npos) << error;
+    EXPECT_NE(error.find("plan"), std::string::npos) << error;
+    EXPECT_EQ(OutputBytes(call), before) << c.name;
   }
+}
+
+// NaN in out and lse, so that a call that writes nothing shows.
+void Poison(PagedCall &call) {
+  for (PagedCall::Region r : {PagedCall::kOut, PagedCall::kLse})
+    std::fill(call.region(r), call.region(r) + PagedCall::kRegion, NAN);
+}
+
+// A caller's workspace of flashcpu_plan_workspace_size bytes gives the
+// bytes of the context's; a misaligned or short one is refused, and the
+// plan keeps the one it had.
+TEST(PlanLifecycle, CallerWorkspaceGivesTheSameBytes) {
+  PagedCall call;
+  FillInputs(call, 11);
+  call.call_ctx = call.ctx;
+  ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
+  ASSERT_EQ(call.Run(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
+  const std::vector<unsigned char> reference = OutputBytes(call);
+
+  const size_t bytes = flashcpu_plan_workspace_size(call.plan);
+  EXPECT_GT(bytes, 0u); // the step has split-KV requests: partial states
+  EXPECT_EQ(flashcpu_plan_workspace_size(nullptr), 0u);
+  std::vector<unsigned char> memory(bytes + 128, 0xA5);
+  unsigned char *aligned =
+      memory.data() + (64 - reinterpret_cast<uintptr_t>(memory.data()) % 64);
+  EXPECT_EQ(
+      flashcpu_plan_set_workspace(call.ctx, call.plan, aligned + 8, bytes),
+      FLASHCPU_ERROR_BAD_LAYOUT);
+  EXPECT_NE(std::string(flashcpu_last_error(call.ctx)).find("aligned"),
+            std::string::npos);
+  EXPECT_EQ(
+      flashcpu_plan_set_workspace(call.ctx, call.plan, aligned, bytes - 1),
+      FLASHCPU_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(flashcpu_last_error(call.ctx))
+                .find("flashcpu_plan_workspace_size"),
+            std::string::npos);
+  EXPECT_EQ(flashcpu_plan_set_workspace(call.ctx, nullptr, aligned, bytes),
+            FLASHCPU_ERROR_NULL_POINTER);
+
+  ASSERT_EQ(flashcpu_plan_set_workspace(call.ctx, call.plan, aligned, bytes),
+            FLASHCPU_OK);
+  Poison(call);
+  ASSERT_EQ(call.Run(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
+  EXPECT_EQ(OutputBytes(call), reference);
+  // The call wrote its partial states there.
+  EXPECT_NE(std::count(aligned, aligned + bytes, 0xA5),
+            static_cast<std::ptrdiff_t>(bytes));
+  ASSERT_EQ(flashcpu_plan_set_workspace(call.ctx, call.plan, nullptr, 0),
+            FLASHCPU_OK);
+  Poison(call);
+  ASSERT_EQ(call.Run(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
+  EXPECT_EQ(OutputBytes(call), reference);
 }
 
 TEST(PagedKvHelpers, NhdAndHndFillTheDocumentedStrides) {

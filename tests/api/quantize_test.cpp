@@ -731,7 +731,9 @@ TEST(QuantizedPages, AppendThenAttentionMatchesTheContiguousCache) {
     batch.block_table = table.data();
     batch.block_table_stride = pages;
     flashcpu_plan *plan = nullptr;
-    ASSERT_EQ(flashcpu_plan_create(ctx, &batch, Hq, &cache, &plan), FLASHCPU_OK)
+    ASSERT_EQ(
+        flashcpu_plan_create(ctx, &batch, Hq, F32, op.dtype, &cache, &plan),
+        FLASHCPU_OK)
         << flashcpu_last_error(ctx);
     EXPECT_EQ(
         flashcpu_attention_paged(ctx, plan, &qt, &cache, &op, nullptr, nullptr),

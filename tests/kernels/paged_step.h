@@ -179,8 +179,8 @@ public:
     PoisonOutputs();
     inputs_before_ = InputBytes();
     flashcpu_plan *plan = nullptr;
-    flashcpu_status status =
-        flashcpu_plan_create(ctx, &batch_, spec_.q_heads, &kv_, &plan);
+    flashcpu_status status = flashcpu_plan_create(
+        ctx, &batch_, spec_.q_heads, spec_.q, spec_.out, &kv_, &plan);
     if (status != FLASHCPU_OK) {
       *error = std::string("plan_create: ") + flashcpu_last_error(ctx);
       return status;

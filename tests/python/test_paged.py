@@ -172,12 +172,7 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
             pytest.skip(f"FLASHCPU_ISA={os.environ['FLASHCPU_ISA']} rules it out")
         raise
     with context:
-        try:
-            plan = step.plan(context=context)
-        except flashcpu.InvalidArgumentError as error:
-            if "not both bf16" in error.message:  # the plan assumes f32 q and K
-                pytest.xfail(error.message)
-            raise
+        plan = step.plan(context=context, q_dtype="bfloat16" if bf16 else "float32")
         with plan:
             out, lse = flashcpu.attention_paged(step.q, step.kv, plan, alibi_slopes=slopes,
                                                 return_lse=True, **options)
@@ -652,3 +647,25 @@ def test_kv_append_errors_leave_the_cache_untouched():
         flashcpu.kv_append(k_new, k_new, [1, 2, 3], cache)
     assert "read-only" in caught.value.message
     assert (v_cache == 0).all()
+
+
+def test_plan_of_one_dtype_serves_layers_of_others():
+    """A Plan made for f32 q runs an f16 q and a bf16 out too (a C plan of
+    their own, made on first use), with the bytes of a Plan made for them."""
+    rng = np.random.default_rng(52)
+    step = Step(rng, dtype="f32")
+    q16 = step.q.astype(np.float16)
+    with step.plan() as plan, step.plan(q_dtype=np.float16, out_dtype="bfloat16") as fresh:
+        f32 = flashcpu.attention_paged(step.q, step.kv, plan, causal=True)
+        out = flashcpu.bf16(np.zeros((step.tokens, HEADS, DIM), dtype=np.uint16))
+        flashcpu.attention_paged(q16, step.kv, plan, causal=True, out=out)
+        again = flashcpu.bf16(np.zeros((step.tokens, HEADS, DIM), dtype=np.uint16))
+        flashcpu.attention_paged(q16, step.kv, fresh, causal=True, out=again)
+        assert np.array_equal(out.array, again.array)
+        assert np.any(out.array)  # written
+        assert np.array_equal(f32, flashcpu.attention_paged(step.q, step.kv, plan, causal=True))
+    for bad in ("int8", np.int32, "float64"):
+        with pytest.raises(flashcpu.UnsupportedDtypeError, match="q_dtype"):
+            step.plan(q_dtype=bad)
+    with pytest.raises(flashcpu.UnsupportedDtypeError, match="out_dtype"):
+        step.plan(out_dtype="f32")

@@ -156,20 +156,23 @@ def test_kv_append_with_torch_tensors_then_attention():
 def test_paged_custom_ops_and_their_fakes():
     import flashcpu.torch_ops  # noqa: F401
     q, k_cache, v_cache, cu, seq, table = paged_case()
-    out = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, cu, seq, table, "nhd", True)
     kv = flashcpu.PagedKV(k_cache, v_cache)
     with flashcpu.Plan(cu, seq, table, num_heads=8, kv=kv) as plan:
+        named = plan.as_tensor()
+        out = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, named, "nhd", True)
         assert torch.equal(out, flashcpu.attention_paged(q, kv, plan, causal=True))
-    again = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, cu, seq, table, "nhd",
-                                               True)  # the cached plan
-    assert torch.equal(out, again)
-    seq2 = seq.clone()
-    seq2[0] -= 1  # new values: a new plan
-    other = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, cu, seq2, table, "nhd",
-                                               True)
-    assert not torch.equal(other[:1], out[:1])
-    torch.library.opcheck(torch.ops.flashcpu.attention_paged.default,
-                          (q, k_cache, v_cache, cu, seq, table), {"causal": True})
+        seq2 = seq.clone()
+        seq2[0] -= 1  # another step: another plan
+        with flashcpu.Plan(cu, seq2, table, num_heads=8, kv=kv) as plan2:
+            other = torch.ops.flashcpu.attention_paged(q, k_cache, v_cache,
+                                                       plan2.as_tensor(), "nhd", True)
+        assert not torch.equal(other[:1], out[:1])
+        torch.library.opcheck(torch.ops.flashcpu.attention_paged.default,
+                              (q, k_cache, v_cache, named), {"causal": True})
+    with pytest.raises(flashcpu.InvalidArgumentError, match="no open flashcpu.Plan"):
+        torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, named, "nhd", True)
+    with pytest.raises(flashcpu.InvalidArgumentError, match="as_tensor"):
+        torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, torch.zeros(2, dtype=torch.int64))
     k_new, v_new = torch.randn(3, 2, 64), torch.randn(3, 2, 64)
     slots = torch.tensor([int(table[0, 0]) * 16 + 5, -1, int(table[2, 1]) * 16],
                          dtype=torch.int64)

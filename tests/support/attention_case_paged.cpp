@@ -196,7 +196,8 @@ AttentionCase::CheckPagedMatches(flashcpu_context *ctx) {
     std::printf("STATS paged page_size %lld %s\n",
                 static_cast<long long>(page_size), hnd ? "hnd" : "nhd");
   flashcpu_plan *plan = nullptr;
-  flashcpu_status status = flashcpu_plan_create(ctx, &batch, Hq, &cache, &plan);
+  flashcpu_status status = flashcpu_plan_create(
+      ctx, &batch, Hq, q_dtype_, out_.View().dtype, &cache, &plan);
   if (status != FLASHCPU_OK) {
     const std::string error = flashcpu_last_error(ctx);
     // A forced split-KV kernel takes a bounded number of rows per request;

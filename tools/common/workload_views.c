@@ -94,8 +94,8 @@ flashcpu_status toolkit_workload_plan(flashcpu_context *ctx,
   flashcpu_paged_kv kv;
   flashcpu_batch batch;
   toolkit_workload_paged(workload, 0, &q, &kv, &out, &batch);
-  return flashcpu_plan_create(ctx, &batch, workload->spec.preset->q_heads, &kv,
-                              plan);
+  return flashcpu_plan_create(ctx, &batch, workload->spec.preset->q_heads,
+                              q.dtype, out.dtype, &kv, plan);
 }
 
 flashcpu_status toolkit_workload_call(flashcpu_context *ctx,

@@ -10,6 +10,7 @@
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
 #include "kernels/kernel_env.h"
+#include "kernels/kernel_plan.h"
 #include "runtime/runtime.h"
 
 struct fc_prefetch_sweep;
@@ -63,9 +64,10 @@ typedef void (*fc_splitkv_bf16_scores_fn)(const struct fc_splitkv_rows *k,
 /* The AVX-512 split-KV kernel with its scores from bf16_scores where q is
  * bf16 and K is bf16, or F8_E4M3 / F8_E5M2 read in place (the rows that
  * pass an fp8 hook take only those; NULL: by widening K to f32 and FMA). */
-flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
-                                      const fc_problem *p,
-                                      fc_splitkv_bf16_scores_fn bf16_scores);
+flashcpu_status fc_splitkv_plan_avx512(const fc_kernel_env *env,
+                                       const fc_problem *p,
+                                       fc_kernel_plan *plan,
+                                       fc_splitkv_bf16_scores_fn bf16_scores);
 
 /* A chunk's q rounded to integers for integer dot-product scores: slot s's
  * row is codes + s * stride (int16, |code| <= 16383, zero-padded to a
@@ -151,14 +153,16 @@ bool fc_splitkv_values_i8dot__avx512vnni(
  * int16 codes, or 127, int8 codes); int_values (may be NULL) for those
  * chunks where V is I8 or U8 read in place too. Everything else as the
  * ISA's f32 kernel. */
-flashcpu_status fc_splitkv_run_avx512_int(const fc_kernel_env *env,
-                                          const fc_problem *p,
-                                          fc_splitkv_int_scores_fn int_scores,
-                                          fc_splitkv_int_values_fn int_values,
-                                          int q_limit);
-flashcpu_status fc_splitkv_run_avx2_int(const fc_kernel_env *env,
-                                        const fc_problem *p,
-                                        fc_splitkv_int_scores_fn int_scores,
-                                        fc_splitkv_int_values_fn int_values);
+flashcpu_status fc_splitkv_plan_avx512_int(const fc_kernel_env *env,
+                                           const fc_problem *p,
+                                           fc_kernel_plan *plan,
+                                           fc_splitkv_int_scores_fn int_scores,
+                                           fc_splitkv_int_values_fn int_values,
+                                           int q_limit);
+flashcpu_status fc_splitkv_plan_avx2_int(const fc_kernel_env *env,
+                                         const fc_problem *p,
+                                         fc_kernel_plan *plan,
+                                         fc_splitkv_int_scores_fn int_scores,
+                                         fc_splitkv_int_values_fn int_values);
 
 #endif

@@ -546,7 +546,8 @@ static void tile(void *opaque, int64_t index, const fc_team_view *team) {
 
 /* The registry row. */
 flashcpu_status fc_decode_splitkv_amx__amxbf16(const fc_kernel_env *env,
-                                               const fc_problem *p) {
+                                               const fc_problem *p,
+                                               fc_kernel_plan *plan) {
   amx_args a;
   memset(&a, 0, sizeof a);
   fc_splitkv_shared_init(&a.shared, p, env->settings);
@@ -555,5 +556,5 @@ flashcpu_status fc_decode_splitkv_amx__amxbf16(const fc_kernel_env *env,
   a.dim = p->head_dim;
   a.steps = p->head_dim / STEP;
   a.keys = (a.shared.plan.split_keys + GROUP - 1) / GROUP * GROUP;
-  return fc_splitkv_run(env, &a.shared, tile, &a, scratch_for_team);
+  return fc_splitkv_plan_args(env, plan, &a, sizeof a, tile, scratch_for_team);
 }

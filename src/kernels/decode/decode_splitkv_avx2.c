@@ -82,9 +82,10 @@ static inline int ds_e4m3_rows_finite(const char *const *rows, int64_t n,
 
 #include "kernels/decode/decode_splitkv_vec.inc"
 
-flashcpu_status fc_splitkv_run_avx2_int(const fc_kernel_env *env,
-                                        const fc_problem *p,
-                                        fc_splitkv_int_scores_fn int_scores,
-                                        fc_splitkv_int_values_fn int_values) {
-  return DS_NAME(run)(env, p, NULL, int_scores, int_values, 16383);
+flashcpu_status fc_splitkv_plan_avx2_int(const fc_kernel_env *env,
+                                         const fc_problem *p,
+                                         fc_kernel_plan *plan,
+                                         fc_splitkv_int_scores_fn int_scores,
+                                         fc_splitkv_int_values_fn int_values) {
+  return DS_NAME(plan)(env, p, plan, NULL, int_scores, int_values, 16383);
 }

@@ -435,21 +435,24 @@ static ALWAYS_INLINE float ds_l_total(const float *l) {
 
 #include "kernels/decode/decode_splitkv_driver.inc"
 
-flashcpu_status fc_splitkv_run_avx512(const fc_kernel_env *env,
-                                      const fc_problem *p,
-                                      fc_splitkv_bf16_scores_fn bf16_scores) {
-  return DS_NAME(run)(env, p, bf16_scores, NULL, NULL, 0);
+flashcpu_status fc_splitkv_plan_avx512(const fc_kernel_env *env,
+                                       const fc_problem *p,
+                                       fc_kernel_plan *plan,
+                                       fc_splitkv_bf16_scores_fn bf16_scores) {
+  return DS_NAME(plan)(env, p, plan, bf16_scores, NULL, NULL, 0);
 }
 
-flashcpu_status fc_splitkv_run_avx512_int(const fc_kernel_env *env,
-                                          const fc_problem *p,
-                                          fc_splitkv_int_scores_fn int_scores,
-                                          fc_splitkv_int_values_fn int_values,
-                                          int q_limit) {
-  return DS_NAME(run)(env, p, NULL, int_scores, int_values, q_limit);
+flashcpu_status fc_splitkv_plan_avx512_int(const fc_kernel_env *env,
+                                           const fc_problem *p,
+                                           fc_kernel_plan *plan,
+                                           fc_splitkv_int_scores_fn int_scores,
+                                           fc_splitkv_int_values_fn int_values,
+                                           int q_limit) {
+  return DS_NAME(plan)(env, p, plan, NULL, int_scores, int_values, q_limit);
 }
 
 flashcpu_status fc_decode_splitkv__avx512(const fc_kernel_env *env,
-                                          const fc_problem *p) {
-  return DS_NAME(run)(env, p, NULL, NULL, NULL, 0);
+                                          const fc_problem *p,
+                                          fc_kernel_plan *plan) {
+  return DS_NAME(plan)(env, p, plan, NULL, NULL, NULL, 0);
 }

@@ -1,6 +1,7 @@
 #include "kernels/decode/splitkv_common.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "common/mask.h"
@@ -16,17 +17,22 @@ enum { TILES_PER_TEAM = 2 };
  * better). Figures: docs/performance.md. */
 enum { MERGE_IN_LAUNCH_MAX_SPLITS = 4 };
 
-void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
-                            const fc_kernel_settings *settings) {
-  memset(s, 0, sizeof *s);
+/* The score factor and finishing work of the call's options. */
+static void bind_options(fc_splitkv_shared *s, const fc_problem *p) {
   s->p = p;
-  s->prefetch_l1 = settings->decode_prefetch_l1;
-  s->plan = fc_splitkv_make_plan(p);
   s->scores_final = fc_problem_scores_final(p);
   s->q_factor = s->scores_final ? p->scale * FC_LOG2E_F : p->scale;
   const int rows_differ = p->q_len > 1 && (p->causal || p->window_left >= 0 ||
                                            p->window_right >= 0);
   s->needs_finish = !s->scores_final || p->tree || rows_differ;
+}
+
+void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
+                            const fc_kernel_settings *settings) {
+  memset(s, 0, sizeof *s);
+  s->prefetch_l1 = settings->decode_prefetch_l1;
+  s->plan = fc_splitkv_make_plan(p);
+  bind_options(s, p);
   s->heads_per_tile = 1;
   s->head_groups = p->kv_heads;
 }
@@ -239,10 +245,55 @@ static void merge_tile(void *opaque, int64_t tile, const fc_team_view *team) {
 /* Bytes from offset up to the next 64-byte line. */
 static size_t line_up(size_t offset) { return (offset + 63) & ~(size_t)63; }
 
-flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
-                               fc_tile_kernel tile, void *args,
-                               fc_scratch_bytes_fn scratch) {
-  fc_runtime *runtime = env->runtime;
+/* Where every split-KV kernel's arguments keep the problem: after the
+ * shared part, as in fc_splitkv_args. */
+static const fc_problem **args_problem(fc_kernel_plan *plan) {
+  return (const fc_problem **)(void *)(plan->state +
+                                       offsetof(fc_splitkv_args, p));
+}
+
+/* Points the partial states and per-batch starts into the workspace,
+ * fills the starts, zeroes the merge counters, and sets the launches. */
+static void bind(fc_kernel_plan *plan, const fc_problem *p, void *workspace) {
+  fc_splitkv_shared *s = (fc_splitkv_shared *)(void *)plan->state;
+  bind_options(s, p);
+  *args_problem(plan) = p;
+  char *base = workspace;
+  s->partials = (float *)(void *)base;
+  s->tile_starts = (int64_t *)(void *)(base + s->starts_offset);
+  s->record_starts = s->tile_starts + p->batch + 1;
+  s->merge_starts = s->record_starts + p->batch + 1;
+  s->tile_starts[0] = s->record_starts[0] = s->merge_starts[0] = 0;
+  for (int64_t b = 0; b < p->batch; b++) {
+    const int64_t splits = splits_of_batch(s, b);
+    const int64_t slots = fc_splitkv_slots_of(s, b);
+    s->tile_starts[b + 1] = s->tile_starts[b] + splits * s->head_groups;
+    s->record_starts[b + 1] =
+        s->record_starts[b] + p->kv_heads * splits * slots;
+    s->merge_starts[b + 1] = s->merge_starts[b] + p->kv_heads * slots;
+  }
+  s->records_done = NULL;
+  if (s->merge_in_launch) {
+    s->records_done = (fc_atomic_int *)(void *)(base + s->counters_offset);
+    /* The launch publishes these to its threads. */
+    for (int64_t g = 0; g < s->groups; g++) atomic_init(&s->records_done[g], 0);
+  }
+  plan->main = (fc_launch){s->tile, plan->state, s->tiles, false, NULL};
+  plan->after = (fc_launch){merge_tile, s, s->merge_in_launch ? 0 : s->merges,
+                            false, NULL};
+}
+
+flashcpu_status fc_splitkv_plan_args(const fc_kernel_env *env,
+                                     fc_kernel_plan *plan, const void *args,
+                                     size_t size, fc_tile_kernel tile,
+                                     fc_scratch_bytes_fn scratch) {
+  if (size > sizeof plan->state)
+    return fc_kernel_fail(env, FLASHCPU_ERROR_INTERNAL,
+                          "kernel arguments of %zu bytes exceed the plan's %zu",
+                          size, sizeof plan->state);
+  memset(plan, 0, sizeof *plan);
+  memcpy(plan->state, args, size);
+  fc_splitkv_shared *s = (fc_splitkv_shared *)(void *)plan->state;
   const fc_problem *p = s->p;
   int64_t total_splits = 0, total_records = 0, total_merges = 0;
   int64_t most_splits = 1, most_group_records = 0;
@@ -259,7 +310,7 @@ flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
   /* Heads per tile: as many as keep TILES_PER_TEAM tiles for every team
    * (the largest divisor of kv_heads that does). How many a tile takes
    * never changes the math of a (kv head, split) state. */
-  const int64_t wanted = TILES_PER_TEAM * runtime->plan.team_count;
+  const int64_t wanted = TILES_PER_TEAM * env->runtime->plan.team_count;
   s->heads_per_tile = 1;
   for (int64_t g = p->kv_heads; g >= 1; g--) {
     if (p->kv_heads % g) continue;
@@ -269,58 +320,25 @@ flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
     }
   }
   s->head_groups = p->kv_heads / s->heads_per_tile;
-
-  const int64_t tiles = total_splits * s->head_groups;
-  const int64_t groups = p->batch * s->head_groups;
-  const int merge_in_launch = most_splits <= MERGE_IN_LAUNCH_MAX_SPLITS &&
-                              most_group_records <= INT32_MAX;
+  s->tile = tile;
+  s->tiles = total_splits * s->head_groups;
+  s->merges = total_merges;
+  s->groups = p->batch * s->head_groups;
+  s->merge_in_launch = most_splits <= MERGE_IN_LAUNCH_MAX_SPLITS &&
+                       most_group_records <= INT32_MAX;
   /* The workspace: records, then per-batch starts, then the counters. */
   const size_t record_bytes = (size_t)total_records *
                               (size_t)fc_state_floats(p->v_head_dim) *
                               sizeof(float);
-  const size_t starts_offset = line_up(record_bytes);
+  s->starts_offset = line_up(record_bytes);
   const size_t starts_bytes = 3 * (size_t)(p->batch + 1) * sizeof(int64_t);
-  const size_t counters_offset = line_up(starts_offset + starts_bytes);
-  const size_t workspace =
-      counters_offset +
-      (merge_in_launch ? (size_t)groups * sizeof(fc_atomic_int) : 0);
-  if (fc_runtime_reserve_call_workspace(runtime, workspace) != 0)
-    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                          "out of memory allocating %zu bytes for split-KV "
-                          "partial states",
-                          workspace);
-  char *base = runtime->call_workspace;
-  s->partials = (float *)base;
-  s->tile_starts = (int64_t *)(base + starts_offset);
-  s->record_starts = s->tile_starts + p->batch + 1;
-  s->merge_starts = s->record_starts + p->batch + 1;
-  s->tile_starts[0] = s->record_starts[0] = s->merge_starts[0] = 0;
-  for (int64_t b = 0; b < p->batch; b++) {
-    const int64_t splits = splits_of_batch(s, b);
-    const int64_t slots = fc_splitkv_slots_of(s, b);
-    s->tile_starts[b + 1] = s->tile_starts[b] + splits * s->head_groups;
-    s->record_starts[b + 1] =
-        s->record_starts[b] + p->kv_heads * splits * slots;
-    s->merge_starts[b + 1] = s->merge_starts[b] + p->kv_heads * slots;
-  }
-  s->records_done = NULL;
-  if (merge_in_launch) {
-    s->records_done = (fc_atomic_int *)(base + counters_offset);
-    /* The launch publishes these to its threads. */
-    for (int64_t g = 0; g < groups; g++) atomic_init(&s->records_done[g], 0);
-  }
-  flashcpu_status status = fc_kernel_reserve_scratch(env, scratch, args);
-  if (status == FLASHCPU_OK && env->reserve_only && env->reserved_tiles)
-    *env->reserved_tiles += tiles;
-  if (status != FLASHCPU_OK || env->reserve_only) return status;
-
-  fc_launch splits = {tile, args, tiles, false, NULL};
-  fc_launch merge = {merge_tile, s, total_merges, false, NULL};
-  if (fc_kernel_launch(env, &splits) != 0)
-    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                          "out of memory launching split-KV decode");
-  if (!merge_in_launch && fc_runtime_launch(runtime, &merge) != 0)
-    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                          "out of memory launching the split-KV merge");
+  s->counters_offset = line_up(s->starts_offset + starts_bytes);
+  plan->workspace_bytes =
+      s->counters_offset +
+      (s->merge_in_launch ? (size_t)s->groups * sizeof(fc_atomic_int) : 0);
+  plan->scratch_bytes =
+      fc_kernel_scratch_bytes(env->runtime, scratch, plan->state);
+  plan->tile_count = s->tiles;
+  plan->bind = bind;
   return FLASHCPU_OK;
 }

@@ -14,6 +14,7 @@
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
 #include "kernels/decode/decode_splitkv.h"
+#include "kernels/kernel_plan.h"
 #include "kernels/kernel_support.h"
 #include "runtime/runtime.h"
 
@@ -39,10 +40,16 @@ typedef struct fc_splitkv_shared {
   /* Merge in the split launch: records written per (batch, head group),
    * NULL where a merge launch follows instead. */
   fc_atomic_int *records_done;
+  /* The plan's launch shape and workspace layout (fc_splitkv_plan_args). */
+  fc_tile_kernel tile;
+  int64_t tiles, merges, groups;
+  int merge_in_launch;
+  size_t starts_offset, counters_offset;
 } fc_splitkv_shared;
 
 /* The plan, score factor and finishing work of p, the prefetch hint of
- * the settings (heads_per_tile and the workspace come with fc_splitkv_run). */
+ * the settings (heads_per_tile and the workspace come with
+ * fc_splitkv_plan_args). */
 void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
                             const fc_kernel_settings *settings);
 
@@ -160,14 +167,15 @@ void fc_splitkv_write_state(float *record, float m, float l, const float *o,
 void fc_splitkv_tile_written(const fc_splitkv_shared *s,
                              const fc_splitkv_tile *t, int written);
 
-/* Chooses heads per tile for the runtime's teams, reserves the partial
- * states and the kernel's team scratch (scratch(args, team size) is called
- * after s->heads_per_tile is set), runs `tile` over every (batch, head
- * group, split) with args, then the merge launch where one is needed.
- * OUT_OF_MEMORY (reason in env) before any output is written. With
- * env->reserve_only it reserves and returns. */
-flashcpu_status fc_splitkv_run(const fc_kernel_env *env, fc_splitkv_shared *s,
-                               fc_tile_kernel tile, void *args,
-                               fc_scratch_bytes_fn scratch);
+/* Plans a split-KV kernel from its arguments (size bytes; they start
+ * with an fc_splitkv_args' shared and p, and become the plan's state):
+ * heads per tile for the runtime's teams, the partial states' workspace,
+ * the team scratch (scratch(args, team size), called after heads_per_tile
+ * is set), `tile` over every (batch, head group, split), and the merge
+ * launch after it where the split launch cannot merge. */
+flashcpu_status fc_splitkv_plan_args(const fc_kernel_env *env,
+                                     fc_kernel_plan *plan, const void *args,
+                                     size_t size, fc_tile_kernel tile,
+                                     fc_scratch_bytes_fn scratch);
 
 #endif

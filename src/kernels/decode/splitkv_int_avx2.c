@@ -244,6 +244,7 @@ static bool int16_values(const fc_splitkv_rows *v, flashcpu_dtype dtype,
 
 /* The AVX2 split-KV kernel with these scores and values (registry row). */
 flashcpu_status fc_decode_splitkv_i16dot__avx2(const fc_kernel_env *env,
-                                               const fc_problem *p) {
-  return fc_splitkv_run_avx2_int(env, p, int16_scores, int16_values);
+                                               const fc_problem *p,
+                                               fc_kernel_plan *plan) {
+  return fc_splitkv_plan_avx2_int(env, p, plan, int16_scores, int16_values);
 }

@@ -71,6 +71,7 @@ static void bf16_scores(const fc_splitkv_rows *k, flashcpu_dtype k_dtype,
 
 /* The AVX-512 split-KV kernel with these scores (registry row). */
 flashcpu_status fc_decode_splitkv_bf16dot__avx512bf16(const fc_kernel_env *env,
-                                                      const fc_problem *p) {
-  return fc_splitkv_run_avx512(env, p, bf16_scores);
+                                                      const fc_problem *p,
+                                                      fc_kernel_plan *plan) {
+  return fc_splitkv_plan_avx512(env, p, plan, bf16_scores);
 }

@@ -88,7 +88,8 @@ static void int16_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
 /* The AVX-512 split-KV kernel with these scores and integer values
  * (registry row). */
 flashcpu_status fc_decode_splitkv_i16dot__avx512vnni(const fc_kernel_env *env,
-                                                     const fc_problem *p) {
-  return fc_splitkv_run_avx512_int(env, p, int16_scores,
-                                   fc_splitkv_values_i16dot__avx512vnni, 16383);
+                                                     const fc_problem *p,
+                                                     fc_kernel_plan *plan) {
+  return fc_splitkv_plan_avx512_int(
+      env, p, plan, int16_scores, fc_splitkv_values_i16dot__avx512vnni, 16383);
 }

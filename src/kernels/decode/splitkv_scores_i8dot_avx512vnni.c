@@ -90,7 +90,8 @@ static void byte_scores(const fc_splitkv_rows *k, flashcpu_dtype dtype,
 /* The AVX-512 split-KV kernel with these scores and integer values
  * (registry row). */
 flashcpu_status fc_decode_splitkv_i8dot__avx512vnni(const fc_kernel_env *env,
-                                                    const fc_problem *p) {
-  return fc_splitkv_run_avx512_int(env, p, byte_scores,
-                                   fc_splitkv_values_i8dot__avx512vnni, 127);
+                                                    const fc_problem *p,
+                                                    fc_kernel_plan *plan) {
+  return fc_splitkv_plan_avx512_int(env, p, plan, byte_scores,
+                                    fc_splitkv_values_i8dot__avx512vnni, 127);
 }

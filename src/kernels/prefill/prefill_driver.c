@@ -1,8 +1,10 @@
 #include "kernels/prefill/prefill_driver.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "common/mask.h"
+#include "common/math_constants.h"
 #include "common/score.h"
 #include "kernels/kernel_support.h"
 
@@ -58,68 +60,59 @@ fc_prefill_tile fc_prefill_locate(const fc_problem *p,
   return at;
 }
 
-/* What the launch's callbacks see: the kernel's own args behind them. */
-typedef struct prefill_launch_args {
-  const fc_problem *p;
-  const fc_prefill_plan *plan;
-  fc_tile_kernel kernel;
-  void *args;
-} prefill_launch_args;
-
-static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
-  const prefill_launch_args *launch = opaque;
-  launch->kernel(launch->args, tile, team);
-}
-
 /* Keys a tile's rows see: what the heaviest-first order sorts by. */
 static int64_t tile_weight(const void *opaque, int64_t tile) {
-  const prefill_launch_args *launch = opaque;
-  const fc_problem *p = launch->p;
-  const fc_prefill_tile at = fc_prefill_locate(p, launch->plan, tile);
+  const fc_prefill_args *a = opaque;
+  const fc_problem *p = a->p;
+  const fc_prefill_tile at = fc_prefill_locate(p, &a->plan, tile);
   int64_t kv_length = fc_problem_kv_length(p, at.b);
   fc_key_range first = fc_row_key_range(p, at.b, kv_length, at.row_begin);
   fc_key_range last = fc_row_key_range(p, at.b, kv_length, at.row_end - 1);
   return (last.end - first.begin) * (at.row_end - at.row_begin);
 }
 
-flashcpu_status fc_prefill_launch(const fc_kernel_env *env, const fc_problem *p,
-                                  fc_prefill_plan *plan, fc_tile_kernel kernel,
-                                  void *args) {
-  if (p->q_lens) { /* ragged: each batch's first tile (a plan's storage,
-                      else the workspace) */
+/* The call's problem and options, and the launch of its tiles. */
+static void bind(fc_kernel_plan *plan, const fc_problem *p, void *workspace) {
+  (void)workspace; /* prefill keeps everything in team scratch */
+  fc_prefill_args *a = (fc_prefill_args *)(void *)plan->state;
+  a->p = p;
+  a->plan.scores_final = fc_problem_scores_final(p);
+  a->plan.q_factor = a->plan.scores_final ? p->scale * FC_LOG2E_F : p->scale;
+  /* Masks that limit rows unevenly make tiles uneven: heaviest first. */
+  const bool uneven = p->causal || p->window_left >= 0 ||
+                      p->window_right >= 0 || p->kv_lengths || p->q_lens;
+  plan->main = (fc_launch){a->tile, plan->state, a->plan.tile_count, false,
+                           uneven ? tile_weight : NULL};
+  plan->after = (fc_launch){NULL, NULL, 0, false, NULL};
+}
+
+flashcpu_status fc_prefill_plan_args(const fc_kernel_env *env,
+                                     fc_kernel_plan *plan, const void *args,
+                                     size_t size, fc_scratch_bytes_fn scratch) {
+  if (size > sizeof plan->state)
+    return fc_kernel_fail(env, FLASHCPU_ERROR_INTERNAL,
+                          "kernel arguments of %zu bytes exceed the plan's %zu",
+                          size, sizeof plan->state);
+  memset(plan, 0, sizeof *plan);
+  memcpy(plan->state, args, size);
+  fc_prefill_args *a = (fc_prefill_args *)(void *)plan->state;
+  const fc_problem *p = a->p;
+  if (p->q_lens) { /* ragged: each batch's first tile, in the caller's room */
     int64_t *starts = p->tile_starts;
-    if (!starts) {
-      if (fc_runtime_reserve_call_workspace(
-              env->runtime, (size_t)(p->batch + 1) * sizeof(int64_t)) != 0)
-        return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                              "out of memory planning %lld batches",
-                              (long long)p->batch);
-      starts = env->runtime->call_workspace;
-    }
+    if (!starts)
+      return fc_kernel_fail(env, FLASHCPU_ERROR_INTERNAL,
+                            "a ragged batch without room for its tile starts");
     starts[0] = 0;
     for (int64_t b = 0; b < p->batch; b++)
-      starts[b + 1] = starts[b] + p->kv_heads * tiles_per_head_of(p, plan, b);
-    plan->tile_starts = starts;
-    plan->tile_count = starts[p->batch];
+      starts[b + 1] =
+          starts[b] + p->kv_heads * tiles_per_head_of(p, &a->plan, b);
+    a->plan.tile_starts = starts;
+    a->plan.tile_count = starts[p->batch];
   }
-  if (env->reserve_only && env->reserved_tiles)
-    *env->reserved_tiles += plan->tile_count;
-  if (env->reserve_only)
-    return fc_runtime_reserve_tile_order(env->runtime, plan->tile_count) == 0
-               ? FLASHCPU_OK
-               : fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                                "out of memory ordering %lld tiles",
-                                (long long)plan->tile_count);
-  prefill_launch_args launch_args = {p, plan, kernel, args};
-  /* Masks that limit rows unevenly make tiles uneven: heaviest first. */
-  bool uneven = p->causal || p->window_left >= 0 || p->window_right >= 0 ||
-                p->kv_lengths || p->q_lens;
-  fc_launch launch = {run_tile, &launch_args, plan->tile_count, false,
-                      uneven ? tile_weight : NULL};
-  if (fc_kernel_launch(env, &launch) != 0)
-    return fc_kernel_fail(env, FLASHCPU_ERROR_OUT_OF_MEMORY,
-                          "out of memory ordering %lld tiles",
-                          (long long)plan->tile_count);
+  plan->scratch_bytes =
+      fc_kernel_scratch_bytes(env->runtime, scratch, plan->state);
+  plan->tile_count = a->plan.tile_count;
+  plan->bind = bind;
   return FLASHCPU_OK;
 }
 
@@ -196,19 +189,21 @@ fc_prefill_scratch fc_prefill_carve(const fc_prefill_args *a,
   return s;
 }
 
-flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
-                               const fc_prefill_shape *shape,
-                               fc_tile_kernel tile) {
+flashcpu_status fc_prefill_plan_kernel(const fc_kernel_env *env,
+                                       const fc_problem *p,
+                                       const fc_prefill_shape *shape,
+                                       fc_tile_kernel tile,
+                                       fc_kernel_plan *plan) {
   fc_prefill_args a;
+  memset(&a, 0, sizeof a);
   a.p = p;
   a.row_to_f32 = env->row_to_f32;
   a.dequant_row = env->dequant_row;
   a.plan = fc_prefill_plan_tiles(p, shape, env->runtime->plan.team_count);
+  a.tile = tile;
   a.shape = *shape;
   a.blocks_per_tile = (a.plan.slots_per_tile + shape->slots - 1) / shape->slots;
   /* f32 V is read in place unless pages break its rows' fixed stride. */
   a.stage_v = p->v.dtype != FLASHCPU_DTYPE_F32 || p->v.pages != NULL;
-  flashcpu_status status = fc_kernel_reserve_scratch(env, scratch_for_team, &a);
-  if (status != FLASHCPU_OK) return status;
-  return fc_prefill_launch(env, p, &a.plan, tile, &a);
+  return fc_prefill_plan_args(env, plan, &a, sizeof a, scratch_for_team);
 }

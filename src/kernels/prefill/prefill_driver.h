@@ -15,6 +15,8 @@
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
 #include "kernels/kernel_env.h"
+#include "kernels/kernel_plan.h"
+#include "kernels/kernel_support.h"
 #include "runtime/launch.h"
 
 /* Keys per KV block of the register-blocked kernels: a multiple of every
@@ -29,7 +31,8 @@
 typedef struct fc_prefill_plan {
   int64_t rows_per_tile, tiles_per_head, tile_count;
   /* Ragged batches: batch b's tiles start at tile_starts[b] (set by the
-   * launch, in the call workspace); NULL: tiles_per_head for every batch. */
+   * plan, in the problem's tile_starts); NULL: tiles_per_head for every
+   * batch. */
   const int64_t *tile_starts;
   int64_t slots_per_tile; /* rows_per_tile x group */
   float q_factor;         /* applied to Q on load */
@@ -46,15 +49,6 @@ typedef struct fc_prefill_tile {
 /* Where tile index `tile` points: tiles run over (batch, kv head, rows). */
 fc_prefill_tile fc_prefill_locate(const fc_problem *p,
                                   const fc_prefill_plan *plan, int64_t tile);
-
-/* Runs kernel(args, tile, team) over the plan's tiles (for a ragged batch
- * it first sets the plan's tile_starts); heaviest first when masks make
- * tiles uneven. OUT_OF_MEMORY (reason in env) if the order cannot be
- * built. With env->reserve_only it reserves what the launch needs and
- * runs nothing. */
-flashcpu_status fc_prefill_launch(const fc_kernel_env *env, const fc_problem *p,
-                                  fc_prefill_plan *plan, fc_tile_kernel kernel,
-                                  void *args);
 
 /* ---- register-blocked kernels: slots in vector lanes -------------------- */
 
@@ -85,11 +79,13 @@ enum {
   FC_PREFILL_FLAG_STRIDE = 16  /* ints between per-rank flags (own line) */
 };
 
+/* A prefill kernel's arguments; the portable kernel uses the first five. */
 typedef struct fc_prefill_args {
   const fc_problem *p;
   const fc_row_to_f32_fn *row_to_f32;
   fc_dequant_row_fn dequant_row;
   fc_prefill_plan plan;
+  fc_tile_kernel tile; /* run on every tile */
   fc_prefill_shape shape;
   int64_t blocks_per_tile; /* register blocks of shape.slots per tile */
   bool stage_v; /* convert V blocks into scratch (K always is: panels) */
@@ -120,11 +116,22 @@ typedef struct fc_prefill_scratch {
 fc_prefill_scratch fc_prefill_carve(const fc_prefill_args *a,
                                     const fc_team_view *team);
 
-/* Plans p for the shape, reserves the teams' scratch and runs tile (given
- * an fc_prefill_args) over every tile. */
-flashcpu_status fc_prefill_run(const fc_kernel_env *env, const fc_problem *p,
-                               const fc_prefill_shape *shape,
-                               fc_tile_kernel tile);
+/* Plans a prefill kernel from its arguments (size bytes, which become the
+ * plan's state): tiles per the args' plan, a ragged batch's tile starts
+ * (in p->tile_starts, which it must have), the team scratch
+ * (scratch(args, team size)); the bind runs args->tile on every tile,
+ * heaviest first where masks make tiles uneven. */
+flashcpu_status fc_prefill_plan_args(const fc_kernel_env *env,
+                                     fc_kernel_plan *plan, const void *args,
+                                     size_t size, fc_scratch_bytes_fn scratch);
+
+/* Plans a register-blocked kernel of this shape whose tiles `tile` runs
+ * (given an fc_prefill_args). */
+flashcpu_status fc_prefill_plan_kernel(const fc_kernel_env *env,
+                                       const fc_problem *p,
+                                       const fc_prefill_shape *shape,
+                                       fc_tile_kernel tile,
+                                       fc_kernel_plan *plan);
 
 /* The slot's row and head; false for padding slots past the tile. Inline:
  * the mask loops call it per slot. */

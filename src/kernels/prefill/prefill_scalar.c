@@ -32,12 +32,8 @@ enum {
   REF_DOT_LANES = 8          /* independent partial sums: lets -O2 vectorise */
 };
 
-typedef struct ref_args {
-  const fc_problem *p;
-  const fc_row_to_f32_fn *row_to_f32;
-  fc_dequant_row_fn dequant_row;
-  fc_prefill_plan plan;
-} ref_args;
+/* The portable kernel reads the first fields of the drivers' arguments. */
+typedef fc_prefill_args ref_args;
 
 /* One team's scratch: shared K/V block, then each thread's slots. */
 typedef struct ref_workspace {
@@ -227,11 +223,13 @@ static void run_tile(void *opaque, int64_t tile, const fc_team_view *team) {
 }
 
 flashcpu_status fc_prefill__scalar(const fc_kernel_env *env,
-                                   const fc_problem *p) {
-  ref_args args = {p, env->row_to_f32, env->dequant_row,
-                   fc_prefill_plan_for(p, REF_ROWS_TIMES_HEADS)};
-  flashcpu_status status =
-      fc_kernel_reserve_scratch(env, scratch_for_team, &args);
-  if (status != FLASHCPU_OK) return status;
-  return fc_prefill_launch(env, p, &args.plan, run_tile, &args);
+                                   const fc_problem *p, fc_kernel_plan *plan) {
+  ref_args args;
+  memset(&args, 0, sizeof args);
+  args.p = p;
+  args.row_to_f32 = env->row_to_f32;
+  args.dequant_row = env->dequant_row;
+  args.plan = fc_prefill_plan_for(p, REF_ROWS_TIMES_HEADS);
+  args.tile = run_tile;
+  return fc_prefill_plan_args(env, plan, &args, sizeof args, scratch_for_team);
 }
