@@ -103,8 +103,13 @@ static int paged_step(flashcpu_context *ctx, int64_t page_size,
   batch.seq_lens_kv = seq_lens_kv;
   batch.block_table = block_table;
   batch.block_table_stride = max_pages;
+#if FLASHCPU_VERSION >= 300
+  const flashcpu_tree_mask tree = {tree_bits, ROWS, VERIFY_ROWS, 1, 0};
+  batch.tree_mask = &tree;
+#else
   batch.tree_bits = tree_bits;
   batch.tree_row_stride = 1;
+#endif
   batch.tree_num_keys = tree_num_keys;
 
   void *q = digest_fill(ROWS * Q_HEADS * DIM, FLASHCPU_DTYPE_BF16);

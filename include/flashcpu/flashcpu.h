@@ -583,6 +583,10 @@ FLASHCPU_API flashcpu_status flashcpu_attention(
  * (flashcpu_paged_kv_hnd), and K and V in one buffer (v = k + the K/V
  * stride). */
 typedef struct flashcpu_paged_kv {
+  /* sizeof(flashcpu_paged_kv) as the caller compiled it; set by
+   * flashcpu_paged_kv_nhd, flashcpu_paged_kv_hnd and
+   * flashcpu_paged_kv_init. */
+  size_t struct_size;
   void *k, *v; /* flashcpu_attention_paged reads; flashcpu_kv_append writes */
   flashcpu_dtype k_dtype, v_dtype; /* f32, f16, bf16 */
   int64_t num_pages, page_size;    /* pages in the pool; tokens per page */
@@ -594,6 +598,9 @@ typedef struct flashcpu_paged_kv {
    * scale 1. flashcpu_kv_append writes the per-token ones. */
   const flashcpu_kv_scales *k_scales, *v_scales;
 } flashcpu_paged_kv;
+
+/* Fills *kv with zeros and its struct_size. */
+FLASHCPU_API void flashcpu_paged_kv_init(flashcpu_paged_kv *kv);
 
 /* K and V pages [num_pages, page_size, kv_heads, head_dim] (NHD), two
  * buffers of one dtype. */
@@ -632,14 +639,14 @@ typedef struct flashcpu_batch {
    * do not decrease, and each request's range holds its pages. NULL: rows
    * of block_table_stride. */
   const int32_t *block_offsets;
-  /* Optional tree masks of speculative-verify requests. Request r with
-   * tree_num_keys[r] = n > 0 is masked as flashcpu_tree_mask says for
-   * num_keys = n (n <= S_r): key j >= S_r - n is visible to its row i
-   * only if bit (j - (S_r - n)) is set, bit t of packed row q being bit
-   * t % 64 of tree_bits[q * tree_row_stride + t / 64]. n = 0: no tree.
-   * tree_row_stride >= ceil(largest n / 64) words. NULL: no trees. */
-  const uint64_t *tree_bits;
-  int64_t tree_row_stride;
+  /* Optional tree masks of speculative-verify requests, in the type
+   * flashcpu_attention takes, over the T packed rows: num_rows >= T,
+   * batch_stride 0, num_keys >= every tree_num_keys[r]. Request r with
+   * tree_num_keys[r] = n > 0 (n <= S_r) is masked as flashcpu_tree_mask
+   * says for num_keys = n: key j >= S_r - n is visible to its packed row q
+   * only if bit (j - (S_r - n)) is set, bit t being bit t % 64 of
+   * bits[q * row_stride + t / 64]. n = 0: no tree. Both NULL: no trees. */
+  const flashcpu_tree_mask *tree_mask;
   const int32_t *tree_num_keys;
 } flashcpu_batch;
 

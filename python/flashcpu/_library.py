@@ -58,7 +58,7 @@ class AttentionParams(ctypes.Structure):
 
 
 class PagedKV(ctypes.Structure):
-    _fields_ = [("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
+    _fields_ = [("struct_size", ctypes.c_size_t), ("k", ctypes.c_void_p), ("v", ctypes.c_void_p),
                 ("k_dtype", ctypes.c_int), ("v_dtype", ctypes.c_int),
                 ("num_pages", ctypes.c_int64), ("page_size", ctypes.c_int64),
                 ("kv_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
@@ -71,8 +71,8 @@ class Batch(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("num_requests", ctypes.c_int64),
                 ("cu_seqlens_q", ctypes.c_void_p), ("seq_lens_kv", ctypes.c_void_p),
                 ("block_table", ctypes.c_void_p), ("block_table_stride", ctypes.c_int64),
-                ("block_offsets", ctypes.c_void_p), ("tree_bits", ctypes.c_void_p),
-                ("tree_row_stride", ctypes.c_int64), ("tree_num_keys", ctypes.c_void_p)]
+                ("block_offsets", ctypes.c_void_p),
+                ("tree_mask", ctypes.POINTER(TreeMask)), ("tree_num_keys", ctypes.c_void_p)]
 
 
 class KernelInfo(ctypes.Structure):

@@ -7,7 +7,7 @@ import itertools
 import weakref
 
 from . import _api, _arrays, _context, _quantized, errors
-from ._library import Batch, PagedKV as _PagedKVStruct
+from ._library import Batch, PagedKV as _PagedKVStruct, TreeMask
 
 _lib = None  # set by __init__
 
@@ -38,6 +38,7 @@ class PagedKV:
                 "INVALID_ARGUMENT", f"layout {layout!r}: expected \"nhd\" or \"hnd\"")
         self.layout = layout
         struct = _PagedKVStruct()
+        struct.struct_size = ctypes.sizeof(_PagedKVStruct)
         order = (0, 1, 2, 3) if layout == "nhd" else (0, 2, 1, 3)
         names = ("[num_pages, page_size, Hkv, D]" if layout == "nhd"
                  else "[num_pages, Hkv, page_size, D]")
@@ -250,11 +251,13 @@ class Plan:
                 raise errors.ShapeMismatchError(
                     "SHAPE_MISMATCH", f"tree_num_keys has {counts.shape[0]} entries; "
                     f"expected R = {requests}")
-            words, row_stride = _tree_words(tree_bits, int(cu.max()),
-                                            int(counts.max()) if requests else 0)
-            batch.tree_bits, batch.tree_row_stride = words.ctypes.data, row_stride
+            most = int(counts.max()) if requests else 0
+            words, row_stride = _tree_words(tree_bits, int(cu.max()), most)
+            tree = TreeMask(words.ctypes.data or ctypes.addressof(_arrays._EMPTY),
+                            int(cu.max()), most, row_stride, 0)
+            batch.tree_mask = ctypes.pointer(tree)
             batch.tree_num_keys = counts.ctypes.data
-            keep.extend((words, counts))
+            keep.extend((words, counts, tree))
         num_heads = _arrays.integer(num_heads, "num_heads", 0, _arrays.INT32_MAX)
         default = kv._struct.k_dtype if kv._struct.k_dtype in (_arrays.F32, _arrays.F16,
                                                                _arrays.BF16) else _arrays.F32

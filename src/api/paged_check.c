@@ -58,6 +58,12 @@ flashcpu_status fc_check_paged_kv(flashcpu_context *ctx, const char *call,
                                   fc_byte_span *scale_spans) {
   if (!kv)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, "%s: kv is NULL", call);
+  if (kv->struct_size != sizeof(flashcpu_paged_kv))
+    return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                   "%s: kv->struct_size is %zu, expected %zu (fill it with "
+                   "flashcpu_paged_kv_init, flashcpu_paged_kv_nhd or "
+                   "flashcpu_paged_kv_hnd)",
+                   call, kv->struct_size, sizeof(flashcpu_paged_kv));
   const struct {
     int64_t value;
     const char *name;

@@ -86,11 +86,17 @@ void flashcpu_attention_params_init(flashcpu_attention_params *params) {
   params->window_right = -1;
 }
 
+void flashcpu_paged_kv_init(flashcpu_paged_kv *kv) {
+  if (!kv) return;
+  memset(kv, 0, sizeof *kv);
+  kv->struct_size = sizeof *kv;
+}
+
 flashcpu_paged_kv flashcpu_paged_kv_nhd(void *k, void *v, flashcpu_dtype dtype,
                                         int64_t num_pages, int64_t page_size,
                                         int64_t kv_heads, int64_t head_dim) {
   flashcpu_paged_kv kv;
-  memset(&kv, 0, sizeof kv);
+  flashcpu_paged_kv_init(&kv);
   kv.k = k;
   kv.v = v;
   kv.k_dtype = kv.v_dtype = dtype;

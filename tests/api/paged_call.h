@@ -95,8 +95,8 @@ struct PagedCall {
     batch.seq_lens_kv = seq_lens_kv.data();
     batch.block_table = block_table.data();
     batch.block_table_stride = 3;
-    batch.tree_bits = tree_bits.data();
-    batch.tree_row_stride = 1;
+    tree = {tree_bits.data(), kTokens, 3, 1, 0};
+    batch.tree_mask = &tree;
     batch.tree_num_keys = tree_num_keys.data();
 
     flashcpu_attention_params_init(&params);
@@ -150,6 +150,7 @@ struct PagedCall {
       block_table{4, 1, 99, 0, 5, -7, 2, 99, 99}, block_offsets{0, 2, 4, 5},
       tree_num_keys{0, 3, 0};
   std::vector<uint64_t> tree_bits{~0ull, 0x5ull, 0x3ull, 0x7ull, ~0ull, ~0ull};
+  flashcpu_tree_mask tree; // over tree_bits: 3 keys, one word a row
   flashcpu_batch batch;
   int64_t q_heads = kQHeads;
   flashcpu_paged_kv kv;

@@ -135,18 +135,39 @@ std::vector<PlanErrorCase> PlanErrorCases() {
        [](PagedCall &c) { c.tree_num_keys[0] = -1; },
        kInvalid,
        {"tree_num_keys[0]"}},
-      {"tree_bits_without_tree_num_keys",
+      {"tree_mask_without_tree_num_keys",
        [](PagedCall &c) { c.batch.tree_num_keys = nullptr; },
        kNull,
-       {"tree_bits", "tree_num_keys"}},
-      {"tree_num_keys_without_tree_bits",
-       [](PagedCall &c) { c.batch.tree_bits = nullptr; },
+       {"tree_mask", "tree_num_keys"}},
+      {"tree_num_keys_without_tree_mask",
+       [](PagedCall &c) { c.batch.tree_mask = nullptr; },
        kNull,
-       {"tree_bits", "tree_num_keys"}},
+       {"tree_mask", "tree_num_keys"}},
       {"tree_row_stride_too_small",
-       [](PagedCall &c) { c.batch.tree_row_stride = 0; },
+       [](PagedCall &c) { c.tree.row_stride = 0; },
        kInvalid,
-       {"tree_row_stride"}},
+       {"tree_mask", "row_stride"}},
+      {"tree_num_keys_beyond_the_masks",
+       [](PagedCall &c) { c.tree.num_keys = 2; },
+       kInvalid,
+       {"tree_num_keys[1]", "tree_mask->num_keys"}},
+      {"tree_mask_rows_are_not_the_steps",
+       [](PagedCall &c) { c.tree.num_rows = PagedCall::kTokens - 1; },
+       kInvalid,
+       {"tree_mask", "num_rows"}},
+      {"tree_mask_with_a_batch_stride",
+       [](PagedCall &c) { c.tree.batch_stride = 1; },
+       kInvalid,
+       {"tree_mask", "batch_stride"}},
+      {"tree_mask_bits_null",
+       [](PagedCall &c) { c.tree.bits = nullptr; },
+       kNull,
+       {"tree_mask->bits"}},
+      // The cache description.
+      {"paged_kv_struct_size_unset",
+       [](PagedCall &c) { c.kv.struct_size = 0; },
+       kInvalid,
+       {"kv->struct_size", "flashcpu_paged_kv_init"}},
       // q_heads against the cache.
       {"q_heads_not_a_multiple",
        [](PagedCall &c) { c.q_heads = 3; },
@@ -284,7 +305,7 @@ TEST(PlanErrorsForcedKernel, SplitKvKernelRefusesRequestsOfMoreThan64Rows) {
   for (int32_t rows : {64, 65}) {
     call.cu_seqlens_q = {0, 1, 1 + rows, 3 + rows};
     call.seq_lens_kv = {5, 7, 2};
-    call.batch.tree_bits = nullptr;
+    call.batch.tree_mask = nullptr;
     call.batch.tree_num_keys = nullptr;
     flashcpu_plan *plan = nullptr;
     const flashcpu_status status =

@@ -39,7 +39,7 @@ TEST(PlanLifecycle, NumTokensIsTheLastCuSeqlen) {
   EXPECT_EQ(flashcpu_plan_num_tokens(call.plan), PagedCall::kTokens);
   // Requests of no rows, last and first, count nothing.
   call.cu_seqlens_q = {0, 0, 3, 3};
-  call.batch.tree_bits = nullptr;
+  call.batch.tree_mask = nullptr;
   call.batch.tree_num_keys = nullptr;
   ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(call.ctx);
   EXPECT_EQ(flashcpu_plan_num_tokens(call.plan), 3);
@@ -90,7 +90,7 @@ TEST(PlanLifecycle, DescribeNamesTheFamiliesItRuns) {
 
   // A step of decode rows only has no prefill part.
   call.cu_seqlens_q = {0, 1, 2, 3};
-  call.batch.tree_bits = nullptr;
+  call.batch.tree_mask = nullptr;
   call.batch.tree_num_keys = nullptr;
   ASSERT_EQ(call.CreatePlan(), FLASHCPU_OK) << flashcpu_last_error(context);
   const std::string decode_only = Describe(call.plan);
@@ -421,9 +421,25 @@ TEST(PagedKvHelpers, BatchInitZeroesAndSetsStructSize) {
   EXPECT_EQ(batch.block_table, nullptr);
   EXPECT_EQ(batch.block_table_stride, 0);
   EXPECT_EQ(batch.block_offsets, nullptr);
-  EXPECT_EQ(batch.tree_bits, nullptr);
-  EXPECT_EQ(batch.tree_row_stride, 0);
+  EXPECT_EQ(batch.tree_mask, nullptr);
   EXPECT_EQ(batch.tree_num_keys, nullptr);
+}
+
+TEST(PagedKvHelpers, PagedKvInitZeroesAndSetsStructSize) {
+  flashcpu_paged_kv kv;
+  std::memset(&kv, 0x5a, sizeof kv);
+  flashcpu_paged_kv_init(&kv);
+  EXPECT_EQ(kv.struct_size, sizeof(flashcpu_paged_kv));
+  EXPECT_EQ(kv.k, nullptr);
+  EXPECT_EQ(kv.num_pages, 0);
+  EXPECT_EQ(kv.k_scales, nullptr);
+  float k[1], v[1];
+  EXPECT_EQ(
+      flashcpu_paged_kv_nhd(k, v, FLASHCPU_DTYPE_F32, 1, 1, 1, 1).struct_size,
+      sizeof(flashcpu_paged_kv));
+  EXPECT_EQ(
+      flashcpu_paged_kv_hnd(k, v, FLASHCPU_DTYPE_F32, 1, 1, 1, 1).struct_size,
+      sizeof(flashcpu_paged_kv));
 }
 
 } // namespace

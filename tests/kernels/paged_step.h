@@ -614,8 +614,11 @@ private:
           if (rng.Chance(0.7)) word |= uint64_t{1} << bit;
       for (const Request &r : requests_)
         tree_keys_.push_back(static_cast<int32_t>(r.tree_keys));
-      batch_.tree_bits = tree_bits_.data();
-      batch_.tree_row_stride = tree_row_stride_;
+      int64_t most = 0;
+      for (const Request &r : requests_) most = std::max(most, r.tree_keys);
+      // In a vector: its element stays put when the step is moved.
+      tree_mask_.assign(1, {tree_bits_.data(), T_, most, tree_row_stride_, 0});
+      batch_.tree_mask = tree_mask_.data();
       batch_.tree_num_keys = tree_keys_.data();
     }
 
@@ -695,6 +698,7 @@ private:
   std::vector<Request> requests_;
   int64_t R_ = 0, T_ = 0, max_keys_ = 0;
   std::vector<int32_t> cu_, seq_lens_, table_, offsets_, tree_keys_;
+  std::vector<flashcpu_tree_mask> tree_mask_;
   int64_t table_stride_ = 0, tree_row_stride_ = 0, q_row_stride_ = 0;
   std::vector<double> q_values_;
   std::vector<std::vector<double>> k_values_, v_values_; // [R][S * Hkv * dim]

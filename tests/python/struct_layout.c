@@ -65,6 +65,7 @@
   F(flashcpu_attention_params, k_scales)                                       \
   F(flashcpu_attention_params, v_scales)                                       \
   S(flashcpu_paged_kv)                                                         \
+  F(flashcpu_paged_kv, struct_size)                                            \
   F(flashcpu_paged_kv, k)                                                      \
   F(flashcpu_paged_kv, v)                                                      \
   F(flashcpu_paged_kv, k_dtype)                                                \
@@ -86,8 +87,7 @@
   F(flashcpu_batch, block_table)                                               \
   F(flashcpu_batch, block_table_stride)                                        \
   F(flashcpu_batch, block_offsets)                                             \
-  F(flashcpu_batch, tree_bits)                                                 \
-  F(flashcpu_batch, tree_row_stride)                                           \
+  F(flashcpu_batch, tree_mask)                                                 \
   F(flashcpu_batch, tree_num_keys)
 
 #define PRINT_STRUCT(type) printf(#type " size %zu\n", sizeof(type));

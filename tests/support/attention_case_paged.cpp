@@ -85,7 +85,7 @@ AttentionCase::CheckPagedMatches(flashcpu_context *ctx) {
       }
     }
   flashcpu_paged_kv cache;
-  std::memset(&cache, 0, sizeof cache);
+  flashcpu_paged_kv_init(&cache);
   cache.k = kp.data;
   cache.v = vp.data;
   cache.k_dtype = k_dtype_;
@@ -123,6 +123,7 @@ AttentionCase::CheckPagedMatches(flashcpu_context *ctx) {
   // Tree masks: each request's rows, packed; the padding word comes along.
   std::vector<uint64_t> tree_bits;
   std::vector<int32_t> tree_num_keys;
+  flashcpu_tree_mask packed_tree = {};
   if (params_.tree_mask) {
     const int64_t words = tree_.row_stride;
     tree_bits.resize(static_cast<size_t>(std::max<int64_t>(T, 1) * words));
@@ -134,8 +135,8 @@ AttentionCase::CheckPagedMatches(flashcpu_context *ctx) {
                     static_cast<size_t>(words) * sizeof(uint64_t));
     tree_num_keys.assign(static_cast<size_t>(B),
                          static_cast<int32_t>(tree_.num_keys));
-    batch.tree_bits = tree_bits.data();
-    batch.tree_row_stride = words;
+    packed_tree = {tree_bits.data(), T, tree_.num_keys, words, 0};
+    batch.tree_mask = &packed_tree;
     batch.tree_num_keys = tree_num_keys.data();
   }
 

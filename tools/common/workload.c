@@ -280,7 +280,6 @@ static int build_tree(toolkit_workload *workload) {
         if (toolkit_tree_allows(row, key))
           bits[row * words + key / 64] |= 1ull << (key % 64);
   }
-  if (workload->spec.page_size > 0) return 0; /* the plan takes them */
   workload->tree = calloc(1, sizeof *workload->tree);
   if (!workload->tree) return -1;
   workload->tree->bits = workload->tree_bits;
@@ -288,6 +287,11 @@ static int build_tree(toolkit_workload *workload) {
   workload->tree->num_keys = rows;
   workload->tree->row_stride = words;
   workload->tree->batch_stride = rows * words;
+  if (workload->spec.page_size > 0) { /* the plan's: over the packed rows */
+    workload->tree->num_rows = requests * rows;
+    workload->tree->batch_stride = 0;
+    return 0;
+  }
   workload->params.tree_mask = workload->tree;
   return 0;
 }

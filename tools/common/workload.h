@@ -132,9 +132,11 @@ typedef struct toolkit_workload {
    * requests' call, chunk_params (no kv_lengths) for the chunk's. */
   flashcpu_attention_params params;
   flashcpu_attention_params chunk_params;
-  flashcpu_tree_mask *tree; /* params.tree_mask; NULL without one or paged */
+  /* params.tree_mask, or paged: flashcpu_batch.tree_mask over the packed
+   * rows; NULL without one. */
+  flashcpu_tree_mask *tree;
   /* The draft tree per packed row, [T][tree_row_stride] (contiguous: every
-   * batch's rows in turn; paged: flashcpu_batch.tree_bits). */
+   * batch's rows in turn). */
   uint64_t *tree_bits;
   int64_t tree_row_stride;
   int32_t *tree_num_keys; /* [R]: q_rows each (paged verify) */

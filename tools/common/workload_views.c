@@ -79,8 +79,7 @@ void toolkit_workload_paged(const toolkit_workload *workload, int layer,
   batch->block_table = workload->block_table;
   batch->block_table_stride = workload->block_table_stride;
   if (workload->tree_num_keys) {
-    batch->tree_bits = workload->tree_bits;
-    batch->tree_row_stride = workload->tree_row_stride;
+    batch->tree_mask = workload->tree;
     batch->tree_num_keys = workload->tree_num_keys;
   }
 }
