@@ -301,8 +301,10 @@ int main(void) {
   batch.seq_lens_kv = seq_lens_kv;
   batch.block_table = &block_table[0][0];
   batch.block_table_stride = MAX_PAGES;
-  batch.tree_bits = tree_bits;
-  batch.tree_row_stride = 1;
+  /* The verify request's tree over the packed rows: up to 64 draft keys,
+   * one word a row. */
+  const flashcpu_tree_mask tree = {tree_bits, tokens, 64, 1, 0};
+  batch.tree_mask = &tree;
   batch.tree_num_keys = tree_num_keys;
   /* One plan for the step: it checks and copies the batch, and serves
    * every layer. */
