@@ -326,6 +326,9 @@ typedef struct flashcpu_kernel_info {
    * kernels that round P to bf16 (their error bound is that of P in
    * bf16). */
   flashcpu_dtype weights_dtype;
+  /* 1 for a variant that only the setting `kernel` runs (the default
+   * choice passes over it), else 0. */
+  int forced_only;
 } flashcpu_kernel_info;
 
 /* Fills *info with zeros and its struct_size. */

@@ -291,7 +291,8 @@ def info():
                         "isa": _lib.flashcpu_isa_name(item.isa).decode(),
                         "runnable": bool(item.runnable),
                         "weights_dtype": {0: "f32", 1: "f16", 2: "bf16"}.get(
-                            item.weights_dtype, "unknown")})
+                            item.weights_dtype, "unknown"),
+                        "forced_only": bool(item.forced_only)})
         index += 1
     ctx = _context.default_context()
     return {"version": _lib.flashcpu_version_string().decode(),

@@ -79,7 +79,7 @@ class KernelInfo(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t),
                 ("name", ctypes.c_char_p), ("family", ctypes.c_char_p),
                 ("isa", ctypes.c_int), ("runnable", ctypes.c_int),
-                ("weights_dtype", ctypes.c_int)]
+                ("weights_dtype", ctypes.c_int), ("forced_only", ctypes.c_int)]
 
 
 FLAG_CAUSAL = 0x1

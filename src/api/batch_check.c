@@ -15,12 +15,13 @@ static int64_t pages_of(int64_t keys, int64_t page_size) {
 
 /* The tree masks: the contiguous call's type over the T packed rows, and
  * each request's count of tree keys. */
-static flashcpu_status check_trees(flashcpu_context *ctx,                                    const flashcpu_batch *batch) {
+static flashcpu_status check_trees(flashcpu_context *ctx,
+                                   const flashcpu_batch *batch) {
   const flashcpu_tree_mask *tree = batch->tree_mask;
   if (!tree != !batch->tree_num_keys)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER,
                    CALL ": batch->tree_mask and batch->tree_num_keys go "
-                   "together: one is NULL, the other is not");
+                        "together: one is NULL, the other is not");
   if (!tree) return FLASHCPU_OK;
   const int64_t T = batch->cu_seqlens_q[batch->num_requests];
   if (!tree->bits)
@@ -36,15 +37,15 @@ static flashcpu_status check_trees(flashcpu_context *ctx,                       
   if (tree->num_keys < 0 || tree->row_stride < (tree->num_keys + 63) / 64)
     return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
                    CALL ": batch->tree_mask has num_keys %lld and row_stride "
-                   "%lld words; it needs num_keys >= 0 and row_stride >= "
-                   "ceil(num_keys / 64)",
-                   (long long)tree->num_keys,
-                   (long long)tree->row_stride);
+                        "%lld words; it needs num_keys >= 0 and row_stride >= "
+                        "ceil(num_keys / 64)",
+                   (long long)tree->num_keys, (long long)tree->row_stride);
   for (int64_t r = 0; r < batch->num_requests; r++) {
     const int32_t n = batch->tree_num_keys[r];
     if (n < 0 || n > batch->seq_lens_kv[r] || n > tree->num_keys)
       return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
-                     CALL ": batch->tree_num_keys[%lld] is %d; it must be in "
+                     CALL
+                     ": batch->tree_num_keys[%lld] is %d; it must be in "
                      "[0, min(seq_lens_kv[%lld] = %d, tree_mask->num_keys = "
                      "%lld)]",
                      (long long)r, (int)n, (long long)r,
@@ -53,7 +54,8 @@ static flashcpu_status check_trees(flashcpu_context *ctx,                       
   return FLASHCPU_OK;
 }
 
-flashcpu_status fc_check_batch(flashcpu_context *ctx,                               const flashcpu_batch *batch,
+flashcpu_status fc_check_batch(flashcpu_context *ctx,
+                               const flashcpu_batch *batch,
                                const flashcpu_paged_kv *kv) {
   if (!batch)
     return fc_fail(ctx, FLASHCPU_ERROR_NULL_POINTER, CALL ": batch is NULL");

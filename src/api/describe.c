@@ -98,7 +98,9 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
   append(out, "kernels, in the order the choice tries them:\n");
   for (size_t i = 0; i < ctx->table.candidate_count; i++) {
     const fc_attention_kernel *k = ctx->table.candidates[i];
-    append(out, "  %s: %s%s\n", fc_kernel_family_name(k->family), k->name,
+    append(out, "  %s: %s%s%s\n", fc_kernel_family_name(k->family), k->name,
+           k->status == FC_ROW_FORCED_ONLY ? " (by the kernel setting only)"
+                                           : "",
            ctx->table.forced == k ? " (forced)" : "");
   }
   if (ctx->table.forced)

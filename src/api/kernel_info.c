@@ -31,6 +31,7 @@ int flashcpu_kernel_info_get(int index, flashcpu_kernel_info *info) {
   info->family = fc_kernel_family_name(k->family);
   info->isa = k->isa;
   info->weights_dtype = k->weights;
+  info->forced_only = k->status == FC_ROW_FORCED_ONLY;
   info->runnable =
       fc_isa_supported(cpu, k->isa) && fc_kernel_need_met(cpu, k->need);
   return 1;

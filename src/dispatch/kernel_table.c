@@ -84,6 +84,7 @@ const fc_attention_kernel *fc_kernel_table_choose(const fc_kernel_table *table,
   char passed[256] = "";
   for (size_t i = 0; i < table->candidate_count; i++) {
     const fc_attention_kernel *k = table->candidates[i];
+    if (k->status == FC_ROW_FORCED_ONLY) continue;
     bool ok = fc_kernel_takes(k, p, why, sizeof why) &&
               (!k->wanted || k->wanted(p, &table->settings, why, sizeof why));
     if (ok) {

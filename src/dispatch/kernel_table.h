@@ -22,7 +22,8 @@ typedef struct fc_kernel_table {
   const char *dequant_row_name;
   fc_merge_fn merge; /* flashcpu_merge_states */
   const char *merge_name;
-  /* The attention rows this ISA and CPU run, in the registry's order. */
+  /* The attention rows this ISA and CPU run, in the registry's order (the
+   * choice passes over the forced-only ones). */
   const fc_attention_kernel *candidates[FC_MAX_CANDIDATES];
   size_t candidate_count;
   const fc_attention_kernel *forced; /* NULL: choose per call */

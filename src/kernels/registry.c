@@ -7,9 +7,9 @@
 #include "kernels/decode/decode_splitkv.h"
 
 const fc_attention_kernel fc_attention_kernels[] = {
-#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,      \
-                            weights)                                           \
-  {#symbol, symbol, family, isa, cpu_need, takes, wanted, weights},
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, status, takes,      \
+                            wanted, weights)                                   \
+  {#symbol, symbol, family, isa, cpu_need, status, takes, wanted, weights},
 #include "kernels/kernels.inc"
 };
 const size_t fc_attention_kernel_count =
@@ -168,14 +168,6 @@ bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
   if (p->q_len <= s->splitkv_max_rows) return true;
   snprintf(why, size, "%lld rows > splitkv_max_rows %lld", (long long)p->q_len,
            (long long)s->splitkv_max_rows);
-  return false;
-}
-
-bool fc_wants_forced_only(const fc_problem *p, const fc_kernel_settings *s,
-                          char *why, size_t size) {
-  (void)p;
-  (void)s;
-  snprintf(why, size, "reached by the kernel option only");
   return false;
 }
 

@@ -27,6 +27,9 @@ typedef enum fc_cpu_need {
   FC_NEED_AMX_INT8  /* AMX-INT8 tiles granted by the OS, and AVX512-VNNI */
 } fc_cpu_need;
 
+/* Whether the choice considers a row (kernels.inc). */
+typedef enum fc_row_status { FC_ROW_CHOSEN, FC_ROW_FORCED_ONLY } fc_row_status;
+
 /* Whether a kernel can compute p; false with a short reason in why. */
 typedef bool (*fc_takes_fn)(const fc_problem *p, char *why, size_t size);
 /* Whether the settings choose the kernel for p by default (p is one it
@@ -41,6 +44,7 @@ typedef struct fc_attention_kernel {
   fc_kernel_family family;
   flashcpu_isa isa;
   fc_cpu_need need;
+  fc_row_status status;
   fc_takes_fn takes;      /* NULL: every problem */
   fc_wanted_fn wanted;    /* NULL: every problem it takes */
   flashcpu_dtype weights; /* P's dtype in O += P V */
@@ -105,9 +109,6 @@ bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size);
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
                       char *why, size_t size);
-/* Never by default: a row that runs only where the kernel option names it. */
-bool fc_wants_forced_only(const fc_problem *p, const fc_kernel_settings *s,
-                          char *why, size_t size);
 bool fc_wants_splitkv_bf16_dot(const fc_problem *p, const fc_kernel_settings *s,
                                char *why, size_t size);
 /* Decode shapes with two chunks or more per kv head (q_len x group >= 8,
@@ -121,8 +122,8 @@ bool fc_wants_prefill_amx(const fc_problem *p, const fc_kernel_settings *s,
                           char *why, size_t size);
 
 /* The prototypes of every row's symbol. */
-#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, takes, wanted,      \
-                            weights)                                           \
+#define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, status, takes,      \
+                            wanted, weights)                                   \
   flashcpu_status symbol(const fc_kernel_env *env, const fc_problem *p,        \
                          fc_kernel_plan *plan);
 #define FC_MERGE_KERNEL(symbol, isa)                                           \

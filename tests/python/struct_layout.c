@@ -29,6 +29,7 @@
   F(flashcpu_kernel_info, isa)                                                 \
   F(flashcpu_kernel_info, runnable)                                            \
   F(flashcpu_kernel_info, weights_dtype)                                       \
+  F(flashcpu_kernel_info, forced_only)                                         \
   S(flashcpu_tensor)                                                           \
   F(flashcpu_tensor, data)                                                     \
   F(flashcpu_tensor, dtype)                                                    \

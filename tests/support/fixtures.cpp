@@ -97,8 +97,9 @@ std::vector<DescribedKernel> DescribedKernels(const flashcpu_context *ctx) {
     if (colon == std::string::npos) break;
     DescribedKernel k{line.substr(2, colon - 2), line.substr(colon + 2)};
     if (k.family == "merge" || k.family == "every call") break;
-    const size_t forced = k.name.find(" (forced)");
-    if (forced != std::string::npos) k.name.resize(forced);
+    // " (forced)", " (by the kernel setting only)": notes after the name
+    const size_t note = k.name.find(" (");
+    if (note != std::string::npos) k.name.resize(note);
     kernels.push_back(k);
   }
   return kernels;
