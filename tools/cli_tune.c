@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cli_tune_blocking.h"
 #include "cli_tune_teams.h"
 #include "common/cpu_info.h"
 #include "common/timer.h"
@@ -126,6 +127,8 @@ static void print_help(FILE *stream) {
       "                     the cores of an L2, or 2, 4, 8 or all cores of an\n"
       "                     L3 (where these differ), in turns with the "
       "default\n"
+      "  prefill_tile_slots the prefill kernel's query slots per tile: half,\n"
+      "                     the same as or twice its registry row's\n"
       "on the llama3-8b shape (GQA 32/8, head_dim 128), bf16, with the KV "
       "caches\n"
       "rotated past the last-level cache. Progress goes to stderr, the "
@@ -352,7 +355,8 @@ static void report_sweep(report *r, const sweep *s,
 /* The report as the file's comments ("# " before each line). */
 static bool write_file(const char *path, const report *r, const sweep *sweeps,
                        int count, const unit_race *race,
-                       const cli_team_race *teams) {
+                       const cli_team_race *teams,
+                       const cli_blocking_race *blocking) {
   char temporary[4096];
   snprintf(temporary, sizeof temporary, "%s.tmp", path);
   FILE *file = fopen(temporary, "w");
@@ -376,6 +380,9 @@ static bool write_file(const char *path, const report *r, const sweep *sweeps,
     fprintf(file, "team_level = %s\nmax_team_size = %d\n",
             cli_team_level_word(teams->shapes[teams->winner].level),
             teams->shapes[teams->winner].max_team_size);
+  if (blocking->ran && blocking->winner != 1)
+    fprintf(file, "prefill_tile_slots = %lld\n",
+            (long long)blocking->slots[blocking->winner]);
   bool ok = ferror(file) == 0;
   ok = fclose(file) == 0 && ok;
   if (ok) ok = rename(temporary, path) == 0;
@@ -510,6 +517,21 @@ static void report_teams(report *r, const cli_team_race *teams) {
   }
 }
 
+static void report_blocking(report *r, const cli_blocking_race *b) {
+  if (!b->ran) return;
+  say(r, "\nprefill_tile_slots = %lld%s\n", (long long)b->slots[b->winner],
+      b->winner == 1 ? " (the row's: not written)" : "");
+  say(r,
+      "  %s; time over the row's %lld slots per tile, median of per-turn "
+      "ratios,\n  bf16 prefill L = S = %lld causal (a value wins below "
+      "%.2f):\n",
+      b->kernel, (long long)b->row_slots, (long long)b->prefill_length,
+      CLI_BLOCKING_WIN_BELOW);
+  for (int i = 0; i < CLI_TILE_SLOT_CANDIDATES; i++)
+    say(r, "    %5lld slots  %6.3f%s\n", (long long)b->slots[i], b->ratios[i],
+        i == b->winner ? "  <- chosen" : "");
+}
+
 static void set_sweep(sweep *s, const char *key, kernel a, kernel b, char axis,
                       int64_t batch, int64_t rows, int64_t kv,
                       const int64_t *values, int count) {
@@ -568,6 +590,7 @@ int cli_tune(int argc, char **argv) {
   unit_race race;
   memset(&race, 0, sizeof race);
   cli_team_race teams;
+  cli_blocking_race blocking = {.ran = false, .winner = 1};
   memset(&teams, 0, sizeof teams);
   if (exit_code == CLI_EXIT_OK) {
     toolkit_cpu_info info;
@@ -641,13 +664,20 @@ int cli_tune(int argc, char **argv) {
       fprintf(stderr, "team shapes ...\n");
       if (cli_tune_team_race(&spec, &teams) != 0) exit_code = CLI_EXIT_FAILURE;
       report_teams(&r, &teams);
+      fprintf(stderr, "prefill tile slots ...\n");
+      if (exit_code == CLI_EXIT_OK &&
+          cli_tune_blocking_race(preset, options.quick, spec.settings,
+                                 &blocking) != 0)
+        exit_code = CLI_EXIT_FAILURE;
+      report_blocking(&r, &blocking);
     }
   }
   for (int k = 0; k < KERNEL_COUNT; k++) flashcpu_context_destroy(contexts[k]);
 
   if (exit_code == CLI_EXIT_OK) {
     fputs(r.text, stdout);
-    if (!write_file(options.out, &r, sweeps, sweep_count, &race, &teams)) {
+    if (!write_file(options.out, &r, sweeps, sweep_count, &race, &teams,
+                    &blocking)) {
       fprintf(stderr, "flashcpu tune: cannot write %s\n", options.out);
       exit_code = CLI_EXIT_FAILURE;
     }

@@ -39,6 +39,7 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   fc_kernel_plan plan;
   fc_kernel_plan *plans[1] = {&plan};
   const fc_problem *problems[1] = {&problem};
+  env.tile_slots = fc_kernel_tile_slots(kernel, env.settings);
   status = kernel->plan(&env, &problem, &plan);
   if (status == FLASHCPU_OK &&
       fc_plans_reserve(&ctx->runtime, plans, 1, true, kernel_reason,

@@ -294,6 +294,7 @@ fc_kernel_env fc_context_kernel_env(flashcpu_context *ctx, char *reason,
                        ctx->table.row_to_f32,
                        ctx->table.dequant_row,
                        &ctx->table.settings,
+                       0,
                        reason,
                        reason_size};
   if (reason_size) reason[0] = '\0';

@@ -98,7 +98,12 @@ static void describe_kernels(const flashcpu_context *ctx, text *out) {
   append(out, "kernels, in the order the choice tries them:\n");
   for (size_t i = 0; i < ctx->table.candidate_count; i++) {
     const fc_attention_kernel *k = ctx->table.candidates[i];
-    append(out, "  %s: %s%s%s\n", fc_kernel_family_name(k->family), k->name,
+    char blocking[48] = "";
+    if (k->family == FC_FAMILY_PREFILL)
+      snprintf(blocking, sizeof blocking, " (tile slots %lld)",
+               (long long)fc_kernel_tile_slots(k, &ctx->table.settings));
+    append(out, "  %s: %s%s%s%s\n", fc_kernel_family_name(k->family), k->name,
+           blocking,
            k->status == FC_ROW_FORCED_ONLY ? " (by the kernel setting only)"
                                            : "",
            ctx->table.forced == k ? " (forced)" : "");

@@ -207,6 +207,7 @@ static flashcpu_status plan_parts(flashcpu_context *ctx, flashcpu_plan *plan,
                      fc_kernel_family_name(part->family),
                      kernel ? kernel->name : "no kernel", reason);
     fc_kernel_env env = fc_context_kernel_env(ctx, reason, sizeof reason);
+    env.tile_slots = fc_kernel_tile_slots(kernel, env.settings);
     flashcpu_status status = kernel->plan(&env, p, &plan->kernel_plans[i]);
     if (status != FLASHCPU_OK)
       return fc_fail(ctx, status, CALL ": %s: %s", kernel->name,

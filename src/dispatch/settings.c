@@ -71,9 +71,11 @@ static long long count_in(const char *text, size_t length, long long most) {
 }
 
 static const char *const key_names[FC_KEY_COUNT] = {
-    "splitkv_max_rows", "launch",          "prefill_bf16_dot",
-    "prefill_amx",      "decode_bf16_dot", "decode_prefetch",
-    "kernel",           "team_level",      "max_team_size"};
+    "splitkv_max_rows", "launch",
+    "prefill_bf16_dot", "prefill_amx",
+    "decode_bf16_dot",  "decode_prefetch",
+    "kernel",           "team_level",
+    "max_team_size",    "prefill_tile_slots"};
 
 const char *fc_setting_key_name(fc_setting_key key) {
   return key >= 0 && key < FC_KEY_COUNT ? key_names[key] : "?";
@@ -178,13 +180,23 @@ int fc_settings_set(fc_settings *s, const fc_cpu_features *cpu, const char *key,
                                shown, value, FC_SETTINGS_MAX_TEAM_SIZE);
     s->max_team_size = (int)number;
     return found;
+  case FC_KEY_PREFILL_TILE_SLOTS:
+    if ((number = count_in(value, value_length, FC_SETTINGS_MAX_TILE_SLOTS)) <
+            0 ||
+        (number > 0 && number < 16))
+      return fc_settings_error(error, error_size,
+                               "prefill_tile_slots = \"%.*s\": expected 0 "
+                               "(each kernel's own) or 16 to %d",
+                               shown, value, FC_SETTINGS_MAX_TILE_SLOTS);
+    s->kernel.prefill_tile_slots = number;
+    return found;
   default: {
     const int key_shown = key_length > 64 ? 64 : (int)key_length;
     return fc_settings_error(error, error_size,
                              "unknown key \"%.*s\" (known: splitkv_max_rows, "
                              "launch, prefill_bf16_dot, prefill_amx, "
                              "decode_bf16_dot, decode_prefetch, kernel, "
-                             "team_level, max_team_size)",
+                             "team_level, max_team_size, prefill_tile_slots)",
                              key_shown, key);
   }
   }
@@ -195,7 +207,7 @@ void fc_settings_describe(const fc_settings *s, char *text, size_t size) {
   snprintf(text, size,
            "splitkv_max_rows=%lld launch=%s prefill_bf16_dot=%s "
            "prefill_amx=%s decode_bf16_dot=%s decode_prefetch=%s kernel=%s "
-           "team_level=%s max_team_size=%d",
+           "team_level=%s max_team_size=%d prefill_tile_slots=%lld",
            (long long)s->kernel.splitkv_max_rows,
            s->launch == FC_LAUNCH_POOL ? "pool" : "region",
            s->kernel.prefill_bf16_dot ? "on" : "off",
@@ -204,5 +216,5 @@ void fc_settings_describe(const fc_settings *s, char *text, size_t size) {
            s->kernel.decode_prefetch_l1 ? "l1" : "l2",
            s->forced_kernel[0] ? s->forced_kernel : "auto",
            level >= 0 && level <= FLASHCPU_TEAM_NUMA ? team_words[level] : "?",
-           s->max_team_size);
+           s->max_team_size, (long long)s->kernel.prefill_tile_slots);
 }

@@ -10,7 +10,9 @@
  *   decode_prefetch   auto | l1 | l2
  *   kernel            an attention kernel's name (kernels.inc), or auto
  *   team_level        auto | core | l2 | l3 | numa
- *   max_team_size     0 (no limit) .. FC_SETTINGS_MAX_TEAM_SIZE */
+ *   max_team_size     0 (no limit) .. FC_SETTINGS_MAX_TEAM_SIZE
+ *   prefill_tile_slots 0 (each row's) or 16 .. FC_SETTINGS_MAX_TILE_SLOTS:
+ *                     query slots per prefill tile */
 #ifndef FLASHCPU_DISPATCH_SETTINGS_H
 #define FLASHCPU_DISPATCH_SETTINGS_H
 
@@ -23,7 +25,11 @@
 
 /* Longest kernel name a setting holds; the largest max_team_size a tune
  * file may give. */
-enum { FC_KERNEL_NAME_MAX = 96, FC_SETTINGS_MAX_TEAM_SIZE = 4096 };
+enum {
+  FC_KERNEL_NAME_MAX = 96,
+  FC_SETTINGS_MAX_TEAM_SIZE = 4096,
+  FC_SETTINGS_MAX_TILE_SLOTS = 8192
+};
 
 typedef struct fc_settings {
   fc_kernel_settings kernel;
@@ -52,6 +58,7 @@ typedef enum fc_setting_key {
   FC_KEY_KERNEL,
   FC_KEY_TEAM_LEVEL,
   FC_KEY_MAX_TEAM_SIZE,
+  FC_KEY_PREFILL_TILE_SLOTS,
   FC_KEY_COUNT
 } fc_setting_key;
 

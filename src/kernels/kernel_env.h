@@ -19,11 +19,13 @@
  * context options): which kernel a problem takes and how it streams. None
  * changes what a kernel computes for a given split plan. */
 typedef struct fc_kernel_settings {
-  int64_t splitkv_max_rows; /* split-KV for up to this many query rows */
-  bool prefill_bf16_dot;    /* bf16 prefill by AVX512-BF16 dot products */
-  bool prefill_amx;         /* bf16 prefill on AMX tiles */
-  bool decode_bf16_dot;     /* bf16 q/K split-KV scores by dot products */
-  bool decode_prefetch_l1;  /* split-KV prefetches the next block into L1 */
+  int64_t splitkv_max_rows;   /* split-KV for up to this many query rows */
+  bool prefill_bf16_dot;      /* bf16 prefill by AVX512-BF16 dot products */
+  bool prefill_amx;           /* bf16 prefill on AMX tiles */
+  bool decode_bf16_dot;       /* bf16 q/K split-KV scores by dot products */
+  bool decode_prefetch_l1;    /* split-KV prefetches the next block into L1 */
+  int64_t prefill_tile_slots; /* query slots per prefill tile (0: the
+                                 row's own) */
 } fc_kernel_settings;
 
 typedef struct fc_kernel_env {
@@ -31,6 +33,9 @@ typedef struct fc_kernel_env {
   const fc_row_to_f32_fn *row_to_f32; /* [3], indexed by flashcpu_dtype */
   fc_dequant_row_fn dequant_row;      /* quantized K/V rows */
   const fc_kernel_settings *settings;
+  /* The chosen row's blocking, with the settings' overrides: query slots
+   * per prefill tile (the K/V staging is amortised over them). */
+  int64_t tile_slots;
   char *reason; /* out: why the kernel returned an error */
   size_t reason_size;
 } fc_kernel_env;

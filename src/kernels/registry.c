@@ -8,8 +8,9 @@
 
 const fc_attention_kernel fc_attention_kernels[] = {
 #define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, status, takes,      \
-                            wanted, weights)                                   \
-  {#symbol, symbol, family, isa, cpu_need, status, takes, wanted, weights},
+                            wanted, weights, tile_slots)                       \
+  {#symbol, symbol, family, isa,     cpu_need,                                 \
+   status,  takes,  wanted, weights, tile_slots},
 #include "kernels/kernels.inc"
 };
 const size_t fc_attention_kernel_count =
@@ -45,6 +46,11 @@ const fc_attention_kernel *fc_attention_kernel_find(const char *name) {
 
 const char *fc_kernel_family_name(fc_kernel_family family) {
   return family == FC_FAMILY_SPLITKV ? "split-KV decode" : "prefill";
+}
+
+int64_t fc_kernel_tile_slots(const fc_attention_kernel *kernel,
+                             const fc_kernel_settings *s) {
+  return s->prefill_tile_slots > 0 ? s->prefill_tile_slots : kernel->tile_slots;
 }
 
 bool fc_kernel_takes(const fc_attention_kernel *kernel, const fc_problem *p,

@@ -48,6 +48,7 @@ typedef struct fc_attention_kernel {
   fc_takes_fn takes;      /* NULL: every problem */
   fc_wanted_fn wanted;    /* NULL: every problem it takes */
   flashcpu_dtype weights; /* P's dtype in O += P V */
+  int64_t tile_slots;     /* prefill blocking: query slots per tile */
 } fc_attention_kernel;
 
 typedef flashcpu_status (*fc_merge_fn)(const fc_kernel_env *env,
@@ -86,6 +87,10 @@ extern const size_t fc_row_converter_count;
 const fc_attention_kernel *fc_attention_kernel_find(const char *name);
 /* "split-KV decode" or "prefill". */
 const char *fc_kernel_family_name(fc_kernel_family family);
+/* The query slots per prefill tile the kernel runs with under settings s:
+ * the setting prefill_tile_slots where given, else the row's. */
+int64_t fc_kernel_tile_slots(const fc_attention_kernel *kernel,
+                             const fc_kernel_settings *s);
 /* Whether a kernel can compute p: its takes() (reason in why). */
 bool fc_kernel_takes(const fc_attention_kernel *kernel, const fc_problem *p,
                      char *why, size_t size);
@@ -123,7 +128,7 @@ bool fc_wants_prefill_amx(const fc_problem *p, const fc_kernel_settings *s,
 
 /* The prototypes of every row's symbol. */
 #define FC_ATTENTION_KERNEL(symbol, family, isa, cpu_need, status, takes,      \
-                            wanted, weights)                                   \
+                            wanted, weights, tile_slots)                       \
   flashcpu_status symbol(const fc_kernel_env *env, const fc_problem *p,        \
                          fc_kernel_plan *plan);
 #define FC_MERGE_KERNEL(symbol, isa)                                           \

@@ -52,12 +52,12 @@ std::string KernelFor(flashcpu_context *ctx, int64_t rows, flashcpu_dtype q_t,
             values[static_cast<size_t>(i) % values.size()]);
   std::vector<unsigned char> kv(values.size() * 4);
   std::vector<float> scales(static_cast<size_t>(kKeys * kHkv));
-  flashcpu_kv_scales kv_scales = {scales.data(), F32,
-                                  {kKeys * kHkv, kHkv, 1, 0}, nullptr};
+  flashcpu_kv_scales kv_scales = {
+      scales.data(), F32, {kKeys * kHkv, kHkv, 1, 0}, nullptr};
   const flashcpu_tensor source =
       flashcpu_tensor_bshd(values.data(), F32, 1, kKeys, kHkv, kDim);
-  flashcpu_tensor k = flashcpu_tensor_bshd(kv.data(), kv_t, 1, kKeys, kHkv,
-                                           kDim);
+  flashcpu_tensor k =
+      flashcpu_tensor_bshd(kv.data(), kv_t, 1, kKeys, kHkv, kDim);
   flashcpu_attention_params params;
   flashcpu_attention_params_init(&params);
   if (kv_t == I8 || kv_t == E4M3) {
@@ -128,7 +128,9 @@ TEST(RowStatus, TheKernelSettingReachesForcedOnlyRows) {
     ASSERT_TRUE(ctx.ok()) << flashcpu_last_error(nullptr);
     std::string ran;
     for (const auto &d : {std::pair<flashcpu_dtype, flashcpu_dtype>{BF16, I8},
-                          {F32, I8}, {BF16, E4M3}, {BF16, BF16}}) {
+                          {F32, I8},
+                          {BF16, E4M3},
+                          {BF16, BF16}}) {
       flashcpu_context *c = ctx;
       ScopedEnv quiet("FLASHCPU_VERBOSE", nullptr);
       // A forced row refuses what it cannot take: try the next dtypes.

@@ -63,6 +63,7 @@ std::vector<OneSetting> EverySetting() {
        amd ? "l1" : "l2"},
       {"team_level", "auto", "l3", "core"},
       {"max_team_size", "0", "2", "3"},
+      {"prefill_tile_slots", "0", "384", "64"},
   };
 }
 

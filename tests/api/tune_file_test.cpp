@@ -29,7 +29,7 @@ std::string DefaultSettings() {
                      "decode_bf16_dot=") +
          (amd && CpuHasFeature("avx512_bf16") ? "on" : "off") +
          " decode_prefetch=" + (amd ? "l1" : "l2") +
-         " kernel=auto team_level=auto max_team_size=0";
+         " kernel=auto team_level=auto max_team_size=0 prefill_tile_slots=0";
 }
 
 // The whole settings line of ctx.
@@ -112,17 +112,31 @@ struct KeyValue {
   const char *key, *value, *shown; // shown: the settings line's value
 };
 const KeyValue kEveryValue[] = {
-    {"splitkv_max_rows", "0", "0"},     {"splitkv_max_rows", "64", "64"},
-    {"splitkv_max_rows", "16", "16"},   {"launch", "pool", "pool"},
-    {"launch", "region", "region"},     {"prefill_bf16_dot", "on", "on"},
-    {"prefill_bf16_dot", "off", "off"}, {"prefill_amx", "off", "off"},
-    {"prefill_amx", "on", "on"},        {"decode_bf16_dot", "on", "on"},
-    {"decode_bf16_dot", "off", "off"},  {"decode_prefetch", "l1", "l1"},
-    {"decode_prefetch", "l2", "l2"},    {"kernel", "auto", "auto"},
-    {"team_level", "auto", "auto"},     {"team_level", "core", "core"},
-    {"team_level", "l2", "l2"},         {"team_level", "l3", "l3"},
-    {"team_level", "numa", "numa"},     {"max_team_size", "0", "0"},
-    {"max_team_size", "2", "2"},        {"max_team_size", "4096", "4096"},
+    {"splitkv_max_rows", "0", "0"},
+    {"splitkv_max_rows", "64", "64"},
+    {"splitkv_max_rows", "16", "16"},
+    {"launch", "pool", "pool"},
+    {"launch", "region", "region"},
+    {"prefill_bf16_dot", "on", "on"},
+    {"prefill_bf16_dot", "off", "off"},
+    {"prefill_amx", "off", "off"},
+    {"prefill_amx", "on", "on"},
+    {"decode_bf16_dot", "on", "on"},
+    {"decode_bf16_dot", "off", "off"},
+    {"decode_prefetch", "l1", "l1"},
+    {"decode_prefetch", "l2", "l2"},
+    {"kernel", "auto", "auto"},
+    {"team_level", "auto", "auto"},
+    {"team_level", "core", "core"},
+    {"team_level", "l2", "l2"},
+    {"team_level", "l3", "l3"},
+    {"team_level", "numa", "numa"},
+    {"max_team_size", "0", "0"},
+    {"max_team_size", "2", "2"},
+    {"max_team_size", "4096", "4096"},
+    {"prefill_tile_slots", "0", "0"},
+    {"prefill_tile_slots", "16", "16"},
+    {"prefill_tile_slots", "8192", "8192"},
 };
 
 TEST_F(TuneFile, ReadsEveryKeyAndValue) {
@@ -285,6 +299,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadFile{"MaxTeamSizeNegative",
                 "flashcpu-tune 2\nmax_team_size = -2\n",
                 {":2:", "max_team_size", "0 (no limit)"}},
+        BadFile{"TileSlotsBelow16",
+                "flashcpu-tune 2\nprefill_tile_slots = 8\n",
+                {":2:", "prefill_tile_slots", "16 to 8192"}},
+        BadFile{"TileSlotsTooLarge",
+                "flashcpu-tune 2\nprefill_tile_slots = 8193\n",
+                {":2:", "prefill_tile_slots", "16 to 8192"}},
         BadFile{"MaxTeamSizeNotANumber",
                 "flashcpu-tune 2\nmax_team_size = two\n",
                 {":2:", "\"two\""}},

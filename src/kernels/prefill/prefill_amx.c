@@ -24,14 +24,7 @@
 #define FC_AMX_WEIGH_KEYS 4
 #endif
 #define PF_WEIGH_KEYS FC_AMX_WEIGH_KEYS
-/* 768 slots per tile (192 rows of a 4-head group), four times the
- * driver's, fewer where a problem has few tiles (prefill_tile_size.c): the
- * staging of each K/V block into tiles and its row fetches were a sixth of
- * this kernel's time at 192 and 11% at 384 (perf on an Intel Xeon). */
-#ifndef FC_AMX_TILE_SLOTS
-#define FC_AMX_TILE_SLOTS 768
-#endif
-#define PF_TILE_SLOTS FC_AMX_TILE_SLOTS
+/* Slots per tile: the row's (kernels.inc). */
 #define PF_AMX 1
 #define PF_NAME(what) fc_bf16_prefill_##what##_32x32__amxbf16
 #define PF_KERNEL fc_prefill_amx_32x32__amxbf16

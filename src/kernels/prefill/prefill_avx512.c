@@ -9,13 +9,6 @@
 #define PF_PV_COLUMNS 12
 #define PF_NAME(what) fc_f32_prefill_##what##_12x32__avx512
 #define PF_KERNEL fc_prefill_12x32__avx512
-/* 768 slots per tile (fewer where a problem has few tiles,
- * prefill_tile_size.c): the K panels and V checks of each block are amortised
- * over 192 rows of a 4-head group; 7-10% faster than 192 slots at 1 thread
- * on an Intel Xeon (docs/performance.md). */
-#ifndef FC_F32_TILE_SLOTS
-#define FC_F32_TILE_SLOTS 768
-#endif
-#define PF_TILE_SLOTS FC_F32_TILE_SLOTS
+/* Slots per tile: the row's (kernels.inc). */
 
 #include "kernels/prefill/prefill_tile.inc"

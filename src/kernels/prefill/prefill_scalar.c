@@ -229,7 +229,8 @@ flashcpu_status fc_prefill__scalar(const fc_kernel_env *env,
   args.p = p;
   args.row_to_f32 = env->row_to_f32;
   args.dequant_row = env->dequant_row;
-  args.plan = fc_prefill_plan_for(p, REF_ROWS_TIMES_HEADS);
+  args.plan = fc_prefill_plan_for(
+      p, env->tile_slots > 0 ? env->tile_slots : REF_ROWS_TIMES_HEADS);
   args.tile = run_tile;
   return fc_prefill_plan_args(env, plan, &args, sizeof args, scratch_for_team);
 }
