@@ -1,5 +1,5 @@
-/* What the AVX-512 integer scores (splitkv_scores_avx512vnni.c and
- * splitkv_scores_i8dot_avx512vnni.c) do the same way after their dot
+/* What the AVX-512 integer scores (decode_splitkv_i16dot__avx512vnni.c and
+ * decode_splitkv_i8dot__avx512vnni.c) do the same way after their dot
  * products: a block's exact int32 sums to the chunk's f32 scores. Include
  * in a TU built with AVX-512 flags. */
 #ifndef FLASHCPU_KERNELS_DECODE_SPLITKV_INT_SCORES_AVX512_H

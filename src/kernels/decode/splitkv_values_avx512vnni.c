@@ -1,6 +1,6 @@
 /* Split-KV decode values from an I8 or U8 V cache by AVX512-VNNI integer
  * dot products (VPDPWSSD), for the chunks whose scores are integer ones
- * too (splitkv_scores_avx512vnni.c). Per slot and block, the weights times
+ * too (decode_splitkv_i16dot__avx512vnni.c). Per slot and block, the weights times
  * their row's scale are rounded to int16 against the block's largest
  * (a step of at most 2^-16 of it: far below V's own 8-bit rounding); two
  * keys' codes, widened to int16 and interleaved, meet a broadcast pair of

@@ -1,6 +1,6 @@
 /* Split-KV decode values from an I8 or U8 V cache by AVX512-VNNI byte dot
  * products (VPDPBUSD), for the chunks whose scores are byte ones too
- * (splitkv_scores_i8dot_avx512vnni.c). Per slot and block, the weights
+ * (decode_splitkv_i8dot__avx512vnni.c). Per slot and block, the weights
  * times their row's scale are rounded to 8 bits against the block's
  * largest (codes 0..255: a step of 1/255 of it); four keys' codes,
  * interleaved byte by byte, meet a broadcast quad of weights, so one

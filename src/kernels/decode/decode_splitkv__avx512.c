@@ -12,7 +12,7 @@
  * in that even/odd order per 32 elements and put back in order when the partial
  * state is written. With bf16 q and K, where the kernel table chose them,
  * the scores come from VDPBF16PS on the raw rows instead
- * (splitkv_scores_avx512bf16.c, registry row
+ * (decode_splitkv_bf16dot__avx512bf16.c, registry row
  * fc_decode_splitkv_bf16dot__avx512bf16). Softmax: the chunk's 4 slots go
  * through max, shift and sums as vectors (vector exp2, log2 domain), l
  * kept as 16 lanes per slot and summed once per split. Values: 64 output
@@ -123,7 +123,7 @@ chunk_scores(const fc_splitkv_rows *k_rows, flashcpu_dtype dtype, int mode,
     for (int i = 0; i < CHUNK * KEYS_PER_GROUP; i++)
       acc[i] = _mm512_setzero_ps();
     /* The group's rows and scales in locals, as the integer scores keep
-     * theirs (splitkv_scores_avx512vnni.c). */
+     * theirs (decode_splitkv_i16dot__avx512vnni.c). */
     const char *rows[KEYS_PER_GROUP];
     float scales[KEYS_PER_GROUP], zeros[KEYS_PER_GROUP];
     for (int j = 0; j < KEYS_PER_GROUP; j++) {
