@@ -40,8 +40,8 @@ int cli_tune_blocking_race(const toolkit_preset *preset, bool quick,
   *race = (cli_blocking_race){.ran = false, .winner = 1};
   race->prefill_length = quick ? 1024 : 2048;
   toolkit_workload_spec spec = toolkit_workload_spec_make(
-      preset, TOOLKIT_PHASE_PREFILL, race->prefill_length,
-      race->prefill_length, FLASHCPU_DTYPE_BF16);
+      preset, TOOLKIT_PHASE_PREFILL, race->prefill_length, race->prefill_length,
+      FLASHCPU_DTYPE_BF16);
   spec.layers = 1;
   toolkit_workload workload;
   char error[256];

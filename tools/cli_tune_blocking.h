@@ -14,11 +14,11 @@ enum { CLI_TILE_SLOT_CANDIDATES = 3 };
 
 typedef struct cli_blocking_race {
   bool ran;
-  char kernel[96];      /* the prefill kernel the race ran */
-  int64_t row_slots;    /* its row's slots per tile */
+  char kernel[96];   /* the prefill kernel the race ran */
+  int64_t row_slots; /* its row's slots per tile */
   int64_t slots[CLI_TILE_SLOT_CANDIDATES];
   double ratios[CLI_TILE_SLOT_CANDIDATES]; /* median time over the row's */
-  int winner;           /* index into slots; the row's value is index 1 */
+  int winner; /* index into slots; the row's value is index 1 */
   int64_t prefill_length;
 } cli_blocking_race;
 

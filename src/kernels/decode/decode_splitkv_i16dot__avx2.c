@@ -1,7 +1,7 @@
 /* Split-KV decode from I8 and U8 K/V caches by AVX2 integer dot products
  * (VPMADDWD: 16 int16 pairs into 8 int32 sums), the AVX2 counterpart of
- * decode_splitkv_i16dot__avx512vnni.c and splitkv_values_avx512vnni.c, with their
- * rounding: q as 15-bit integers per row (the driver's round_q), each
+ * decode_splitkv_i16dot__avx512vnni.c and splitkv_values_avx512vnni.c, with
+ * their rounding: q as 15-bit integers per row (the driver's round_q), each
  * slot's block of weights times the rows' scales as int16 against the
  * block's largest. On AVX2 the f32 path is bound by its multiplies (two
  * FMA pipes: 4 slots x 128 elements x 2 products per key and kv head, plus

@@ -1,14 +1,13 @@
 /* Split-KV decode values from an I8 or U8 V cache by AVX512-VNNI integer
  * dot products (VPDPWSSD), for the chunks whose scores are integer ones
- * too (decode_splitkv_i16dot__avx512vnni.c). Per slot and block, the weights times
- * their row's scale are rounded to int16 against the block's largest
- * (a step of at most 2^-16 of it: far below V's own 8-bit rounding); two
- * keys' codes, widened to int16 and interleaved, meet a broadcast pair of
- * weights, so one instruction does 2 keys x 16 columns. Per key and 32
- * columns that is 2 widening and interleaving steps and 4 dot products
- * per 4 slots, against 6 conversions and 8 FMAs on the f32 path. The
- * block's int32 sums go to o once: o = alpha o + step (sum - sum_j code_j
- * zero_j). */
+ * too (decode_splitkv_i16dot__avx512vnni.c). Per slot and block, the weights
+ * times their row's scale are rounded to int16 against the block's largest (a
+ * step of at most 2^-16 of it: far below V's own 8-bit rounding); two keys'
+ * codes, widened to int16 and interleaved, meet a broadcast pair of weights, so
+ * one instruction does 2 keys x 16 columns. Per key and 32 columns that is 2
+ * widening and interleaving steps and 4 dot products per 4 slots, against 6
+ * conversions and 8 FMAs on the f32 path. The block's int32 sums go to o once:
+ * o = alpha o + step (sum - sum_j code_j zero_j). */
 #include <float.h>
 
 #include "kernels/decode/decode_splitkv.h"
