@@ -2,7 +2,7 @@
 
 import ctypes
 
-from . import _arrays, _context, _quantized, errors
+from . import _arrays, _context, _model_call, _quantized, errors
 from ._library import AdditiveMask, AttentionParams, FLAG_CAUSAL, KernelInfo, Tensor
 
 _lib = None  # set by __init__
@@ -197,10 +197,15 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
 
     The GIL is released during the computation. On error a flashcpu.Error
     subclass is raised and out is left untouched."""
+    ctx = _context.resolve(context)
+    if (out is not None and not return_lse and kv_lengths is None and additive_mask is None
+            and tree_mask is None and sinks is None and alibi_slopes is None
+            and _model_call.attention_into(q, k, v, out, layout, causal, window, softcap,
+                                           scale, ctx)):
+        return out
     if layout not in ("bshd", "bhsd"):
         raise errors.InvalidArgumentError("INVALID_ARGUMENT",
                                           f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
-    ctx = _context.resolve(context)
     qv = _arrays.view(q, layout, "q")
     quantized = (_quantized.is_quantized(k), _quantized.is_quantized(v))
     plain = (kv_lengths is None and additive_mask is None and tree_mask is None and

@@ -140,7 +140,8 @@ class Context:
         return buffer.value.decode(errors="replace")
 
     def close(self):
-        if self._ctx is not None:
+        # getattr: __init__ may have raised before setting it
+        if getattr(self, "_ctx", None) is not None:
             _lib.flashcpu_context_destroy(self._ctx)
             self._ctx = None
 

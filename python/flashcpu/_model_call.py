@@ -82,3 +82,61 @@ def attention(q, k, v, causal, window, softcap, scale):
     finally:
         _packs.append(pack)
     return out
+
+
+def _geometry(x, written):
+    """(code, shape, strides, address) of a 4-dim torch CPU tensor or numpy
+    array (writable where written) of a float dtype read as it is, its last
+    dim contiguous and its address not NULL; None for anything else."""
+    kind = _arrays._KINDS.get(type(x))
+    if kind == "torch":
+        code = _arrays.torch_float_code(x.dtype)
+        if code is None or not x.is_cpu:
+            return None
+        shape, strides, address = x.shape, x.stride(), x.data_ptr()
+    elif kind == "numpy" and type(x) is not _arrays.bf16:
+        code = _arrays.numpy_float_code(x.dtype)
+        if code is None or (written and not x.flags.writeable):
+            return None
+        size = x.itemsize
+        shape, address = x.shape, x.__array_interface__["data"][0]
+        strides = [s // size for s in x.strides]
+        if any(s % size for s in x.strides):
+            return None
+    else:
+        return None
+    if len(shape) != 4 or not address or (strides[3] != 1 and shape[3] > 1):
+        return None
+    return code, shape, strides, address
+
+
+def attention_into(q, k, v, out, layout, causal, window, softcap, scale, ctx):
+    """flashcpu.attention's common call (no arrays among the options, out
+    given, no lse) in few Python steps: True when it ran, False where
+    anything is out of the ordinary (the caller then takes the general
+    path, which says what is wrong). The library checks every argument as
+    on any call."""
+    if not _USABLE or layout not in ("bshd", "bhsd"):
+        return False
+    views = [_geometry(q, False), _geometry(k, False), _geometry(v, False),
+             _geometry(out, True)]
+    if None in views:
+        return False
+    shared = _api.plain_params_address(causal, window, softcap, scale)
+    if shared is None:
+        return False
+    fields = []
+    for code, shape, strides, address in views:
+        if layout == "bshd":
+            fields += (address, code, shape[0], shape[1], shape[2], shape[3],
+                       strides[0], strides[1], strides[2], 1)
+        else:
+            fields += (address, code, shape[0], shape[2], shape[1], shape[3],
+                       strides[0], strides[2], strides[1], 1)
+    buffer, address = pack = _take_pack()
+    try:
+        _FOUR.pack_into(buffer, 0, *fields)
+        run_packed(ctx.handle, address, shared[1])
+    finally:
+        _packs.append(pack)
+    return True

@@ -397,3 +397,29 @@ def test_options_of_one_call_do_not_reach_the_next():
         check(out, lse, *reference.attention(q, k, v, **options))
     with pytest.raises(flashcpu.InvalidArgumentError):
         flashcpu.attention(q, k, v, window=(1, 2, 3))
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_call_with_out_gives_the_bytes_of_the_general_path(layout, dtype):
+    """attention(..., out=...) without array options takes a short path
+    (the views packed in one step): the bytes of the general path, and the
+    library's errors with nothing written."""
+    rng = np.random.default_rng(8)
+    shape_q = (2, 3, 8, 32) if layout == "bshd" else (2, 8, 3, 32)
+    shape_kv = (2, 40, 2, 32) if layout == "bshd" else (2, 2, 40, 32)
+    q = rng.standard_normal(shape_q).astype(dtype)
+    k = rng.standard_normal(shape_kv).astype(dtype)
+    v = rng.standard_normal(shape_kv).astype(dtype)
+    general = flashcpu.attention(q, k, v, causal=True, softcap=30.0, layout=layout)
+    out = np.full_like(general, np.nan)
+    assert flashcpu.attention(q, k, v, causal=True, softcap=30.0, layout=layout,
+                              out=out) is out
+    assert np.array_equal(out, general)
+    # 3 kv heads: not a divisor of 8 query heads
+    bad_k = (np.concatenate([k, k[:, :, :1]], axis=2) if layout == "bshd"
+             else np.concatenate([k, k[:, :1]], axis=1))
+    out[...] = 7
+    with pytest.raises(flashcpu.ShapeMismatchError):
+        flashcpu.attention(q, bad_k, v, layout=layout, out=out)
+    assert np.all(out == 7)
