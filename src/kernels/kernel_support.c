@@ -20,6 +20,18 @@ flashcpu_status fc_kernel_fail(const fc_kernel_env *env, flashcpu_status status,
   return status;
 }
 
+flashcpu_status fc_kernel_plan_start(const fc_kernel_env *env,
+                                     fc_kernel_plan *plan, const void *args,
+                                     size_t size) {
+  if (size > sizeof plan->state)
+    return fc_kernel_fail(env, FLASHCPU_ERROR_INTERNAL,
+                          "kernel arguments of %zu bytes exceed the plan's %zu",
+                          size, sizeof plan->state);
+  memset(plan, 0, sizeof *plan);
+  memcpy(plan->state, args, size);
+  return FLASHCPU_OK;
+}
+
 size_t fc_kernel_scratch_bytes(const fc_runtime *runtime,
                                fc_scratch_bytes_fn bytes_for,
                                const void *args) {

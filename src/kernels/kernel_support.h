@@ -12,6 +12,13 @@
 #include "common/problem.h"
 #include "flashcpu/flashcpu.h"
 #include "kernels/kernel_env.h"
+#include "kernels/kernel_plan.h"
+
+/* Clears plan and copies a kernel's arguments (size bytes) in as its
+ * state; INTERNAL (reason in env) where they do not fit. */
+flashcpu_status fc_kernel_plan_start(const fc_kernel_env *env,
+                                     fc_kernel_plan *plan, const void *args,
+                                     size_t size);
 
 /* Bytes of scratch a team of team_size threads needs for this kernel. */
 typedef size_t (*fc_scratch_bytes_fn)(const void *args, int team_size);

@@ -287,12 +287,8 @@ flashcpu_status fc_splitkv_plan_args(const fc_kernel_env *env,
                                      fc_kernel_plan *plan, const void *args,
                                      size_t size, fc_tile_kernel tile,
                                      fc_scratch_bytes_fn scratch) {
-  if (size > sizeof plan->state)
-    return fc_kernel_fail(env, FLASHCPU_ERROR_INTERNAL,
-                          "kernel arguments of %zu bytes exceed the plan's %zu",
-                          size, sizeof plan->state);
-  memset(plan, 0, sizeof *plan);
-  memcpy(plan->state, args, size);
+  const flashcpu_status status = fc_kernel_plan_start(env, plan, args, size);
+  if (status != FLASHCPU_OK) return status;
   fc_splitkv_shared *s = (fc_splitkv_shared *)(void *)plan->state;
   const fc_problem *p = s->p;
   int64_t total_splits = 0, total_records = 0, total_merges = 0;

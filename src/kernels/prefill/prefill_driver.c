@@ -89,12 +89,8 @@ static void bind(fc_kernel_plan *plan, const fc_problem *p, void *workspace) {
 flashcpu_status fc_prefill_plan_args(const fc_kernel_env *env,
                                      fc_kernel_plan *plan, const void *args,
                                      size_t size, fc_scratch_bytes_fn scratch) {
-  if (size > sizeof plan->state)
-    return fc_kernel_fail(env, FLASHCPU_ERROR_INTERNAL,
-                          "kernel arguments of %zu bytes exceed the plan's %zu",
-                          size, sizeof plan->state);
-  memset(plan, 0, sizeof *plan);
-  memcpy(plan->state, args, size);
+  const flashcpu_status status = fc_kernel_plan_start(env, plan, args, size);
+  if (status != FLASHCPU_OK) return status;
   fc_prefill_args *a = (fc_prefill_args *)(void *)plan->state;
   const fc_problem *p = a->p;
   if (p->q_lens) { /* ragged: each batch's first tile, in the caller's room */
