@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """What the Python package adds to a call: a llama3-8b-shaped bf16 decode
 (32 query heads, 8 KV heads, head_dim 128, one query row, [B, H, S, D] as
-transformers passes them) timed four ways in one torch process:
+transformers passes them) timed five ways in one torch process, at --kv
+keys and on a 1-key cache (the floor, where the call's own work is least):
   library call      flashcpu_attention through ctypes, arguments prepared once
-  attention         flashcpu.attention
+  attention out=    flashcpu.attention(..., out=out): an engine loop's call
+  attention         flashcpu.attention, a new output each call
   backend           flashcpu.transformers.attention_forward (what a model calls)
   sdpa              transformers' sdpa_attention_forward, for comparison
-Medians of --calls calls, --rounds rounds. The calls run back to back, so
-the caches are warm: inside a model's generate() each Python step costs
-more (tools/hf_generate_compare.py's "decode call us").
+and, at --kv, the library call and attention out= right after a torch bf16
+matmul (the call a model makes after its projections), over the same call
+alone. Medians of --calls calls, --rounds rounds. The calls run back to
+back, so the caches are warm: inside a model's generate() each Python step
+costs more (tools/hf_generate_compare.py's "decode call us").
 
   python3 tools/python_call_overhead.py --kv 1024
   python3 tools/python_call_overhead.py --package OLD/python   # another version
@@ -43,15 +47,38 @@ def main():
     from flashcpu import _api, _arrays, _context
 
     torch.manual_seed(0)
+    ctx = _context.default_context()
+    print(f"{ctx}, torch {torch.__version__}, flashcpu {flashcpu.__version__} "
+          f"from {os.path.dirname(flashcpu.__file__)}")
+    floors = measure(args, 1, torch, flashcpu, backend, sdpa_attention_forward, _api,
+                     _arrays, ctx)
+    report(args, 1, floors)
+    medians = measure(args, args.kv, torch, flashcpu, backend, sdpa_attention_forward, _api,
+                      _arrays, ctx)
+    report(args, args.kv, medians)
+    lib, fast = (statistics.median(medians[n]) for n in ("library call", "attention out="))
+    floor_lib, floor_fast = (statistics.median(floors[n])
+                             for n in ("library call", "attention out="))
+    print(f"  package over C: floor {floor_fast - floor_lib:+.1f} us, "
+          f"kv {args.kv} {fast / lib:.3f}x")
+    for name in ("library call", "attention out="):
+        alone = statistics.median(medians[name])
+        after = statistics.median(medians[name + " after matmul"])
+        print(f"  {name} after a torch matmul: {after:.1f} us, {after / alone:.3f}x alone")
+
+
+def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _arrays,
+            ctx):
     q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16)
-    k = torch.randn(1, 8, args.kv, 128, dtype=torch.bfloat16)
-    v = torch.randn(1, 8, args.kv, 128, dtype=torch.bfloat16)
+    k = torch.randn(1, 8, kv, 128, dtype=torch.bfloat16)
+    v = torch.randn(1, 8, kv, 128, dtype=torch.bfloat16)
     out = torch.empty_like(q)
+    a = torch.randn(4096, 4096, dtype=torch.bfloat16)
+    b = torch.randn(4096, 256, dtype=torch.bfloat16)
 
     class Module:  # what the attention functions read from a layer
         is_causal, num_key_value_groups, training = True, 4, False
 
-    ctx = _context.default_context()
     if hasattr(_api, "plain_params"):
         params = _api.plain_params(True, (-1, -1), 0.0, None)
     else:  # a version before prepared params
@@ -62,31 +89,49 @@ def main():
     pointers = [ctypes.byref(x) for x in views]
 
     def library_call():
-        _context.check(_api._lib.flashcpu_attention(ctx.handle, *pointers, None,
-                                                    ctypes.byref(params)), ctx.handle)
+        _context_check(_api, ctx, _api._lib.flashcpu_attention(
+            ctx.handle, *pointers, None, ctypes.byref(params)))
+
+    def attention_out():
+        flashcpu.attention(q, k, v, causal=True, layout="bhsd", out=out)
 
     cases = {
-        "library call": library_call,
-        "attention": lambda: flashcpu.attention(q, k, v, causal=True, layout="bhsd"),
-        "backend": lambda: backend.attention_forward(Module, q, k, v, None),
-        "sdpa": lambda: sdpa_attention_forward(Module, q, k, v, None, is_causal=True),
+        "library call": (library_call, None),
+        "attention out=": (attention_out, None),
+        "attention": (lambda: flashcpu.attention(q, k, v, causal=True, layout="bhsd"), None),
+        "backend": (lambda: backend.attention_forward(Module, q, k, v, None), None),
+        "sdpa": (lambda: sdpa_attention_forward(Module, q, k, v, None, is_causal=True),
+                 None),
     }
+    if kv > 1:
+        cases["library call after matmul"] = (library_call, lambda: torch.mm(a, b))
+        cases["attention out= after matmul"] = (attention_out, lambda: torch.mm(a, b))
     medians = {name: [] for name in cases}
     for _ in range(args.rounds):
-        for name, call in cases.items():
-            for _ in range(50):
+        for name, (call, before) in cases.items():
+            for _ in range(20):
                 call()
             times = []
-            for _ in range(args.calls):
+            for _ in range(args.calls if before is None else args.calls // 4):
+                if before is not None:
+                    before()
                 start = time.perf_counter()
                 call()
                 times.append(time.perf_counter() - start)
             medians[name].append(1e6 * statistics.median(times))
-    print(f"kv {args.kv}, {ctx}, torch {torch.__version__}, flashcpu {flashcpu.__version__} "
-          f"from {os.path.dirname(flashcpu.__file__)}")
+    return medians
+
+
+def _context_check(_api, ctx, status):
+    if status:
+        raise RuntimeError(f"flashcpu_attention: status {status}")
+
+
+def report(args, kv, medians):
+    print(f"kv {kv}:")
     for name, values in medians.items():
-        print(f"  {name:13s} " + " / ".join(f"{x:.1f}" for x in values) +
-              f" us (medians of {args.calls} calls, {args.rounds} rounds)")
+        print(f"  {name:27s} " + " / ".join(f"{x:.1f}" for x in values) +
+              f" us (medians, {args.rounds} rounds)")
 
 
 if __name__ == "__main__":
