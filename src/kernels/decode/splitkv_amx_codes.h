@@ -1,7 +1,7 @@
-/* Integer codes for the AMX-INT8 decode kernel (decode_splitkv_amxint8.c):
- * f32 rounded to 15-bit codes, a code split into two signed bytes, and
- * byte rows interleaved by 4 keys as the tiles' B operands take them.
- * Include in a TU built with AVX-512 flags. */
+/* Integer codes for the AMX-INT8 decode kernel
+ * (decode_splitkv_amx__amxint8.c): f32 rounded to 15-bit codes, a code
+ * split into two signed bytes, and byte rows interleaved by 4 keys as the
+ * tiles' B operands take them. Include in a TU built with AVX-512 flags. */
 #ifndef FLASHCPU_KERNELS_DECODE_SPLITKV_AMX_CODES_H
 #define FLASHCPU_KERNELS_DECODE_SPLITKV_AMX_CODES_H
 

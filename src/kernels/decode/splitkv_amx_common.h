@@ -1,5 +1,5 @@
 /* What the AMX decode driver (splitkv_amx_driver.inc) and its kernels
- * (decode_splitkv_amx*.c) share around their passes: the scratch's
+ * (decode_splitkv_amx__*.c) share around their passes: the scratch's
  * 64-byte pieces, one tile configuration at a time, a thread's share of a
  * tile's chunks, a block's scores finished, a slot's softmax over the
  * whole split at once (its max is known before any weight: no rescaling),
