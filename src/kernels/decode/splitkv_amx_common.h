@@ -1,9 +1,10 @@
-/* What the AMX decode kernels (decode_splitkv_amx*.c) do the same way
- * around their passes: their scratch's 64-byte pieces, one tile
- * configuration at a time, a thread's share of a tile's chunks, a slot's
- * softmax over the whole split at once (its max is known before any
- * weight: no rescaling), and the slot's partial state written at the end.
- * Include in a TU built with AVX-512 and AMX-TILE flags. */
+/* What the AMX decode driver (splitkv_amx_driver.inc) and its kernels
+ * (decode_splitkv_amx__*.c) share around their passes: the scratch's
+ * 64-byte pieces, one tile configuration at a time, a thread's share of a
+ * tile's chunks, a block's scores finished, a slot's softmax over the
+ * whole split at once (its max is known before any weight: no rescaling),
+ * and the slot's partial state written at the end. Include in a TU built
+ * with AVX-512 and AMX-TILE flags. */
 #ifndef FLASHCPU_KERNELS_DECODE_SPLITKV_AMX_COMMON_H
 #define FLASHCPU_KERNELS_DECODE_SPLITKV_AMX_COMMON_H
 
@@ -83,6 +84,20 @@ static inline int64_t fc_amx_chunks_of_rank(int64_t slots, int rank, int size) {
         (count)++;                                                             \
       }                                                                        \
   } while (0)
+
+/* A unit's scores of a block, p[slot][key - begin] for slots chunk *
+ * FC_SPLITKV_CHUNK .. (slots keys floats apart), finished (masks,
+ * softcap) where the problem needs it. */
+static inline void fc_amx_finish_scores(const fc_splitkv_shared *shared,
+                                        float *p, int64_t keys,
+                                        const fc_splitkv_tile *t,
+                                        int64_t kv_head, int64_t chunk,
+                                        int64_t j0, int64_t n) {
+  if (shared->needs_finish)
+    for (int s = 0; s < FC_SPLITKV_CHUNK; s++)
+      fc_splitkv_finish(shared, p + s * keys, t->b, kv_head,
+                        chunk * FC_SPLITKV_CHUNK + s, j0, n, t->kv_length);
+}
 
 /* A slot's split: the max m and sum l of its scores p[0 .. 16 blocks), p
  * turned into weights (0 where the slot does not see the key) and seen[i]

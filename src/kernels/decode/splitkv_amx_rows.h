@@ -1,8 +1,8 @@
-/* Where the AMX-INT8 decode kernel (decode_splitkv_amxint8.c) finds a
- * split's K and V rows, their scales, and the sweeps that prefetch the
- * next block: rows found by stride where a split's rows are evenly
- * spaced, else looked up per block as the vector kernels do. Include in a
- * TU built with AVX-512 flags. */
+/* Where the AMX decode driver (splitkv_amx_driver.inc) finds a split's K
+ * and V rows, their scales, and the sweeps that prefetch the next block:
+ * rows found by stride where a split's rows are evenly spaced, else looked
+ * up per block as the vector kernels do. Include in a TU built with
+ * AVX-512 flags. */
 #ifndef FLASHCPU_KERNELS_DECODE_SPLITKV_AMX_ROWS_H
 #define FLASHCPU_KERNELS_DECODE_SPLITKV_AMX_ROWS_H
 
