@@ -1,7 +1,8 @@
 /* f32/f16/bf16 prefill for AVX-512: register blocks of 32 query slots (two
  * vectors); S micro-tile 12 keys x 32 slots and O micro-tile 12 columns x
  * 32 slots, 24 accumulators each out of 32 registers. (bf16 Q and K can take
- * the AVX512-BF16 variant instead, prefill_avx512bf16.c, on request.) */
+ * the AVX512-BF16 variant instead, prefill_bf16dot_12x32__avx512bf16.c, on
+ * request.) */
 #include "simd/vec_avx512.h"
 
 #define PF_SLOT_VECTORS 2
