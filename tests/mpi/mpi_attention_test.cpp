@@ -113,13 +113,13 @@ TEST_P(Sharded, MatchesTheOracleOneRankAndTheDefinition) {
   EXPECT_EQ(ResultBits(c), one_rank) << WorldSize() << " ranks";
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, Sharded,
-                         testing::Combine(testing::ValuesIn(kCases),
-                                          testing::ValuesIn(kShardings)),
-                         [](const testing::TestParamInfo<Param> &info) {
-                           return std::string(std::get<0>(info.param).name) +
-                                  "__" + ShardingName(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Sharded,
+    testing::Combine(testing::ValuesIn(kCases), testing::ValuesIn(kShardings)),
+    [](const testing::TestParamInfo<Param> &param_info) {
+      return std::string(std::get<0>(param_info.param).name) + "__" +
+             ShardingName(std::get<1>(param_info.param));
+    });
 
 TEST(ShardedRoot, OnlyTheRootReceives) {
   Context ctx(Threads(1));
