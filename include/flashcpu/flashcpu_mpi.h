@@ -9,7 +9,8 @@
  * merged by their log-sum-exp with flashcpu_merge_states, so that every
  * rank (or one root) gets attention over the whole sequence.
  *
- * Decode and speculative verify: flashcpu_mpi_attention. Every rank passes
+ * Decode and speculative verify: flashcpu_mpi_attention (contiguous K/V)
+ * and flashcpu_mpi_attention_paged (a paged cache). Every rank passes
  * the same queries and options and its own K/V rows; the call is
  * collective over the communicator (every rank must make it, with the
  * same communicator, in the same order as its other collective calls on
@@ -122,6 +123,31 @@ flashcpu_mpi_attention_f(flashcpu_context *ctx, MPI_Fint comm,
                          const flashcpu_tensor *v, const flashcpu_tensor *out,
                          float *lse, const flashcpu_attention_params *params,
                          const flashcpu_mpi_options *options);
+
+/* The same call over this rank's paged KV cache (flashcpu_paged_kv, as
+ * flashcpu_attention_paged reads it, any dtype and layout it takes):
+ * request b's local key j is in page block_table[b * block_table_stride +
+ * j / page_size], slot j % page_size, for j < params->kv_lengths[b]
+ * (required: this rank's keys per request). chunk_keys must be a multiple
+ * of the page size (a chunk is whole pages). The scales of quantized pages
+ * come from kv: params->k_scales and v_scales must be NULL. The bytes are
+ * those of flashcpu_mpi_attention on the same keys held contiguously
+ * (flashcpu_attention_paged writes flashcpu_attention's bytes), whatever
+ * the page size and the order of the pages. */
+FLASHCPU_API flashcpu_status flashcpu_mpi_attention_paged(
+    flashcpu_context *ctx, MPI_Comm comm, const flashcpu_tensor *q,
+    const flashcpu_paged_kv *kv, const int32_t *block_table,
+    int64_t block_table_stride, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params,
+    const flashcpu_mpi_options *options);
+
+/* flashcpu_mpi_attention_paged with a Fortran communicator handle. */
+FLASHCPU_API flashcpu_status flashcpu_mpi_attention_paged_f(
+    flashcpu_context *ctx, MPI_Fint comm, const flashcpu_tensor *q,
+    const flashcpu_paged_kv *kv, const int32_t *block_table,
+    int64_t block_table_stride, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params,
+    const flashcpu_mpi_options *options);
 
 /* Balanced whole-chunk ranges: the first position *begin and the count
  * *keys of rank `rank` of `ranks` for a sequence of total_keys keys cut

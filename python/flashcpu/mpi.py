@@ -79,6 +79,10 @@ def _load():
         lib.flashcpu_mpi_attention_f.argtypes = [
             ctypes.c_void_p, ctypes.c_int, tensor, tensor, tensor, tensor, ctypes.c_void_p,
             ctypes.POINTER(_library.AttentionParams), ctypes.POINTER(MpiOptions)]
+        lib.flashcpu_mpi_attention_paged_f.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, tensor, ctypes.POINTER(_library.PagedKV),
+            ctypes.c_void_p, ctypes.c_int64, tensor, ctypes.c_void_p,
+            ctypes.POINTER(_library.AttentionParams), ctypes.POINTER(MpiOptions)]
         lib.flashcpu_mpi_shard.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
                                            ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
                                            ctypes.POINTER(ctypes.c_int64)]
@@ -119,42 +123,18 @@ def shard(total_keys, rank, ranks, chunk_keys=0):
     return begin.value, keys.value
 
 
-def attention(q, k, v, comm, *, kv_lengths=None, chunk_keys=0, root=None, causal=False,
-              window=(-1, -1), softcap=0.0, scale=None, additive_mask=None, tree_mask=None,
-              sinks=None, alibi_slopes=None, out=None, return_lse=False, layout="bshd",
-              context=None):
-    """flashcpu_mpi_attention over an mpi4py intra-communicator.
-
-    q [B, L, Hq, D]: the same on every rank. k, v [B, S_r, Hkv, D / Dv]:
-    this rank's rows of each request (kv_lengths: how many each request has
-    here; default S_r), positions following the previous ranks'. The
-    options are flashcpu.attention's, the same on every rank, except
-    additive_mask (this rank's key columns, broadcastable to [B, Hq, L,
-    S_r]); tree_mask covers the newest keys of the whole sequence.
-    chunk_keys: the chunk the bytes are defined over (0: 4096); root: None
-    for every rank to receive, else the rank that does (the others get
-    None). Returns out (and its float32 lse [B, Hq, L] with return_lse) on
-    the ranks that receive. Every rank raises the same flashcpu.Error when
-    any rank's input is bad or the ranks disagree."""
-    lib = _load()
-    if layout not in ("bshd", "bhsd"):
-        raise errors.InvalidArgumentError("INVALID_ARGUMENT",
-                                          f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
-    ctx = _context.resolve(context)
+def _prepare(q, comm, keys, dv, batch_rows_heads, *, kv_lengths, chunk_keys, root,
+             causal, window, softcap, scale, additive_mask, tree_mask, sinks,
+             alibi_slopes, out, return_lse, layout, params, keep):
+    """What both entry points share: out and lse on the ranks that
+    receive, the options in params, the MpiOptions."""
+    batch, rows, heads, dtype = batch_rows_heads
     receives = root is None or root == comm.Get_rank()
-    keep = []
-    params = _api.new_params()
-    qv = _arrays.view(q, layout, "q")
-    kv, vv = (_api._kv_view(x, False, layout, name, params, keep)
-              for x, name in ((k, "k"), (v, "v")))
-    batch, rows, heads = qv.dims[0], qv.dims[1], qv.dims[2]
-    keys, dv = kv.dims[1], vv.dims[3]
-    ov = None
-    lse = None
+    ov = lse = None
     if receives:
         if out is None:
             shape = (batch, rows, heads, dv) if layout == "bshd" else (batch, heads, rows, dv)
-            out = _arrays.empty_like_kind(q, shape, qv.dtype)
+            out = _arrays.empty_like_kind(q, shape, dtype)
         _arrays.check_writable(out, "out")
         ov = _arrays.view(out, layout, "out")
         if return_lse:
@@ -177,15 +157,92 @@ def attention(q, k, v, comm, *, kv_lengths=None, chunk_keys=0, root=None, causal
         params.tree_mask = ctypes.pointer(tree)
         keep.extend((tree, bits))
     options = MpiOptions()
-    lib.flashcpu_mpi_options_init(ctypes.byref(options))
+    _mpi.flashcpu_mpi_options_init(ctypes.byref(options))
     options.chunk_keys = _arrays.integer(chunk_keys, "chunk_keys")
     options.root = -1 if root is None else _arrays.integer(root, "root", 0, _arrays.INT32_MAX)
+    return out, ov, lse, options
+
+
+def attention(q, k, v, comm, *, kv_lengths=None, chunk_keys=0, root=None, causal=False,
+              window=(-1, -1), softcap=0.0, scale=None, additive_mask=None, tree_mask=None,
+              sinks=None, alibi_slopes=None, out=None, return_lse=False, layout="bshd",
+              context=None):
+    """flashcpu_mpi_attention over an mpi4py intra-communicator.
+
+    q [B, L, Hq, D]: the same on every rank. k, v [B, S_r, Hkv, D / Dv]:
+    this rank's rows of each request (kv_lengths: how many each request has
+    here; default S_r), positions following the previous ranks'. The
+    options are flashcpu.attention's, the same on every rank, except
+    additive_mask (this rank's key columns, broadcastable to [B, Hq, L,
+    S_r]); tree_mask covers the newest keys of the whole sequence.
+    chunk_keys: the chunk the bytes are defined over (0: 4096); root: None
+    for every rank to receive, else the rank that does (the others get
+    None). Returns out (and its float32 lse [B, Hq, L] with return_lse) on
+    the ranks that receive. Every rank raises the same flashcpu.Error when
+    any rank's input is bad or the ranks disagree."""
+    lib = _load()
+    if layout not in ("bshd", "bhsd"):
+        raise errors.InvalidArgumentError("INVALID_ARGUMENT",
+                                          f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")
+    ctx = _context.resolve(context)
+    keep = []
+    params = _api.new_params()
+    qv = _arrays.view(q, layout, "q")
+    kv, vv = (_api._kv_view(x, False, layout, name, params, keep)
+              for x, name in ((k, "k"), (v, "v")))
+    out, ov, lse, options = _prepare(
+        q, comm, kv.dims[1], vv.dims[3], (qv.dims[0], qv.dims[1], qv.dims[2], qv.dtype),
+        kv_lengths=kv_lengths, chunk_keys=chunk_keys, root=root, causal=causal,
+        window=window, softcap=softcap, scale=scale, additive_mask=additive_mask,
+        tree_mask=tree_mask, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
+        return_lse=return_lse, layout=layout, params=params, keep=keep)
     _check(lib.flashcpu_mpi_attention_f(
         ctx.handle, comm.py2f(), ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv),
         ctypes.byref(ov) if ov is not None else None,
         None if lse is None else _arrays.geometry(lse)[2], ctypes.byref(params),
         ctypes.byref(options)))
-    if not receives:
+    if ov is None:
+        return None
+    out = _arrays.raw(out)
+    return (out, lse) if return_lse else out
+
+
+def attention_paged(q, kv, block_table, kv_lengths, comm, *, chunk_keys=0, root=None,
+                    causal=False, window=(-1, -1), softcap=0.0, scale=None,
+                    additive_mask=None, tree_mask=None, sinks=None, alibi_slopes=None,
+                    out=None, return_lse=False, context=None):
+    """flashcpu_mpi_attention_paged: attention as flashcpu.mpi.attention, with
+    this rank's keys in a paged cache (a flashcpu.PagedKV): request b's
+    local key j is in page block_table[b, j // page_size] (int32 [B,
+    pages]), for j < kv_lengths[b]. chunk_keys must be a multiple of the
+    page size. q and out are [B, L, Hq, D] ("bshd"). The bytes are those of
+    flashcpu.mpi.attention on the same keys held contiguously."""
+    lib = _load()
+    ctx = _context.resolve(context)
+    keep = []
+    params = _api.new_params()
+    qv = _arrays.view(q, "bshd", "q")
+    struct = kv._struct
+    table = _arrays.index_array(block_table, "block_table", bits=32, ndim=2)
+    keep.append(table)
+    if table.shape[0] != qv.dims[0]:
+        raise errors.ShapeMismatchError(
+            "SHAPE_MISMATCH", f"block_table has {table.shape[0]} rows; expected B = "
+            f"{qv.dims[0]}")
+    out, ov, lse, options = _prepare(
+        q, comm, max(1, table.shape[1] * struct.page_size), struct.v_head_dim,
+        (qv.dims[0], qv.dims[1], qv.dims[2], qv.dtype), kv_lengths=kv_lengths,
+        chunk_keys=chunk_keys, root=root, causal=causal, window=window, softcap=softcap,
+        scale=scale, additive_mask=additive_mask, tree_mask=tree_mask, sinks=sinks,
+        alibi_slopes=alibi_slopes, out=out, return_lse=return_lse, layout="bshd",
+        params=params, keep=keep)
+    _check(lib.flashcpu_mpi_attention_paged_f(
+        ctx.handle, comm.py2f(), ctypes.byref(qv), ctypes.byref(struct),
+        table.ctypes.data if table.size else None, table.shape[1],
+        ctypes.byref(ov) if ov is not None else None,
+        None if lse is None else _arrays.geometry(lse)[2], ctypes.byref(params),
+        ctypes.byref(options)))
+    if ov is None:
         return None
     out = _arrays.raw(out)
     return (out, lse) if return_lse else out

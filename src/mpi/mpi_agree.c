@@ -174,19 +174,17 @@ static flashcpu_status copy_params(fcm_call *call,
   return FLASHCPU_OK;
 }
 
-static flashcpu_status check_shapes(fcm_call *call) {
+/* k and v, contiguous: their shapes against q's, and the lengths. */
+static flashcpu_status check_kv(fcm_call *call) {
   flashcpu_status status;
-  if ((status = check_view(call->q, "q", 1, true)) ||
-      (status = check_view(call->k, "k", 0, false)) ||
+  if ((status = check_view(call->k, "k", 0, false)) ||
       (status = check_view(call->v, "v", 0, false)))
     return status;
   const flashcpu_tensor *q = call->q, *k = call->k, *v = call->v;
-  call->batch = q->dims[0];
-  call->rows = q->dims[1];
-  call->q_heads = q->dims[2];
-  call->head_dim = q->dims[3];
   call->kv_heads = k->dims[2];
   call->v_head_dim = v->dims[3];
+  call->k_dtype = k->dtype;
+  call->v_dtype = v->dtype;
   if (k->dims[0] != q->dims[0] || v->dims[0] != q->dims[0] ||
       k->dims[3] != q->dims[3] || v->dims[1] != k->dims[1] ||
       v->dims[2] != k->dims[2] || q->dims[2] % k->dims[2] != 0)
@@ -207,6 +205,19 @@ static flashcpu_status check_shapes(fcm_call *call) {
                            "%lld] (this rank's rows)",
                       (long long)b, (long long)lengths[b],
                       (long long)k->dims[1]);
+  return FLASHCPU_OK;
+}
+
+static flashcpu_status check_shapes(fcm_call *call) {
+  flashcpu_status status;
+  if ((status = check_view(call->q, "q", 1, true))) return status;
+  const flashcpu_tensor *q = call->q;
+  call->batch = q->dims[0];
+  call->rows = q->dims[1];
+  call->q_heads = q->dims[2];
+  call->head_dim = q->dims[3];
+  if ((status = call->paged ? fcm_check_paged(call) : check_kv(call)))
+    return status;
   if (!call->receives) return FLASHCPU_OK;
   if ((status = check_view(call->out, "out", 1, true))) return status;
   const int64_t expected[4] = {call->batch, call->rows, call->q_heads,
@@ -219,16 +230,24 @@ static flashcpu_status check_shapes(fcm_call *call) {
   const uint64_t out_bytes = extent_bytes(call->out);
   const uint64_t lse_bytes =
       (uint64_t)(call->batch * call->q_heads * call->rows) * sizeof(float);
-  const flashcpu_tensor *inputs[3] = {q, k, v};
+  const void *inputs[3] = {q->data, NULL, NULL};
+  uint64_t sizes[3] = {extent_bytes(q), 0, 0};
+  if (call->paged) {
+    inputs[1] = call->paged->k;
+    inputs[2] = call->paged->v;
+    fcm_paged_extents(call, &sizes[1], &sizes[2]);
+  } else {
+    inputs[1] = call->k->data;
+    inputs[2] = call->v->data;
+    sizes[1] = extent_bytes(call->k);
+    sizes[2] = extent_bytes(call->v);
+  }
   static const char *const names[3] = {"q", "k", "v"};
-  for (int i = 0; i < 3; i++) {
-    const uint64_t bytes = extent_bytes(inputs[i]);
-    if (spans_overlap(call->out->data, out_bytes, inputs[i]->data, bytes) ||
-        (call->lse &&
-         spans_overlap(call->lse, lse_bytes, inputs[i]->data, bytes)))
+  for (int i = 0; i < 3; i++)
+    if (spans_overlap(call->out->data, out_bytes, inputs[i], sizes[i]) ||
+        (call->lse && spans_overlap(call->lse, lse_bytes, inputs[i], sizes[i])))
       return fcm_fail(FLASHCPU_ERROR_OVERLAP,
                       CALL ": out or lse overlaps %s in memory", names[i]);
-  }
   if (call->lse &&
       spans_overlap(call->lse, lse_bytes, call->out->data, out_bytes))
     return fcm_fail(FLASHCPU_ERROR_OVERLAP,
@@ -284,8 +303,8 @@ static void sign(const fcm_call *call, int64_t *signature) {
   signature[SIG_KV_HEADS] = call->kv_heads;
   signature[SIG_V_HEAD_DIM] = call->v_head_dim;
   signature[SIG_Q_DTYPE] = q->dtype;
-  signature[SIG_K_DTYPE] = call->k->dtype;
-  signature[SIG_V_DTYPE] = call->v->dtype;
+  signature[SIG_K_DTYPE] = call->k_dtype;
+  signature[SIG_V_DTYPE] = call->v_dtype;
   signature[SIG_CHUNK_KEYS] = call->chunk_keys;
   signature[SIG_ROOT] = call->root;
   signature[SIG_SCALE] = float_bits(p->scale);

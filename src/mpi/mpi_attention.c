@@ -271,13 +271,10 @@ static flashcpu_status run(fcm_call *call) {
   return status;
 }
 
-flashcpu_status flashcpu_mpi_attention(flashcpu_context *ctx, MPI_Comm comm,
-                                       const flashcpu_tensor *q,
-                                       const flashcpu_tensor *k,
-                                       const flashcpu_tensor *v,
-                                       const flashcpu_tensor *out, float *lse,
-                                       const flashcpu_attention_params *params,
-                                       const flashcpu_mpi_options *options) {
+/* Both entry points: the communicator's checks, then the call. */
+static flashcpu_status attend(fcm_call *call, MPI_Comm comm,
+                              const flashcpu_attention_params *params,
+                              const flashcpu_mpi_options *options) {
   fcm_clear_error();
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
@@ -294,25 +291,63 @@ flashcpu_status flashcpu_mpi_attention(flashcpu_context *ctx, MPI_Comm comm,
     return fcm_fail(FLASHCPU_ERROR_INVALID_ARGUMENT,
                     CALL ": comm is an inter-communicator; pass an "
                          "intra-communicator");
+  call->comm = comm;
+  MPI_Comm_rank(comm, &call->rank);
+  MPI_Comm_size(comm, &call->ranks);
+  flashcpu_status status = fcm_check_local(call, params, options);
+  status = fcm_agree_on_call(call, status);
+  if (status == FLASHCPU_OK) status = run(call);
+  free(call->lengths);
+  free(call->starts);
+  free(call->totals);
+  if (status == FLASHCPU_OK) fcm_clear_error();
+  return status;
+}
+
+flashcpu_status flashcpu_mpi_attention(flashcpu_context *ctx, MPI_Comm comm,
+                                       const flashcpu_tensor *q,
+                                       const flashcpu_tensor *k,
+                                       const flashcpu_tensor *v,
+                                       const flashcpu_tensor *out, float *lse,
+                                       const flashcpu_attention_params *params,
+                                       const flashcpu_mpi_options *options) {
   fcm_call call;
   memset(&call, 0, sizeof call);
   call.ctx = ctx;
-  call.comm = comm;
-  MPI_Comm_rank(comm, &call.rank);
-  MPI_Comm_size(comm, &call.ranks);
   call.q = q;
   call.k = k;
   call.v = v;
   call.out = out;
   call.lse = lse;
-  flashcpu_status status = fcm_check_local(&call, params, options);
-  status = fcm_agree_on_call(&call, status);
-  if (status == FLASHCPU_OK) status = run(&call);
-  free(call.lengths);
-  free(call.starts);
-  free(call.totals);
-  if (status == FLASHCPU_OK) fcm_clear_error();
-  return status;
+  return attend(&call, comm, params, options);
+}
+
+flashcpu_status flashcpu_mpi_attention_paged(
+    flashcpu_context *ctx, MPI_Comm comm, const flashcpu_tensor *q,
+    const flashcpu_paged_kv *kv, const int32_t *block_table,
+    int64_t block_table_stride, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params,
+    const flashcpu_mpi_options *options) {
+  /* A NULL kv is a bad argument this rank reports in the exchange. */
+  static const flashcpu_paged_kv no_pages;
+  fcm_call call;
+  memset(&call, 0, sizeof call);
+  call.ctx = ctx;
+  call.q = q;
+  call.paged = kv ? kv : &no_pages;
+  call.block_table = block_table;
+  call.block_table_stride = block_table_stride;
+  call.out = out;
+  call.lse = lse;
+  return attend(&call, comm, params, options);
+}
+
+static int initialized_for_f(void) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    fcm_fail(FLASHCPU_ERROR_INVALID_ARGUMENT, CALL ": MPI is not initialized");
+  return initialized;
 }
 
 flashcpu_status
@@ -321,11 +356,19 @@ flashcpu_mpi_attention_f(flashcpu_context *ctx, MPI_Fint comm,
                          const flashcpu_tensor *v, const flashcpu_tensor *out,
                          float *lse, const flashcpu_attention_params *params,
                          const flashcpu_mpi_options *options) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized)
-    return fcm_fail(FLASHCPU_ERROR_INVALID_ARGUMENT,
-                    CALL ": MPI is not initialized");
+  if (!initialized_for_f()) return FLASHCPU_ERROR_INVALID_ARGUMENT;
   return flashcpu_mpi_attention(ctx, MPI_Comm_f2c(comm), q, k, v, out, lse,
                                 params, options);
+}
+
+flashcpu_status flashcpu_mpi_attention_paged_f(
+    flashcpu_context *ctx, MPI_Fint comm, const flashcpu_tensor *q,
+    const flashcpu_paged_kv *kv, const int32_t *block_table,
+    int64_t block_table_stride, const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params,
+    const flashcpu_mpi_options *options) {
+  if (!initialized_for_f()) return FLASHCPU_ERROR_INVALID_ARGUMENT;
+  return flashcpu_mpi_attention_paged(ctx, MPI_Comm_f2c(comm), q, kv,
+                                      block_table, block_table_stride, out, lse,
+                                      params, options);
 }

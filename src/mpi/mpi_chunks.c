@@ -107,8 +107,6 @@ flashcpu_status fcm_compute_chunk(const fcm_call *call, int64_t b, int64_t c,
   flashcpu_tensor q = *call->q;
   q.data = advance(q.data, q.dtype, b * q.strides[0]);
   q.dims[0] = 1;
-  const flashcpu_tensor k = kv_rows(call->k, b, row, end - begin);
-  const flashcpu_tensor v = kv_rows(call->v, b, row, end - begin);
   const flashcpu_tensor out =
       flashcpu_tensor_bshd(record, FLASHCPU_DTYPE_F32, 1, call->rows,
                            call->q_heads, call->v_head_dim);
@@ -119,6 +117,7 @@ flashcpu_status fcm_compute_chunk(const fcm_call *call, int64_t b, int64_t c,
   params.kv_lengths = NULL;
   params.query_offsets = &offset;
   params.sinks = NULL; /* the sink is a state of its own */
+  params.tree_mask = NULL;
   flashcpu_additive_mask additive;
   if (given->additive_mask) {
     additive = *given->additive_mask;
@@ -127,25 +126,34 @@ flashcpu_status fcm_compute_chunk(const fcm_call *call, int64_t b, int64_t c,
   }
   if (given->alibi_slopes && given->alibi_batch_stride)
     params.alibi_slopes = given->alibi_slopes + b * given->alibi_batch_stride;
-  flashcpu_kv_scales k_scales, v_scales;
-  if (given->k_scales) {
-    k_scales = scale_rows(given->k_scales, b, row);
-    params.k_scales = &k_scales;
-  }
-  if (given->v_scales) {
-    v_scales = scale_rows(given->v_scales, b, row);
-    params.v_scales = &v_scales;
-  }
   flashcpu_tree_mask tree;
   uint64_t *tree_bits = NULL;
   if (given->tree_mask) {
     const flashcpu_status status =
         cut_tree(call, b, begin, end, &tree, &tree_bits);
     if (status != FLASHCPU_OK) return status;
-    params.tree_mask = tree.num_keys ? &tree : NULL;
   }
-  const flashcpu_status status =
-      flashcpu_attention(call->ctx, &q, &k, &v, &out, lse, &params);
+  const flashcpu_tree_mask *chunk_tree =
+      given->tree_mask && tree.num_keys ? &tree : NULL;
+  flashcpu_status status;
+  if (call->paged) {
+    status = fcm_paged_chunk(call, b, row, end - begin, &q, &out, lse, &params,
+                             chunk_tree);
+  } else {
+    const flashcpu_tensor k = kv_rows(call->k, b, row, end - begin);
+    const flashcpu_tensor v = kv_rows(call->v, b, row, end - begin);
+    flashcpu_kv_scales k_scales, v_scales;
+    if (given->k_scales) {
+      k_scales = scale_rows(given->k_scales, b, row);
+      params.k_scales = &k_scales;
+    }
+    if (given->v_scales) {
+      v_scales = scale_rows(given->v_scales, b, row);
+      params.v_scales = &v_scales;
+    }
+    params.tree_mask = chunk_tree;
+    status = flashcpu_attention(call->ctx, &q, &k, &v, &out, lse, &params);
+  }
   free(tree_bits);
   if (status != FLASHCPU_OK)
     return fcm_fail(status, CALL ": request %lld, keys [%lld, %lld): %s",

@@ -32,8 +32,14 @@ typedef struct fcm_call {
   bool receives; /* this rank gets out and lse */
   int root;      /* -1: every rank */
   int64_t chunk_keys;
-  const flashcpu_tensor *q, *k, *v, *out;
+  const flashcpu_tensor *q, *k, *v, *out; /* k, v: NULL when paged */
   float *lse;
+  /* Paged K/V (NULL: contiguous k and v): this rank's pages and its block
+   * table [batch][block_table_stride]. */
+  const flashcpu_paged_kv *paged;
+  const int32_t *block_table;
+  int64_t block_table_stride;
+  flashcpu_dtype k_dtype, v_dtype;
   flashcpu_attention_params params; /* a copy, this version's layout */
   int64_t batch, rows, q_heads, head_dim, kv_heads, v_head_dim;
   /* After the exchange of lengths: [ranks][batch] rows of each rank,
@@ -72,6 +78,26 @@ flashcpu_status fcm_agree_on_lengths(fcm_call *call);
 /* Every rank learns every rank's verdict; returns the first failure's
  * status (its message, prefixed with the rank) or FLASHCPU_OK. */
 flashcpu_status fcm_agree(const fcm_call *call, flashcpu_status local_status);
+
+/* ---- paged K/V (mpi_paged.c) */
+
+/* Checks the cache, the block table and the lengths of a paged call, and
+ * sets the kv shape fields of *call. */
+flashcpu_status fcm_check_paged(fcm_call *call);
+
+/* The spans the paged cache's K and V may touch, for the overlap checks
+ * of out (bytes from each data pointer; 0 for none). */
+void fcm_paged_extents(const fcm_call *call, uint64_t *k_bytes,
+                       uint64_t *v_bytes);
+
+/* flashcpu_attention_paged on keys [begin, end) of request b (this rank's
+ * rows from `row`), one request in a plan of its own; the tree mask (may
+ * be NULL) becomes the batch's. */
+flashcpu_status fcm_paged_chunk(const fcm_call *call, int64_t b, int64_t row,
+                                int64_t keys, const flashcpu_tensor *q,
+                                const flashcpu_tensor *out, float *lse,
+                                flashcpu_attention_params *params,
+                                const flashcpu_tree_mask *tree);
 
 /* ---- chunks (mpi_chunks.c) */
 

@@ -58,6 +58,7 @@ flashcpu_status fcm_agree_on_lengths(fcm_call *call) {
     free(mine);
     return status;
   }
+  /* A paged call always has kv_lengths (fcm_check_paged). */
   for (int64_t b = 0; b < batch; b++)
     mine[b] =
         call->params.kv_lengths ? call->params.kv_lengths[b] : call->k->dims[1];

@@ -55,6 +55,26 @@ def local_part(k, v, rank, ranks):
     return k_local, v_local, [keys for _, keys in ranges]
 
 
+def paged(k_local, v_local, lengths, page_size=16):
+    """k_local, v_local [B, rows, Hkv, D] as a flashcpu.PagedKV whose pages
+    lie in reverse order, and the block table."""
+    batch = k_local.shape[0]
+    per_request = max(1, -(-k_local.shape[1] // page_size))
+    pages = batch * per_request
+    shape = (pages, page_size) + k_local.shape[2:]
+    k_pages, v_pages = np.full(shape, np.nan, np.float32), np.full(shape, np.nan, np.float32)
+    table = np.zeros((batch, per_request), np.int32)
+    for b in range(batch):
+        for p in range(-(-lengths[b] // page_size)):
+            page = pages - 1 - (b * per_request + p)
+            table[b, p] = page
+            rows = slice(p * page_size, min((p + 1) * page_size, lengths[b]))
+            count = rows.stop - rows.start
+            k_pages[page, :count] = k_local[b, rows]
+            v_pages[page, :count] = v_local[b, rows]
+    return flashcpu.PagedKV(k_pages, v_pages), table
+
+
 def one_rank(q, k, v, options):
     from mpi4py import MPI
     return flashcpu.mpi.attention(q, k, v, MPI.COMM_SELF, kv_lengths=TOTALS,
@@ -102,6 +122,18 @@ def test_root_receives_and_bad_input_raises():
         flashcpu.mpi.attention(q, k, v, MPI.COMM_SELF, root=1)
 
 
+def test_paged_gives_the_contiguous_bytes():
+    from mpi4py import MPI
+    q, k, v, options = problem(3)
+    kv, table = paged(k, v, TOTALS)
+    out, lse = flashcpu.mpi.attention_paged(q, kv, table, TOTALS, MPI.COMM_SELF,
+                                            chunk_keys=CHUNK, return_lse=True, **options)
+    alone, alone_lse = one_rank(q, k, v, options)
+    assert out.tobytes() == alone.tobytes() and lse.tobytes() == alone_lse.tobytes()
+    with pytest.raises(flashcpu.InvalidArgumentError, match="not a multiple of the page"):
+        flashcpu.mpi.attention_paged(q, kv, table, TOTALS, MPI.COMM_SELF, chunk_keys=40)
+
+
 def test_shard():
     assert [flashcpu.mpi.shard(950, r, 4, 100) for r in range(4)] == [
         (0, 300), (300, 300), (600, 200), (800, 150)]
@@ -146,6 +178,11 @@ def run_as_rank():
         assert out.tobytes() == alone.tobytes(), f"rank {rank}: out's bytes differ"
         assert lse.tobytes() == alone_lse.tobytes(), f"rank {rank}: lse's bytes differ"
         check_reference(out, lse, q, k, v, options)
+        kv, table = paged(k_local, v_local, lengths)
+        from_pages = flashcpu.mpi.attention_paged(q, kv, table, lengths, comm,
+                                                  chunk_keys=CHUNK, context=context,
+                                                  **options)
+        assert from_pages.tobytes() == alone.tobytes(), f"rank {rank}: paged bytes differ"
         received = flashcpu.mpi.attention(q, k_local, v_local, comm, kv_lengths=lengths,
                                           chunk_keys=CHUNK, root=ranks - 1,
                                           context=context, **options)
