@@ -76,8 +76,10 @@
 extern "C" {
 #endif
 
-/* Keys per chunk when flashcpu_mpi_options.chunk_keys is 0. */
-#define FLASHCPU_MPI_DEFAULT_CHUNK_KEYS 4096
+/* Keys per chunk when flashcpu_mpi_options.chunk_keys is 0: a chunk is one
+ * flashcpu_attention call, so larger chunks spread its fixed cost over
+ * more keys; smaller ones balance short sequences better over the ranks. */
+#define FLASHCPU_MPI_DEFAULT_CHUNK_KEYS 16384
 
 /* Options of the sharded calls. Set struct_size with
  * flashcpu_mpi_options_init. */

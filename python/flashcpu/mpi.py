@@ -26,7 +26,7 @@ import os
 from . import _api, _arrays, _context, _library, errors
 
 ENV = "FLASHCPU_MPI_LIBRARY"
-DEFAULT_CHUNK_KEYS = 4096
+DEFAULT_CHUNK_KEYS = 16384
 
 
 class MpiOptions(ctypes.Structure):
@@ -175,7 +175,7 @@ def attention(q, k, v, comm, *, kv_lengths=None, chunk_keys=0, root=None, causal
     options are flashcpu.attention's, the same on every rank, except
     additive_mask (this rank's key columns, broadcastable to [B, Hq, L,
     S_r]); tree_mask covers the newest keys of the whole sequence.
-    chunk_keys: the chunk the bytes are defined over (0: 4096); root: None
+    chunk_keys: the chunk the bytes are defined over (0: 16384); root: None
     for every rank to receive, else the rank that does (the others get
     None). Returns out (and its float32 lse [B, Hq, L] with return_lse) on
     the ranks that receive. Every rank raises the same flashcpu.Error when

@@ -193,9 +193,12 @@ TEST(MpiShard, BalancedWholeChunks) {
   EXPECT_EQ(keys, 0);
   EXPECT_EQ(flashcpu_mpi_shard(0, 0, 0, 1, &begin, &keys), FLASHCPU_OK);
   EXPECT_EQ(keys, 0);
-  EXPECT_EQ(flashcpu_mpi_shard(10000, 0, 1, 2, &begin, &keys), FLASHCPU_OK);
-  EXPECT_EQ(begin, 2 * FLASHCPU_MPI_DEFAULT_CHUNK_KEYS);
-  EXPECT_EQ(keys, 10000 - 2 * FLASHCPU_MPI_DEFAULT_CHUNK_KEYS);
+  // chunk_keys 0: the default; 6 chunks (the last of 7 keys), 3 per rank.
+  constexpr int64_t kChunk = FLASHCPU_MPI_DEFAULT_CHUNK_KEYS;
+  EXPECT_EQ(flashcpu_mpi_shard(5 * kChunk + 7, 0, 1, 2, &begin, &keys),
+            FLASHCPU_OK);
+  EXPECT_EQ(begin, 3 * kChunk);
+  EXPECT_EQ(keys, 2 * kChunk + 7);
   EXPECT_EQ(flashcpu_mpi_shard(10, 4, 2, 2, &begin, &keys),
             FLASHCPU_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(flashcpu_mpi_last_error()).find("rank 2 of 2"),
