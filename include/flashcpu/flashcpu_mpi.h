@@ -151,6 +151,39 @@ FLASHCPU_API flashcpu_status flashcpu_mpi_attention_paged_f(
     const flashcpu_attention_params *params,
     const flashcpu_mpi_options *options);
 
+/* Prefill: ring attention over a prompt of S = 2 N Bs tokens spread over
+ * the N ranks of comm in zigzag order: the prompt is cut into 2N blocks of
+ * Bs rows and rank r holds blocks r and 2N-1-r, so that under the causal
+ * mask every rank has the same work. On each rank
+ *   q    [B, 2Bs, Hq, D]   rows [0, Bs): block r, [Bs, 2Bs): block 2N-1-r
+ *   k, v [B, 2Bs, Hkv, D / Dv] the same blocks' keys and values
+ *   out  [B, 2Bs, Hq, Dv]  this rank's rows of the result (any dtype)
+ *   lse  float32 [B, Hq, 2Bs] or NULL
+ * q, k and v are f32, f16 or bf16 (not quantized). In N steps each rank
+ * computes its two query blocks against the two K/V blocks it holds while
+ * those travel on to the next rank (non-blocking point-to-point calls with
+ * tag 0x4643 on comm), skipping the pairs the causal mask hides, and merges
+ * each pair into its query block's result with flashcpu_merge_states.
+ * params as for flashcpu_attention, the same on every rank: scale, causal,
+ * window, softcap, sinks and ALiBi (positions are the prompt's); tree and
+ * additive masks, kv_lengths, query_offsets and scales must be NULL.
+ * Bytes: identical for any thread count of each rank, for a given number
+ * of ranks. They change with the number of ranks (the blocks, so the sums,
+ * are cut differently), within the oracle's tolerance. The call is
+ * collective, and errors reach every rank as for flashcpu_mpi_attention. */
+FLASHCPU_API flashcpu_status flashcpu_mpi_ring_attention(
+    flashcpu_context *ctx, MPI_Comm comm, const flashcpu_tensor *q,
+    const flashcpu_tensor *k, const flashcpu_tensor *v,
+    const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params);
+
+/* flashcpu_mpi_ring_attention with a Fortran communicator handle. */
+FLASHCPU_API flashcpu_status flashcpu_mpi_ring_attention_f(
+    flashcpu_context *ctx, MPI_Fint comm, const flashcpu_tensor *q,
+    const flashcpu_tensor *k, const flashcpu_tensor *v,
+    const flashcpu_tensor *out, float *lse,
+    const flashcpu_attention_params *params);
+
 /* Balanced whole-chunk ranges: the first position *begin and the count
  * *keys of rank `rank` of `ranks` for a sequence of total_keys keys cut
  * into chunks of chunk_keys (0: the default). Ranks get

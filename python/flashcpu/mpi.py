@@ -83,6 +83,9 @@ def _load():
             ctypes.c_void_p, ctypes.c_int, tensor, ctypes.POINTER(_library.PagedKV),
             ctypes.c_void_p, ctypes.c_int64, tensor, ctypes.c_void_p,
             ctypes.POINTER(_library.AttentionParams), ctypes.POINTER(MpiOptions)]
+        lib.flashcpu_mpi_ring_attention_f.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, tensor, tensor, tensor, tensor, ctypes.c_void_p,
+            ctypes.POINTER(_library.AttentionParams)]
         lib.flashcpu_mpi_shard.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int,
                                            ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
                                            ctypes.POINTER(ctypes.c_int64)]
@@ -244,5 +247,40 @@ def attention_paged(q, kv, block_table, kv_lengths, comm, *, chunk_keys=0, root=
         ctypes.byref(options)))
     if ov is None:
         return None
+    out = _arrays.raw(out)
+    return (out, lse) if return_lse else out
+
+
+def ring_attention(q, k, v, comm, *, causal=False, window=(-1, -1), softcap=0.0,
+                   scale=None, sinks=None, alibi_slopes=None, out=None, return_lse=False,
+                   context=None):
+    """flashcpu_mpi_ring_attention: prefill of a prompt of 2N blocks of Bs
+    rows over the N ranks of comm in zigzag order. This rank's q [B, 2Bs,
+    Hq, D], k and v [B, 2Bs, Hkv, D / Dv] hold blocks r (rows 0..Bs-1) and
+    2N-1-r (rows Bs..2Bs-1) of the prompt; returns this rank's rows of the
+    result (and their float32 lse [B, Hq, 2Bs] with return_lse). Options as
+    flashcpu.attention's (no masks but causal and the window), the same on
+    every rank; positions are the prompt's. Every rank raises the same
+    flashcpu.Error on bad input."""
+    lib = _load()
+    ctx = _context.resolve(context)
+    keep = []
+    params = _api.new_params()
+    qv = _arrays.view(q, "bshd", "q")
+    kv = _arrays.view(k, "bshd", "k")
+    vv = _arrays.view(v, "bshd", "v")
+    batch, rows, heads = qv.dims[0], qv.dims[1], qv.dims[2]
+    if out is None:
+        out = _arrays.empty_like_kind(q, (batch, rows, heads, vv.dims[3]), qv.dtype)
+    _arrays.check_writable(out, "out")
+    ov = _arrays.view(out, "bshd", "out")
+    lse = (_arrays.empty_like_kind(_arrays.raw(q), (batch, heads, rows), _arrays.F32)
+           if return_lse else None)
+    _api.set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
+                     softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
+    _check(lib.flashcpu_mpi_ring_attention_f(
+        ctx.handle, comm.py2f(), ctypes.byref(qv), ctypes.byref(kv), ctypes.byref(vv),
+        ctypes.byref(ov), None if lse is None else _arrays.geometry(lse)[2],
+        ctypes.byref(params)))
     out = _arrays.raw(out)
     return (out, lse) if return_lse else out

@@ -86,8 +86,7 @@ typedef struct rank_header {
  * different threads with different communicators do not mix). */
 static _Thread_local rank_header header;
 
-/* FNV-1a over bytes, chained. */
-static uint64_t hash_bytes(uint64_t hash, const void *data, size_t size) {
+uint64_t fcm_hash(uint64_t hash, const void *data, size_t size) {
   const unsigned char *bytes = data;
   for (size_t i = 0; i < size; i++) {
     hash ^= bytes[i];
@@ -95,7 +94,6 @@ static uint64_t hash_bytes(uint64_t hash, const void *data, size_t size) {
   }
   return hash;
 }
-static const uint64_t hash_seed = UINT64_C(0xcbf29ce484222325);
 
 static int64_t float_bits(float x) {
   uint32_t bits;
@@ -320,37 +318,37 @@ static void sign(const fcm_call *call, int64_t *signature) {
   signature[SIG_ALIBI_PER_BATCH] = p->alibi_slopes && p->alibi_batch_stride;
   signature[SIG_ADDITIVE] = p->additive_mask != NULL;
 
-  uint64_t hash = hash_seed;
+  uint64_t hash = FCM_HASH_SEED;
   const size_t q_size = flashcpu_dtype_size(q->dtype);
   for (int64_t b = 0; b < q->dims[0]; b++)
     for (int64_t s = 0; s < q->dims[1]; s++)
       for (int64_t h = 0; h < q->dims[2]; h++) {
         const int64_t at =
             b * q->strides[0] + s * q->strides[1] + h * q->strides[2];
-        hash = hash_bytes(hash, (const char *)q->data + at * (int64_t)q_size,
-                          (size_t)q->dims[3] * q_size);
+        hash = fcm_hash(hash, (const char *)q->data + at * (int64_t)q_size,
+                        (size_t)q->dims[3] * q_size);
       }
   signature[SIG_Q_HASH] = (int64_t)hash;
-  hash = hash_seed;
+  hash = FCM_HASH_SEED;
   if (p->sinks)
     hash =
-        hash_bytes(hash, p->sinks,
-                   (size_t)call->q_heads * flashcpu_dtype_size(p->sinks_dtype));
+        fcm_hash(hash, p->sinks,
+                 (size_t)call->q_heads * flashcpu_dtype_size(p->sinks_dtype));
   signature[SIG_SINKS_HASH] = (int64_t)hash;
-  hash = hash_seed;
+  hash = FCM_HASH_SEED;
   const int64_t slope_rows = p->alibi_batch_stride ? call->batch : 1;
   for (int64_t b = 0; p->alibi_slopes && b < slope_rows; b++)
-    hash = hash_bytes(hash, p->alibi_slopes + b * p->alibi_batch_stride,
-                      (size_t)call->q_heads * sizeof(float));
+    hash = fcm_hash(hash, p->alibi_slopes + b * p->alibi_batch_stride,
+                    (size_t)call->q_heads * sizeof(float));
   signature[SIG_ALIBI_HASH] = (int64_t)hash;
-  hash = hash_seed;
+  hash = FCM_HASH_SEED;
   if (p->tree_mask) {
     const flashcpu_tree_mask *tree = p->tree_mask;
     const int64_t words = (tree->num_keys + 63) / 64;
     const int64_t tree_batches = tree->batch_stride ? call->batch : 1;
     for (int64_t b = 0; b < tree_batches; b++)
       for (int64_t i = 0; i < call->rows; i++)
-        hash = hash_bytes(
+        hash = fcm_hash(
             hash, tree->bits + b * tree->batch_stride + i * tree->row_stride,
             (size_t)words * sizeof(uint64_t));
   }

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "flashcpu/flashcpu_mpi.h"
@@ -22,6 +23,12 @@ void fcm_clear_error(void);
 const char *fcm_error(void);
 /* FLASHCPU_ERROR_INTERNAL naming the MPI function and MPI's message. */
 flashcpu_status fcm_mpi_fail(int code, const char *function);
+
+/* ---- hashing the inputs ranks must share (mpi_agree.c) */
+
+/* FNV-1a over bytes, chained from hash (start: FCM_HASH_SEED). */
+#define FCM_HASH_SEED UINT64_C(0xcbf29ce484222325)
+uint64_t fcm_hash(uint64_t hash, const void *data, size_t size);
 
 /* ---- one call */
 

@@ -134,6 +134,40 @@ def test_paged_gives_the_contiguous_bytes():
         flashcpu.mpi.attention_paged(q, kv, table, TOTALS, MPI.COMM_SELF, chunk_keys=40)
 
 
+def zigzag(x, rank, ranks):
+    """Rank `rank`'s two blocks of a prompt-long [B, S, ...] array."""
+    block = x.shape[1] // (2 * ranks)
+    first, second = rank, 2 * ranks - 1 - rank
+    return np.concatenate([x[:, first * block:(first + 1) * block],
+                           x[:, second * block:(second + 1) * block]], axis=1)
+
+
+def ring_problem(ranks, block=12):
+    rng = np.random.default_rng(ranks)
+    prompt = 2 * ranks * block
+    q = rng.standard_normal((2, prompt, HEADS, DIM)).astype(np.float32)
+    k = rng.standard_normal((2, prompt, KV_HEADS, DIM)).astype(np.float32)
+    v = rng.standard_normal((2, prompt, KV_HEADS, DIM)).astype(np.float32)
+    options = {"causal": True, "window": (30, 0),
+               "sinks": rng.standard_normal(HEADS).astype(np.float32)}
+    return q, k, v, options
+
+
+def check_ring(out, lse, rank, ranks, q, k, v, options):
+    expected_out, expected_lse = reference.attention(q, k, v, **options)
+    np.testing.assert_allclose(out, zigzag(expected_out, rank, ranks), atol=3e-5, rtol=1e-4)
+    expected_lse = zigzag(expected_lse.transpose(0, 2, 1), rank, ranks).transpose(0, 2, 1)
+    np.testing.assert_allclose(lse, expected_lse, atol=3e-4, rtol=1e-5)
+
+
+def test_ring_on_one_rank():
+    from mpi4py import MPI
+    q, k, v, options = ring_problem(1)
+    out, lse = flashcpu.mpi.ring_attention(q, k, v, MPI.COMM_SELF, return_lse=True,
+                                           **options)
+    check_ring(out, lse, 0, 1, q, k, v, options)
+
+
 def test_shard():
     assert [flashcpu.mpi.shard(950, r, 4, 100) for r in range(4)] == [
         (0, 300), (300, 300), (600, 200), (800, 150)]
@@ -189,6 +223,11 @@ def run_as_rank():
         assert (received is None) == (rank != ranks - 1)
         if received is not None:
             assert received.tobytes() == alone.tobytes()
+    q, k, v, options = ring_problem(ranks)
+    out, lse = flashcpu.mpi.ring_attention(
+        zigzag(q, rank, ranks), zigzag(k, rank, ranks), zigzag(v, rank, ranks), comm,
+        return_lse=True, context=context, **options)
+    check_ring(out, lse, rank, ranks, q, k, v, options)
     # Ranks disagreeing on an option: the same error on every rank.
     q, k, v, options = problem(2)
     k_local, v_local, lengths = local_part(k, v, rank, ranks)
