@@ -17,6 +17,10 @@
 #   FLASHCPU_TEST_DEPTH  quick (default), reduced or full: how much of the
 #                        kernel suite ctest runs (full: every kernel x case)
 #   CI=true              warnings are errors (-DFLASHCPU_WERROR=ON)
+#   FLASHCPU_MPI=1       also install Open MPI and mpi4py (libopenmpi-dev,
+#                        openmpi-bin, python3-mpi4py), so that the build
+#                        has libflashcpu_mpi and the tests run it under
+#                        mpirun (docs/mpi.md)
 #
 # Safe to run again: it installs only what is missing, reconfigures and
 # rebuilds only what changed. Works from any current directory.
@@ -27,9 +31,14 @@ readonly ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # static linking, which `pkg-config --static --libs flashcpu` (and its install
 # test) passes on.
 # python3-numpy, python3-pytest: the Python package's tests.
-readonly PACKAGES=(cmake make pkg-config clang libomp-dev libhwloc-dev
-                   libudev-dev libgtest-dev libbenchmark-dev python3-numpy
-                   python3-pytest)
+PACKAGES=(cmake make pkg-config clang libomp-dev libhwloc-dev
+          libudev-dev libgtest-dev libbenchmark-dev python3-numpy
+          python3-pytest)
+# Context parallelism (libflashcpu_mpi), when asked for.
+if [ "${FLASHCPU_MPI:-0}" = "1" ]; then
+  PACKAGES+=(libopenmpi-dev openmpi-bin python3-mpi4py)
+fi
+readonly PACKAGES
 
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }

@@ -29,7 +29,8 @@
  *    every mask below is aligned to that length. Without it every batch uses
  *    S. Below, S_b is the length batch b uses.
  *  - Causal is aligned bottom-right: query row i sees key j when
- *    j <= i + (S_b - L). Rows with i + (S_b - L) < 0 see nothing.
+ *    j <= i + (S_b - L) (plus query_offsets[b], where given). Rows with
+ *    i + (S_b - L) < 0 see nothing.
  *  - Sliding window (left, right), inclusive, -1 meaning unbounded: query row
  *    i at position p = i + (S_b - L) sees key j when
  *    p - left <= j <= p + right. Window (0, 0) sees only the key at p.
@@ -538,10 +539,20 @@ typedef struct flashcpu_attention_params {
    * f16, bf16 and Q8_0, and for scale 1. flashcpu_attention_paged takes
    * them from the flashcpu_paged_kv instead: there they must be NULL. */
   const flashcpu_kv_scales *k_scales, *v_scales;
+  /* Queries placed past the view's keys, for a sequence whose keys are
+   * split across calls or processes (each part's result merged with
+   * flashcpu_merge_states): B values (flashcpu_attention_paged: R, one per
+   * request), each in [-2^62, 2^62]. Query row i of batch b is then at
+   * position p = i + (S_b - L) + query_offsets[b] for causal, the window
+   * and ALiBi, so a part holding keys [a, a + n) of a sequence of S keys
+   * passes its n keys and the offset S - (a + n). The tree mask still
+   * covers the view's newest keys. NULL: 0 for every batch. */
+  const int64_t *query_offsets;
 } flashcpu_attention_params;
 
 /* Fills *params with the defaults: scale 0, no flags, window (-1, -1),
- * no softcap, no masks, no kv lengths, no sinks, no ALiBi, no scales. */
+ * no softcap, no masks, no kv lengths, no sinks, no ALiBi, no scales, no
+ * query offsets. */
 FLASHCPU_API void
 flashcpu_attention_params_init(flashcpu_attention_params *params);
 

@@ -54,7 +54,8 @@ class AttentionParams(ctypes.Structure):
                 ("kv_lengths", ctypes.POINTER(ctypes.c_int64)),
                 ("sinks", ctypes.c_void_p), ("sinks_dtype", ctypes.c_int),
                 ("alibi_slopes", ctypes.c_void_p), ("alibi_batch_stride", ctypes.c_int64),
-                ("k_scales", ctypes.POINTER(KvScales)), ("v_scales", ctypes.POINTER(KvScales))]
+                ("k_scales", ctypes.POINTER(KvScales)), ("v_scales", ctypes.POINTER(KvScales)),
+                ("query_offsets", ctypes.POINTER(ctypes.c_int64))]
 
 
 class PagedKV(ctypes.Structure):

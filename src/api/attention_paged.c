@@ -143,10 +143,10 @@ flashcpu_attention_paged(flashcpu_context *ctx, const flashcpu_plan *plan,
   fc_problem shared;
   memset(&shared, 0, sizeof shared);
   shared.q_heads = plan->q_heads;
-  fc_byte_span inputs[11] = {q_span,         k_span,         v_span,
+  fc_byte_span inputs[12] = {q_span,         k_span,         v_span,
                              scale_spans[0], scale_spans[1], scale_spans[2],
                              scale_spans[3]};
-  const char *names[11] = {"q",
+  const char *names[12] = {"q",
                            "kv->k",
                            "kv->v",
                            "kv->k_scales",
@@ -208,6 +208,7 @@ flashcpu_attention_paged(flashcpu_context *ctx, const flashcpu_plan *plan,
     p->alibi_batch_stride = shared.alibi_batch_stride;
     p->sinks = shared.sinks;
     p->sinks_dtype = shared.sinks_dtype;
+    p->query_offsets = shared.query_offsets;
     if (ctx->verbose)
       fprintf(stderr,
               "[flashcpu] attention_paged %s: %lld requests, %lld rows at "

@@ -228,7 +228,23 @@ flashcpu_status fc_check_variants(flashcpu_context *ctx, const char *call,
     spans->end =
         spans->begin +
         (uintptr_t)((batches - 1) * stride + problem->q_heads) * sizeof(float);
-    *names = "the ALiBi slopes";
+    spans++;
+    *names++ = "the ALiBi slopes";
+    ++*count;
+  }
+  if (params->query_offsets) {
+    /* Bounded so that a position or an ALiBi distance cannot overflow. */
+    const int64_t bound = INT64_C(1) << 62;
+    for (int64_t b = 0; b < slope_batches; b++)
+      if (params->query_offsets[b] < -bound || params->query_offsets[b] > bound)
+        return fc_fail(ctx, FLASHCPU_ERROR_INVALID_ARGUMENT,
+                       "%s: query_offsets[%lld] is %lld; it must be in "
+                       "[-2^62, 2^62]",
+                       call, (long long)b, (long long)params->query_offsets[b]);
+    problem->query_offsets = params->query_offsets;
+    spans->begin = (uintptr_t)params->query_offsets;
+    spans->end = spans->begin + (uintptr_t)slope_batches * sizeof(int64_t);
+    *names = "query_offsets";
     ++*count;
   }
   return FLASHCPU_OK;
@@ -287,8 +303,8 @@ flashcpu_status fc_check_attention(
   problem->lse_batch_stride = problem->q_heads * problem->q_len;
   problem->lse_head_stride = problem->q_len;
 
-  fc_byte_span inputs[12] = {q_span, k_span, v_span};
-  const char *input_names[12] = {"q", "k", "v"};
+  fc_byte_span inputs[13] = {q_span, k_span, v_span};
+  const char *input_names[13] = {"q", "k", "v"};
   int input_count = 3;
   const flashcpu_tensor *kv_of[2] = {k, v};
   const flashcpu_kv_scales *scales_of[2] = {params->k_scales, params->v_scales};

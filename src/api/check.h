@@ -30,8 +30,9 @@ flashcpu_status fc_check_outputs_apart(flashcpu_context *ctx, const char *call,
 flashcpu_status fc_check_common_params(flashcpu_context *ctx, const char *call,
                                        const flashcpu_attention_params *params);
 
-/* Checks the sinks and ALiBi slopes of params (slope_batches: rows of a
- * [B, Hq] slope array), sets them in *problem (whose q_heads is set), and
+/* Checks the sinks, ALiBi slopes and query offsets of params
+ * (slope_batches: rows of a [B, Hq] slope array, and query offsets), sets
+ * them in *problem (whose q_heads is set), and
  * appends each one's bytes and name to spans and names, counting them in
  * *count, for the overlap checks. */
 flashcpu_status fc_check_variants(flashcpu_context *ctx, const char *call,

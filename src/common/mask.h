@@ -16,13 +16,14 @@ typedef struct fc_key_range {
 
 static inline fc_key_range fc_row_key_range(const fc_problem *p, int64_t b,
                                             int64_t kv_length, int64_t row) {
-  /* bottom-right aligned */
-  int64_t position = row + (kv_length - fc_problem_q_len(p, b));
+  const int64_t position = fc_problem_position(p, b, kv_length, row);
   fc_key_range range = {0, kv_length};
   /* Windows may be as wide as INT64_MAX: compare distances, never form
    * position - left or position + right + 1 where they could overflow. */
   if (p->window_left >= 0 && p->window_left < position)
     range.begin = position - p->window_left;
+  /* A query offset can put the window past the keys. */
+  if (range.begin > kv_length) range.begin = kv_length;
   if (p->causal && position + 1 < range.end) range.end = position + 1;
   if (p->window_right >= 0 && p->window_right < range.end - 1 - position)
     range.end = position + p->window_right + 1;

@@ -80,6 +80,8 @@ typedef struct fc_problem {
   /* Sink logits [q_heads] in sinks_dtype; NULL: none. */
   const void *sinks;
   flashcpu_dtype sinks_dtype;
+  /* Added to the positions of batch_id(b)'s query rows; NULL: 0. */
+  const int64_t *query_offsets;
 } fc_problem;
 
 static inline int64_t fc_problem_kv_length(const fc_problem *p, int64_t b) {
@@ -96,6 +98,16 @@ static inline int64_t fc_problem_q_start(const fc_problem *p, int64_t b) {
 
 static inline int64_t fc_problem_batch_id(const fc_problem *p, int64_t b) {
   return p->batch_ids ? p->batch_ids[b] : b;
+}
+
+/* The position of row `row` of batch b: bottom-right aligned to the
+ * batch's kv_length, moved by its query offset. */
+static inline int64_t fc_problem_position(const fc_problem *p, int64_t b,
+                                          int64_t kv_length, int64_t row) {
+  const int64_t position = row + (kv_length - fc_problem_q_len(p, b));
+  return p->query_offsets
+             ? position + p->query_offsets[fc_problem_batch_id(p, b)]
+             : position;
 }
 
 /* Scores need work after the dot product (softcap, additive mask, ALiBi):

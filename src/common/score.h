@@ -43,7 +43,7 @@ static inline fc_row_finish fc_row_finish_for(const fc_problem *p, int64_t b,
       p->alibi
           ? p->alibi[fc_problem_batch_id(p, b) * p->alibi_batch_stride + head]
           : 0.0f;
-  f.position = row + kv_length - fc_problem_q_len(p, b);
+  f.position = fc_problem_position(p, b, kv_length, row);
   return f;
 }
 

@@ -65,6 +65,7 @@
   F(flashcpu_attention_params, alibi_batch_stride)                             \
   F(flashcpu_attention_params, k_scales)                                       \
   F(flashcpu_attention_params, v_scales)                                       \
+  F(flashcpu_attention_params, query_offsets)                                  \
   S(flashcpu_paged_kv)                                                         \
   F(flashcpu_paged_kv, struct_size)                                            \
   F(flashcpu_paged_kv, k)                                                      \
