@@ -15,6 +15,7 @@
  * collective over the communicator (every rank must make it, with the
  * same communicator, in the same order as its other collective calls on
  * it). Only the calling thread calls MPI: MPI_THREAD_FUNNELED is enough.
+ * Prefill: flashcpu_mpi_ring_attention (ring attention, below).
  *
  * Positions. Request b's keys are the ranks' rows laid end to end in rank
  * order: rank r's kv_lengths[b] rows hold positions
@@ -58,7 +59,9 @@
  * rank make every rank return the same error status, with a message
  * naming the rank, and write nothing. An error in a rank's computation
  * (flashcpu_attention refusing its K/V views, memory) is exchanged the same
- * way before anything is written. Every rank must call: a rank that never
+ * way before anything is written (only a merge that runs out of memory on
+ * one receiving rank is reported after the others have written). Every
+ * rank must call: a rank that never
  * calls leaves the others waiting, as with any MPI collective. MPI errors
  * (under an error handler that returns) give FLASHCPU_ERROR_INTERNAL.
  * Messages: flashcpu_mpi_last_error (per thread).
