@@ -77,8 +77,7 @@ static const char *const field_names[SIG_FIELDS] = {
 
 /* One rank's contribution to the first exchange. */
 typedef struct rank_header {
-  int32_t status;
-  char message[FCM_MESSAGE_SIZE];
+  fcm_verdict verdict;
   int64_t signature[SIG_FIELDS];
 } rank_header;
 
@@ -398,25 +397,10 @@ static int64_t first_difference(const int64_t *a, const int64_t *b) {
 
 flashcpu_status fcm_agree_on_call(fcm_call *call,
                                   flashcpu_status local_status) {
-  header.status = local_status;
-  memset(header.message, 0, sizeof header.message);
-  if (local_status != FLASHCPU_OK)
-    snprintf(header.message, sizeof header.message, "%s", fcm_error());
-  rank_header *all = malloc((size_t)call->ranks * sizeof *all);
-  if (!all) /* a few hundred bytes per rank: not worth a protocol */
-    return fcm_fail(FLASHCPU_ERROR_OUT_OF_MEMORY,
-                    CALL ": out of memory for the ranks' arguments");
-  const int code = MPI_Allgather(&header, (int)sizeof header, MPI_BYTE, all,
-                                 (int)sizeof header, MPI_BYTE, call->comm);
-  if (code != MPI_SUCCESS) {
-    free(all);
-    return fcm_mpi_fail(code, "MPI_Allgather");
-  }
-  flashcpu_status status = FLASHCPU_OK;
-  for (int r = 0; r < call->ranks && status == FLASHCPU_OK; r++)
-    if (all[r].status != FLASHCPU_OK)
-      status = fcm_fail((flashcpu_status)all[r].status, "rank %d: %s", r,
-                        all[r].message);
+  void *gathered;
+  flashcpu_status status = fcm_gather_verdicts(call, &header, sizeof header,
+                                               local_status, &gathered);
+  const rank_header *all = gathered;
   for (int r = 1; r < call->ranks && status == FLASHCPU_OK; r++) {
     const int64_t f = first_difference(all[0].signature, all[r].signature);
     if (f < 0) continue;
@@ -427,6 +411,6 @@ flashcpu_status fcm_agree_on_call(fcm_call *call,
                       field_names[f], (long long)all[0].signature[f], r,
                       (long long)all[r].signature[f]);
   }
-  free(all);
+  free(gathered);
   return status;
 }

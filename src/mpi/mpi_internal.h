@@ -66,6 +66,21 @@ static inline int64_t fcm_chunks_of(const fcm_call *call, int64_t b) {
 
 /* ---- checks and agreement (mpi_agree.c, mpi_verdicts.c) */
 
+/* What every rank says of its part of a call: a status and its message;
+ * the records the ranks exchange start with one. */
+typedef struct fcm_verdict {
+  int32_t status;
+  char message[FCM_MESSAGE_SIZE];
+} fcm_verdict;
+
+/* Gathers every rank's record of `size` bytes (starting with an
+ * fcm_verdict, filled from local_status and fcm_error() here) into *all,
+ * which the caller frees (NULL where the gather failed). Returns the first
+ * failing rank's status with its message, else OK. */
+flashcpu_status fcm_gather_verdicts(const fcm_call *call, void *mine,
+                                    size_t size, flashcpu_status local_status,
+                                    void **all);
+
 /* Checks this rank's arguments and fills *call (params copied). Reads
  * only metadata and the small arrays it hashes for the comparison. */
 flashcpu_status fcm_check_local(fcm_call *call,

@@ -11,33 +11,39 @@
 
 #define CALL "flashcpu_mpi_attention"
 
-/* One rank's verdict. */
-typedef struct rank_verdict {
-  int32_t status;
-  char message[FCM_MESSAGE_SIZE];
-} rank_verdict;
-
-flashcpu_status fcm_agree(const fcm_call *call, flashcpu_status local_status) {
-  rank_verdict mine;
-  memset(&mine, 0, sizeof mine);
-  mine.status = local_status;
+flashcpu_status fcm_gather_verdicts(const fcm_call *call, void *mine,
+                                    size_t size, flashcpu_status local_status,
+                                    void **all) {
+  fcm_verdict *verdict = mine;
+  verdict->status = local_status;
+  memset(verdict->message, 0, sizeof verdict->message);
   if (local_status != FLASHCPU_OK)
-    snprintf(mine.message, sizeof mine.message, "%s", fcm_error());
-  rank_verdict *all = malloc((size_t)call->ranks * sizeof *all);
-  if (!all)
+    snprintf(verdict->message, sizeof verdict->message, "%s", fcm_error());
+  char *records = malloc((size_t)call->ranks * size);
+  *all = records;
+  if (!records) /* a few hundred bytes per rank: not worth a protocol */
     return fcm_fail(FLASHCPU_ERROR_OUT_OF_MEMORY,
                     CALL ": out of memory for the ranks' verdicts");
-  const int code = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all,
-                                 (int)sizeof mine, MPI_BYTE, call->comm);
+  const int code = MPI_Allgather(mine, (int)size, MPI_BYTE, records, (int)size,
+                                 MPI_BYTE, call->comm);
   if (code != MPI_SUCCESS) {
-    free(all);
+    free(records);
+    *all = NULL;
     return fcm_mpi_fail(code, "MPI_Allgather");
   }
-  flashcpu_status status = FLASHCPU_OK;
-  for (int r = 0; r < call->ranks && status == FLASHCPU_OK; r++)
-    if (all[r].status != FLASHCPU_OK)
-      status = fcm_fail((flashcpu_status)all[r].status, "rank %d: %s", r,
-                        all[r].message);
+  for (int r = 0; r < call->ranks; r++) {
+    const fcm_verdict *v = (const fcm_verdict *)(void *)(records + r * size);
+    if (v->status != FLASHCPU_OK)
+      return fcm_fail((flashcpu_status)v->status, "rank %d: %s", r, v->message);
+  }
+  return FLASHCPU_OK;
+}
+
+flashcpu_status fcm_agree(const fcm_call *call, flashcpu_status local_status) {
+  fcm_verdict mine;
+  void *all;
+  const flashcpu_status status =
+      fcm_gather_verdicts(call, &mine, sizeof mine, local_status, &all);
   free(all);
   return status;
 }
