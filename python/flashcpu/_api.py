@@ -159,6 +159,27 @@ def _tree(mask, batch, rows):
     return tree, bits
 
 
+def set_array_options(params, keep, batch, heads, rows, keys, *, kv_lengths=None,
+                      additive_mask=None, tree_mask=None):
+    """The options that are arrays, into params (keep holds what they point
+    to while the call runs)."""
+    if kv_lengths is not None:
+        lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
+        if count != batch:
+            raise errors.ShapeMismatchError(
+                "SHAPE_MISMATCH", f"kv_lengths has {count} entries; expected B = {batch}")
+        params.kv_lengths = lengths
+        keep.append(lengths)
+    if additive_mask is not None:
+        mask = _additive(additive_mask, batch, heads, rows, keys)
+        params.additive_mask = ctypes.pointer(mask)
+        keep.append(mask)
+    if tree_mask is not None:
+        tree, bits = _tree(tree_mask, batch, rows)
+        params.tree_mask = ctypes.pointer(tree)
+        keep.extend((tree, bits))
+
+
 def _run(ctx, qv, kv, vv, ov, lse_pointer, params):
     """flashcpu_attention on prepared views; raises on a non-zero status."""
     _context.check(_lib.flashcpu_attention(
@@ -228,21 +249,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     if not plain:
         set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
                     softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
-    if kv_lengths is not None:
-        lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
-        if count != batch:
-            raise errors.ShapeMismatchError(
-                "SHAPE_MISMATCH", f"kv_lengths has {count} entries; expected B = {batch}")
-        params.kv_lengths = lengths
-        keep.append(lengths)
-    if additive_mask is not None:
-        mask = _additive(additive_mask, batch, heads, rows, keys)
-        params.additive_mask = ctypes.pointer(mask)
-        keep.append(mask)
-    if tree_mask is not None:
-        tree, bits = _tree(tree_mask, batch, rows)
-        params.tree_mask = ctypes.pointer(tree)
-        keep.extend((tree, bits))
+    set_array_options(params, keep, batch, heads, rows, keys, kv_lengths=kv_lengths,
+                      additive_mask=additive_mask, tree_mask=tree_mask)
     _run(ctx, qv, kv, vv, ov, None if lse is None else _arrays.geometry(lse)[2], params)
     out = _arrays.raw(out)
     return (out, lse) if return_lse else out

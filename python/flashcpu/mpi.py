@@ -144,26 +144,21 @@ def _prepare(q, comm, keys, dv, batch_rows_heads, *, kv_lengths, chunk_keys, roo
             lse = _arrays.empty_like_kind(_arrays.raw(q), (batch, heads, rows), _arrays.F32)
     _api.set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
                      softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
-    if kv_lengths is not None:
-        lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
-        if count != batch:
-            raise errors.ShapeMismatchError(
-                "SHAPE_MISMATCH", f"kv_lengths has {count} entries; expected B = {batch}")
-        params.kv_lengths = lengths
-        keep.append(lengths)
-    if additive_mask is not None:
-        mask = _api._additive(additive_mask, batch, heads, rows, keys)
-        params.additive_mask = ctypes.pointer(mask)
-        keep.append(mask)
-    if tree_mask is not None:
-        tree, bits = _api._tree(tree_mask, batch, rows)
-        params.tree_mask = ctypes.pointer(tree)
-        keep.extend((tree, bits))
+    _api.set_array_options(params, keep, batch, heads, rows, keys, kv_lengths=kv_lengths,
+                           additive_mask=additive_mask, tree_mask=tree_mask)
     options = MpiOptions()
     _mpi.flashcpu_mpi_options_init(ctypes.byref(options))
     options.chunk_keys = _arrays.integer(chunk_keys, "chunk_keys")
     options.root = -1 if root is None else _arrays.integer(root, "root", 0, _arrays.INT32_MAX)
     return out, ov, lse, options
+
+
+def _result(out, ov, lse, return_lse):
+    """What a receiving rank returns (None on the others)."""
+    if ov is None:
+        return None
+    out = _arrays.raw(out)
+    return (out, lse) if return_lse else out
 
 
 def attention(q, k, v, comm, *, kv_lengths=None, chunk_keys=0, root=None, causal=False,
@@ -204,10 +199,7 @@ def attention(q, k, v, comm, *, kv_lengths=None, chunk_keys=0, root=None, causal
         ctypes.byref(ov) if ov is not None else None,
         None if lse is None else _arrays.geometry(lse)[2], ctypes.byref(params),
         ctypes.byref(options)))
-    if ov is None:
-        return None
-    out = _arrays.raw(out)
-    return (out, lse) if return_lse else out
+    return _result(out, ov, lse, return_lse)
 
 
 def attention_paged(q, kv, block_table, kv_lengths, comm, *, chunk_keys=0, root=None,
@@ -245,10 +237,7 @@ def attention_paged(q, kv, block_table, kv_lengths, comm, *, chunk_keys=0, root=
         ctypes.byref(ov) if ov is not None else None,
         None if lse is None else _arrays.geometry(lse)[2], ctypes.byref(params),
         ctypes.byref(options)))
-    if ov is None:
-        return None
-    out = _arrays.raw(out)
-    return (out, lse) if return_lse else out
+    return _result(out, ov, lse, return_lse)
 
 
 def ring_attention(q, k, v, comm, *, causal=False, window=(-1, -1), softcap=0.0,
