@@ -153,17 +153,6 @@ TEST(AppendEndToEnd, TokenByTokenAndChunksFillTheSamePages) {
   }
 }
 
-// The kernels this CPU runs, by name, then nullptr: the context's own choice.
-std::vector<const char *> KernelsToForce() {
-  std::vector<const char *> names;
-  flashcpu_kernel_info info;
-  flashcpu_kernel_info_init(&info);
-  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
-    if (info.runnable) names.push_back(info.name);
-  names.push_back(nullptr);
-  return names;
-}
-
 struct StepOptions {
   const char *name;
   int64_t rows; // L of every request
@@ -185,7 +174,7 @@ TEST(AppendEndToEnd, AttentionOverAppendedPagesEqualsContiguousAttention) {
     flashcpu_dtype q, kv, out;
   };
   // One context per kernel, made once (a context starts threads).
-  std::vector<const char *> kernels = KernelsToForce();
+  std::vector<const char *> kernels = RunnableKernelsThenDefault();
   std::vector<Context> contexts;
   for (const char *kernel : kernels) {
     contexts.emplace_back(KernelOptions(FLASHCPU_ISA_AUTO, kernel));

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "merged_parts.h"
 
 namespace fctest {
 namespace {
@@ -25,12 +26,6 @@ constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, F16 = FLASHCPU_DTYPE_F16,
                          BF16 = FLASHCPU_DTYPE_BF16;
 constexpr int64_t kLseGuard =
     16; // floats before lse in AttentionCase's storage
-
-// One range's result: its out (own dtype) and lse.
-struct Part {
-  TestTensor out;
-  std::vector<float> lse;
-};
 
 // Attention of c's queries over keys [begin, end) of every batch (clamped
 // to the batch's kv length), through sub-views of k and v.
@@ -79,17 +74,7 @@ flashcpu_status MergeRanges(AttentionCase &c, const std::vector<int64_t> &cuts,
     parts.push_back(RunRange(c, begin, end, part_dtype, ctx));
     begin = end;
   }
-  std::vector<flashcpu_tensor> states;
-  std::vector<const float *> lses;
-  for (Part &part : parts) {
-    states.push_back(part.out.View());
-    lses.push_back(part.lse.data());
-  }
-  c.out_for_checker_tests().Poison();
-  const flashcpu_tensor out = c.out_for_checker_tests().View();
-  return flashcpu_merge_states(ctx, static_cast<int64_t>(states.size()),
-                               states.data(), lses.data(), &out,
-                               &c.lse_storage_for_checker_tests(kLseGuard));
+  return MergeIntoCase(c, parts, ctx);
 }
 
 struct MergeCase {

@@ -18,41 +18,18 @@
 #include <gtest/gtest.h>
 
 #include "attention_case.h"
+#include "merged_parts.h"
 #include "fixtures.h"
 
 namespace fctest {
 namespace {
 
 constexpr flashcpu_dtype F32 = FLASHCPU_DTYPE_F32, BF16 = FLASHCPU_DTYPE_BF16;
-constexpr int64_t kLseGuard = 16; // floats before lse in AttentionCase
 
 // A contiguous BSHD tensor.
 TestTensor Bshd(flashcpu_dtype dtype, std::array<int64_t, 4> dims) {
   return TestTensor(dtype, dims, Layout::kBSHD, dims[1]);
 }
-
-// The elements of t in order, each as its stored bytes widened exactly
-// (buffers differ in alignment padding, so their raw bytes cannot be
-// compared).
-std::vector<uint64_t> ElementBits(const TestTensor &t) {
-  std::vector<uint64_t> bits;
-  const std::array<int64_t, 4> &dims = t.dims();
-  for (int64_t b = 0; b < dims[0]; b++)
-    for (int64_t s = 0; s < dims[1]; s++)
-      for (int64_t h = 0; h < dims[2]; h++)
-        for (int64_t d = 0; d < dims[3]; d++) {
-          const double x = t.Get(b, s, h, d);
-          uint64_t word;
-          std::memcpy(&word, &x, sizeof word);
-          bits.push_back(word);
-        }
-  return bits;
-}
-
-struct Part {
-  TestTensor out;
-  std::vector<float> lse;
-};
 
 // Attention of c's queries over keys [begin, end) of every batch, through
 // sub-views of k and v, with each batch's queries placed past the part.
@@ -105,17 +82,7 @@ flashcpu_status MergeParts(AttentionCase &c, const std::vector<int64_t> &cuts,
     if (status != FLASHCPU_OK) return status;
     begin = ends[i];
   }
-  std::vector<flashcpu_tensor> states;
-  std::vector<const float *> lses;
-  for (Part &part : parts) {
-    states.push_back(part.out.View());
-    lses.push_back(part.lse.data());
-  }
-  c.out_for_checker_tests().Poison();
-  const flashcpu_tensor out = c.out_for_checker_tests().View();
-  return flashcpu_merge_states(ctx, static_cast<int64_t>(states.size()),
-                               states.data(), lses.data(), &out,
-                               &c.lse_storage_for_checker_tests(kLseGuard));
+  return MergeIntoCase(c, parts, ctx);
 }
 
 struct OffsetCase {
@@ -160,23 +127,12 @@ const OffsetCase kOffsetCases[] = {
      [](AttentionCase &c) { c.causal().alibi().additive().heads(8, 2); }},
 };
 
-// Every runnable kernel that computes the case, then the default choice.
-std::vector<const char *> Kernels() {
-  std::vector<const char *> names;
-  flashcpu_kernel_info info;
-  flashcpu_kernel_info_init(&info);
-  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
-    if (info.runnable) names.push_back(info.name);
-  names.push_back(nullptr);
-  return names;
-}
-
 class QueryOffsets : public testing::TestWithParam<OffsetCase> {};
 
 TEST_P(QueryOffsets, PartsMergeToTheWholeSequence) {
   const OffsetCase &o = GetParam();
   int ran = 0;
-  for (const char *kernel : Kernels()) {
+  for (const char *kernel : RunnableKernelsThenDefault()) {
     SCOPED_TRACE(kernel ? kernel : "the default choice");
     AttentionCase c;
     c.batch(2).q_len(o.q_len).kv_len(130).heads(4, 2).head_dim(32).seed(23);

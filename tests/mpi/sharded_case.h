@@ -61,9 +61,6 @@ flashcpu_status RunSharded(AttentionCase &c, MPI_Comm comm, Sharding sharding,
 
 // A result's bytes: out's elements widened exactly, then lse's bits.
 std::vector<uint64_t> ResultBits(const AttentionCase &c);
-// A tensor's elements widened exactly, in order (two buffers' raw bytes
-// differ in their alignment padding).
-std::vector<uint64_t> ElementBits(const TestTensor &t);
 
 // The result as the header defines it, computed in this process from c's
 // whole K/V with flashcpu_attention per chunk and flashcpu_merge_states

@@ -119,6 +119,16 @@ std::string DescribedSetting(const flashcpu_context *ctx,
   return "";
 }
 
+std::vector<const char *> RunnableKernelsThenDefault() {
+  std::vector<const char *> names;
+  flashcpu_kernel_info info;
+  flashcpu_kernel_info_init(&info);
+  for (int i = 0; flashcpu_kernel_info_get(i, &info); i++)
+    if (info.runnable) names.push_back(info.name);
+  names.push_back(nullptr);
+  return names;
+}
+
 bool CpuHasFeature(const std::string &name) {
   char features[512];
   flashcpu_cpu_features(features, sizeof features);

@@ -262,6 +262,10 @@ std::vector<DescribedKernel> DescribedKernels(const flashcpu_context *ctx);
 std::string DescribedSetting(const flashcpu_context *ctx,
                              const std::string &key);
 
+// The names of the kernels this CPU runs, then nullptr (the context's own
+// choice): what a test forces in turn.
+std::vector<const char *> RunnableKernelsThenDefault();
+
 // Whether flashcpu_cpu_features() lists name (e.g. "avx512_bf16").
 bool CpuHasFeature(const std::string &name);
 

@@ -114,4 +114,19 @@ std::string CompareOutsideView(const std::vector<unsigned char> &before,
   return "";
 }
 
+std::vector<uint64_t> ElementBits(const TestTensor &t) {
+  std::vector<uint64_t> bits;
+  const std::array<int64_t, 4> &dims = t.dims();
+  for (int64_t b = 0; b < dims[0]; b++)
+    for (int64_t s = 0; s < dims[1]; s++)
+      for (int64_t h = 0; h < dims[2]; h++)
+        for (int64_t d = 0; d < dims[3]; d++) {
+          const double x = t.Get(b, s, h, d);
+          uint64_t word;
+          std::memcpy(&word, &x, sizeof word);
+          bits.push_back(word);
+        }
+  return bits;
+}
+
 } // namespace fctest

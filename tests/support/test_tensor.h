@@ -93,6 +93,11 @@ private:
   std::vector<unsigned char> storage_;
 };
 
+// The elements of t in order, each as its stored value widened exactly to
+// double, as bits (buffers differ in alignment padding, so their raw bytes
+// cannot be compared).
+std::vector<uint64_t> ElementBits(const TestTensor &t);
+
 // Every byte of `after` outside `view_bytes` equals `before`; else a message
 // naming the first changed byte.
 std::string CompareOutsideView(const std::vector<unsigned char> &before,
