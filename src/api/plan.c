@@ -164,17 +164,17 @@ static flashcpu_status request_families(flashcpu_context *ctx,
   one.q_lens = &rows;
   one.q_starts = one.page_rows = one.tree_keys = one.batch_ids = &zero;
   one.kv_lengths = &keys;
-  fc_problem p;
+  fc_problem p; /* one request's: made once, its lengths set per request */
   flashcpu_plan probe = *plan;
   probe.pages = &page;
+  part_problem(&probe, &one, kv, &p);
   for (int64_t r = 0; r < batch->num_requests; r++) {
     rows = batch->cu_seqlens_q[r + 1] - batch->cu_seqlens_q[r];
     families[r] = FC_FAMILY_PREFILL;
     if (rows == 0) continue;
     keys = batch->seq_lens_kv[r];
-    one.max_rows = rows;
-    one.max_keys = keys;
-    part_problem(&probe, &one, kv, &p);
+    p.q_len = rows;
+    p.kv_capacity = keys;
     char reason[384];
     const fc_attention_kernel *kernel =
         fc_kernel_table_choose(&ctx->table, &p, reason, sizeof reason);
