@@ -159,10 +159,23 @@ def _tree(mask, batch, rows):
     return tree, bits
 
 
+def set_query_offsets(params, keep, query_offsets, count, what="B"):
+    """count int64 query offsets into params (None: none)."""
+    if query_offsets is None:
+        return
+    offsets, given = _arrays.int64_array(query_offsets, "query_offsets")
+    if given != count:
+        raise errors.ShapeMismatchError(
+            "SHAPE_MISMATCH", f"query_offsets has {given} entries; expected {what} = {count}")
+    params.query_offsets = offsets
+    keep.append(offsets)
+
+
 def set_array_options(params, keep, batch, heads, rows, keys, *, kv_lengths=None,
-                      additive_mask=None, tree_mask=None):
+                      additive_mask=None, tree_mask=None, query_offsets=None):
     """The options that are arrays, into params (keep holds what they point
     to while the call runs)."""
+    set_query_offsets(params, keep, query_offsets, batch)
     if kv_lengths is not None:
         lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
         if count != batch:
@@ -189,8 +202,8 @@ def _run(ctx, qv, kv, vv, ov, lse_pointer, params):
 
 def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None,
               kv_lengths=None, additive_mask=None, tree_mask=None, sinks=None,
-              alibi_slopes=None, out=None, return_lse=False, layout="bshd",
-              context=None):
+              alibi_slopes=None, query_offsets=None, out=None, return_lse=False,
+              layout="bshd", context=None):
     """Exact attention softmax(q k^T * scale + masks) v, the way
     flashcpu_attention computes it (include/flashcpu/flashcpu.h).
 
@@ -211,7 +224,11 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     sinks: attention sinks (gpt-oss), one logit per query head [Hq], float32,
     float16 or bfloat16: one more key in every row's softmax, of that score
     and a zero value; alibi_slopes: float32 [Hq] or [B, Hq], the bias
-    -slope * |p - j| for the row at position p and key j.
+    -slope * |p - j| for the row at position p and key j;
+    query_offsets: B integers, row i of batch b at position
+    i + (S_b - L) + query_offsets[b] (for keys split across calls whose
+    results flashcpu.merge_states merges: a part holding keys [a, a + n) of
+    S passes S - (a + n)).
     out: an array or tensor to write (same layout), returned; else a new one
     of q's kind and dtype. return_lse: also return the log-sum-exp, float32
     [B, Hq, L], natural log (the sink included).
@@ -221,6 +238,7 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     ctx = _context.resolve(context)
     if (out is not None and not return_lse and kv_lengths is None and additive_mask is None
             and tree_mask is None and sinks is None and alibi_slopes is None
+            and query_offsets is None
             and _model_call.attention_into(q, k, v, out, layout, causal, window, softcap,
                                            scale, ctx)):
         return out
@@ -230,7 +248,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     qv = _arrays.view(q, layout, "q")
     quantized = (_quantized.is_quantized(k), _quantized.is_quantized(v))
     plain = (kv_lengths is None and additive_mask is None and tree_mask is None and
-             sinks is None and alibi_slopes is None and not any(quantized))
+             sinks is None and alibi_slopes is None and query_offsets is None and
+             not any(quantized))
     keep = []
     params = plain_params(causal, window, softcap, scale) if plain else new_params()
     kv, vv = (_kv_view(x, codes, layout, name, params, keep)
@@ -250,7 +269,8 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
         set_options(params, keep, heads=heads, batches=batch, causal=causal, window=window,
                     softcap=softcap, scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
     set_array_options(params, keep, batch, heads, rows, keys, kv_lengths=kv_lengths,
-                      additive_mask=additive_mask, tree_mask=tree_mask)
+                      additive_mask=additive_mask, tree_mask=tree_mask,
+                      query_offsets=query_offsets)
     _run(ctx, qv, kv, vv, ov, None if lse is None else _arrays.geometry(lse)[2], params)
     out = _arrays.raw(out)
     return (out, lse) if return_lse else out

@@ -347,7 +347,7 @@ class Plan:
 
 def attention_paged(q, kv, plan, *, causal=False, window=(-1, -1), softcap=0.0,
                     scale=None, additive_mask=None, sinks=None, alibi_slopes=None,
-                    out=None, return_lse=False):
+                    query_offsets=None, out=None, return_lse=False):
     """Attention of a step's packed query rows over one layer's paged cache,
     each request as a batch of its own (flashcpu_attention_paged).
 
@@ -358,7 +358,8 @@ def attention_paged(q, kv, plan, *, causal=False, window=(-1, -1), softcap=0.0,
     flashcpu.attention, aligned to each request (causal bottom-right to its
     S_r keys); additive_mask: float32 broadcastable to [R, Hq, T, max S_r]
     (usually [Hq or 1, T, max S_r]: entry [h, t, j] for packed row t, key
-    j); alibi_slopes: float32 [Hq] or [R, Hq]. Returns out [T, Hq, Dv] (a
+    j); alibi_slopes: float32 [Hq] or [R, Hq]; query_offsets: R integers
+    (flashcpu.attention's, per request). Returns out [T, Hq, Dv] (a
     new array of q's kind and dtype, or out itself), and with return_lse
     the float32 log-sum-exp [Hq, T]. The GIL is released during the call; on
     error a flashcpu.Error subclass is raised and out is left untouched."""
@@ -388,6 +389,7 @@ def attention_paged(q, kv, plan, *, causal=False, window=(-1, -1), softcap=0.0,
         mask = _api._additive(additive_mask, plan.num_requests, heads, tokens, plan.max_keys)
         params.additive_mask = ctypes.pointer(mask)
         keep.append(mask)
+    _api.set_query_offsets(params, keep, query_offsets, plan.num_requests, "R")
     lse_pointer = None
     if lse is not None:
         shape, _, address = _arrays.geometry(lse)
