@@ -138,9 +138,10 @@ static void print_help(FILE *stream) {
       "FLASHCPU_TUNE_FILE=PATH. Run it with the thread count your engine uses\n"
       "(OMP_NUM_THREADS; default: all cores) on an otherwise idle machine.\n"
       "\n"
-      "  --quick       fewer shapes and repetitions, and at most 256 MiB of "
-      "KV\n"
-      "                rotated (so part may come from a large cache): seconds\n"
+      "  --quick       fewer shapes and repetitions, shorter prefills, and at\n"
+      "                most 256 MiB of KV rotated (so part may come from a "
+      "large\n"
+      "                cache): seconds\n"
       "  --out PATH    the tune file to write (default ./flashcpu.tune)\n"
       "  --preset NAME the model shape (default llama3-8b; see flashcpu run\n"
       "                --help)\n"
@@ -648,7 +649,7 @@ int cli_tune(int argc, char **argv) {
       const int64_t decode_kv = options.quick ? 2048 : 4096;
       cli_team_race_spec spec = {.preset = preset,
                                  .quick = options.quick,
-                                 .prefill_length = options.quick ? 1024 : 2048,
+                                 .prefill_length = options.quick ? 512 : 2048,
                                  .decode_kv = decode_kv,
                                  .decode_layers =
                                      rotated_layers(&options, 1, decode_kv),
