@@ -8,7 +8,7 @@ own --threads cores, llama3-8b heads (32 query, 8 KV, head_dim 128), bf16.
           flashcpu.attention on the whole cache, the one-process call.
   ring    causal prefill of --prompt rows (a list) as zigzag ring attention
           (flashcpu.mpi.ring_attention); with one rank also flashcpu.attention
-          on the whole prompt.
+          on the whole prompt (alone with --one-process-only).
   link    ping-pong between ranks 0 and 1 (8 B to 64 MiB): the transport's
           latency and bandwidth, the model's two parameters.
 
@@ -147,8 +147,9 @@ def ring(group, args, flashcpu, context):
         row = {"case": "ring", "prompt": prompt, "ranks": n, "threads": args.threads,
                "transport": args.transport, "flops": flops}
         warm = prompt < 65536
-        row.update(timed(group, args.ring_reps, lambda: group.ring(
-            q, k, v, causal=True, context=context), warm))
+        if not args.one_process_only:
+            row.update(timed(group, args.ring_reps, lambda: group.ring(
+                q, k, v, causal=True, context=context), warm))
         if n == 1:
             row["one_process"] = timed(group, args.ring_reps, lambda: flashcpu.attention(
                 q, k, v, causal=True, context=context), warm)
@@ -194,6 +195,8 @@ def main():
     parser.add_argument("--chunk-keys", type=int, default=16384)
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--ring-reps", type=int, default=3)
+    parser.add_argument("--one-process-only", action="store_true",
+                        help="ring with one rank: time flashcpu.attention alone")
     parser.add_argument("--transport", choices=("mpi", "gloo"), default="mpi")
     parser.add_argument("--store", default="/tmp/flashcpu-mpi-bench-store")
     args = parser.parse_args()
