@@ -5,6 +5,8 @@ transformers passes them) timed five ways in one torch process, at --kv
 keys and on a 1-key cache (the floor, where the call's own work is least):
   library call      flashcpu_attention through ctypes, arguments prepared once
   attention out=    flashcpu.attention(..., out=out): an engine loop's call
+                    (through the compiled extension where it is built:
+                    --native builds it; "attention out= ctypes" without it)
   attention         flashcpu.attention, a new output each call
   backend           flashcpu.transformers.attention_forward (what a model calls)
   sdpa              transformers' sdpa_attention_forward, for comparison
@@ -37,6 +39,8 @@ def main():
     parser.add_argument("--package", default=os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"),
         help="the folder holding the flashcpu package to measure")
+    parser.add_argument("--native", action="store_true",
+                        help="build flashcpu.native first (torch.utils.cpp_extension)")
     args = parser.parse_args()
     sys.path.insert(0, args.package)
 
@@ -48,6 +52,15 @@ def main():
 
     torch.manual_seed(0)
     ctx = _context.default_context()
+    native = None
+    try:
+        import flashcpu.native as native
+        if args.native:
+            native.build()
+        print(f"compiled extension: {'loaded' if native.available() else 'not built'}")
+    except ImportError:
+        print("compiled extension: not in this version")
+    args.native_module = native
     print(f"{ctx}, torch {torch.__version__}, flashcpu {flashcpu.__version__} "
           f"from {os.path.dirname(flashcpu.__file__)}")
     floors = measure(args, 1, torch, flashcpu, backend, sdpa_attention_forward, _api,
@@ -95,9 +108,20 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
     def attention_out():
         flashcpu.attention(q, k, v, causal=True, layout="bhsd", out=out)
 
+    native = args.native_module
+    compiled = native.available() if native else None
+
+    def attention_out_ctypes():
+        native._module = False
+        try:
+            flashcpu.attention(q, k, v, causal=True, layout="bhsd", out=out)
+        finally:
+            native._module = compiled
+
     cases = {
         "library call": (library_call, None),
         "attention out=": (attention_out, None),
+        **({"attention out= ctypes": (attention_out_ctypes, None)} if compiled else {}),
         "attention": (lambda: flashcpu.attention(q, k, v, causal=True, layout="bhsd"), None),
         "backend": (lambda: backend.attention_forward(Module, q, k, v, None), None),
         "sdpa": (lambda: sdpa_attention_forward(Module, q, k, v, None, is_causal=True),

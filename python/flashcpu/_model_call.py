@@ -13,7 +13,7 @@ import ctypes
 import struct
 import sys
 
-from . import _api, _arrays, _context
+from . import _api, _arrays, _context, native
 from ._library import Tensor
 
 _lib = None  # set by __init__: flashcpu_attention taking 7 untyped pointers
@@ -67,6 +67,16 @@ def attention(q, k, v, causal, window, softcap, scale):
     params_at = shared[1]  # shared holds the params while the call runs
     # The sizes as separate arguments: 3-4 us less than a tuple there.
     out = sys.modules["torch"].empty(batch, rows, heads, dv, dtype=dtype)
+    compiled = native._module
+    if compiled is None:  # not looked for yet
+        compiled = native.available()
+    if compiled:
+        handle = _context.default_context().handle
+        status = compiled.attention_into(q, k, v, out, True, False, handle.value, params_at)
+        if status == 0:
+            return out
+        if status > 0:
+            _context.check(status, handle)
     o_at = out.data_ptr()
     if not o_at:
         return None
@@ -116,7 +126,24 @@ def attention_into(q, k, v, out, layout, causal, window, softcap, scale, ctx):
     anything is out of the ordinary (the caller then takes the general
     path, which says what is wrong). The library checks every argument as
     on any call."""
-    if not _USABLE or layout not in ("bshd", "bhsd"):
+    if layout not in ("bshd", "bhsd"):
+        return False
+    compiled = native._module
+    if compiled is None:  # not looked for yet
+        compiled = native.available()
+    if compiled and _arrays._KINDS.get(type(q)) == "torch":
+        shared = _api.plain_params_address(causal, window, softcap, scale)
+        if shared is None:
+            return False
+        handle = ctx.handle
+        bhsd = layout == "bhsd"
+        status = compiled.attention_into(q, k, v, out, bhsd, bhsd, handle.value, shared[1])
+        if status == 0:
+            return True
+        if status > 0:
+            _context.check(status, handle)
+        # -1: not tensors the compiled path takes; the ctypes path looks.
+    if not _USABLE:
         return False
     views = [_geometry(q, False), _geometry(k, False), _geometry(v, False),
              _geometry(out, True)]

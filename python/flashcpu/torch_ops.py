@@ -21,6 +21,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               sinks: Optional[torch.Tensor] = None,
               alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     """flashcpu.attention on CPU tensors; see its documentation."""
+    if sinks is None and alibi_slopes is None:  # flashcpu.attention's fast path
+        shape = list(q.shape)
+        shape[3] = v.shape[3]
+        return _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
+                              softcap=softcap, scale=scale, layout=layout,
+                              out=q.new_empty(shape))
     return _api.attention(q, k, v, causal=causal, window=(window_left, window_right),
                           softcap=softcap, scale=scale, layout=layout, sinks=sinks,
                           alibi_slopes=alibi_slopes)

@@ -7,6 +7,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, HERE)
+# flashcpu.native's builds in a folder of the run's own: the tests take the
+# ctypes path unless test_native.py builds the extension there.
+if not os.environ.get("FLASHCPU_NATIVE_DIR"):
+    import tempfile
+    os.environ["FLASHCPU_NATIVE_DIR"] = tempfile.mkdtemp(prefix="flashcpu-native-")
 if not os.environ.get("FLASHCPU_LIBRARY"):
     built = os.path.join(os.environ.get("FLASHCPU_BUILD_DIR", os.path.join(ROOT, "build")),
                          "src", "libflashcpu.so")

@@ -1,0 +1,98 @@
+"""The compiled fast path for torch tensors: a small C++ extension that
+flashcpu.attention(..., out=...) (and the transformers backend through it)
+calls instead of ctypes, so that a call costs about what the C call costs.
+
+    import flashcpu.native
+    flashcpu.native.build()      # once: compiles against the installed torch
+
+The package stays pure Python: the extension is built only when asked, by
+torch.utils.cpp_extension (it needs a C++ compiler, ninja and torch's
+headers; Debian: g++, ninja-build and libtorch-dev), into a folder per
+torch and source version under FLASHCPU_NATIVE_DIR (default
+~/.cache/flashcpu/native). Once built it loads on first use in any process
+with the same torch; FLASHCPU_NATIVE=0 turns it off. Without it every call
+takes the ctypes path, with the same results: both call the same library
+function on the same views."""
+
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+from . import _api
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_attention.cpp")
+_module = None  # the loaded extension; False once loading failed or is off
+
+
+def _folder():
+    """The build folder for this torch and this source."""
+    import torch
+    with open(SOURCE, "rb") as source:
+        digest = hashlib.sha256(source.read()).hexdigest()[:12]
+    tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{digest}"
+    root = os.environ.get("FLASHCPU_NATIVE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "flashcpu", "native")
+    return os.path.join(root, tag.replace("+", "_"))
+
+
+def _name():
+    return "flashcpu_native_attention"
+
+
+def _attach(module):
+    """Gives the module flashcpu_attention's address; returns it."""
+    global _module
+    function = _api._lib["flashcpu_attention"]
+    module.set_attention(ctypes.cast(function, ctypes.c_void_p).value)
+    _module = module
+    return module
+
+
+def build(verbose=False):
+    """Compiles the extension against the installed torch (tens of seconds
+    the first time) and loads it. Raises what torch.utils.cpp_extension
+    raises where it cannot (no compiler, ninja or torch headers)."""
+    from torch.utils import cpp_extension
+    folder = _folder()
+    os.makedirs(folder, exist_ok=True)
+    module = cpp_extension.load(name=_name(), sources=[SOURCE], build_directory=folder,
+                                extra_cflags=["-O2"], verbose=verbose)
+    return _attach(module)
+
+
+def _built_path():
+    path = os.path.join(_folder(), _name() + importlib.machinery.EXTENSION_SUFFIXES[0])
+    if os.path.exists(path):
+        return path
+    plain = os.path.join(_folder(), _name() + ".so")
+    return plain if os.path.exists(plain) else None
+
+
+def available():
+    """The loaded extension, loading a built one on first use; None where it
+    is not built, torch is not imported, or FLASHCPU_NATIVE=0."""
+    global _module
+    if _module is not None:
+        return _module or None
+    _module = False
+    if os.environ.get("FLASHCPU_NATIVE", "1") == "0" or "torch" not in sys.modules:
+        return None
+    try:
+        path = _built_path()
+        if path is None:
+            return None
+        spec = importlib.util.spec_from_file_location(_name(), path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return _attach(module)
+    except (ImportError, OSError):
+        return None
+
+
+def reset():
+    """Forgets the loaded extension (tests: the next call looks again)."""
+    global _module
+    _module = None

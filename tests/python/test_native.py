@@ -1,0 +1,144 @@
+"""flashcpu.native, the compiled fast path for torch tensors: built here
+against the installed torch (skipped, with the reason, where a compiler,
+ninja or torch's headers are missing; a build that fails with them all
+present fails the test), then its results against the ctypes path's bytes
+for every float dtype, both layouts, strided views and the options the
+fast path takes; errors raised as flashcpu.Error with out untouched; what
+it does not take left to the general path."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import flashcpu  # noqa: E402
+import flashcpu.native as native  # noqa: E402
+
+
+def _missing():
+    from torch.utils import cpp_extension
+    if not shutil.which("ninja"):
+        return "ninja is not installed"
+    if not (shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")):
+        return "no C++ compiler"
+    headers = [os.path.join(p, "torch", "extension.h") for p in cpp_extension.include_paths()]
+    if not any(os.path.exists(h) for h in headers):
+        return "torch's C++ headers are not installed (Debian: libtorch-dev)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    reason = _missing()
+    if reason:
+        pytest.skip(f"cannot build flashcpu.native: {reason}")
+    os.environ["FLASHCPU_NATIVE_DIR"] = str(tmp_path_factory.mktemp("native"))
+    module = native.build()
+    yield module
+    native._module = False  # the other tests keep the ctypes path
+
+
+def both_paths(compiled, call):
+    """call() through the compiled path, then through ctypes."""
+    native._module = compiled
+    first = call()
+    native._module = False
+    second = call()
+    native._module = compiled
+    return first, second
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_same_bytes_as_ctypes(compiled, dtype, layout):
+    torch.manual_seed(3)
+    shape = (2, 7, 8, 64) if layout == "bshd" else (2, 8, 7, 64)
+    kv_shape = (2, 50, 2, 64) if layout == "bshd" else (2, 2, 50, 64)
+    q, k, v = (torch.randn(s).to(dtype) for s in (shape, kv_shape, kv_shape))
+    for options in ({}, {"causal": True}, {"window": (9, 0), "softcap": 15.0, "scale": 0.2}):
+        def call():
+            out = torch.full(shape, float("nan"), dtype=dtype)
+            assert flashcpu.attention(q, k, v, out=out, layout=layout, **options) is out
+            return out
+        fast, slow = both_paths(compiled, call)
+        assert torch.equal(fast.view(torch.int16 if dtype != torch.float32 else torch.int32),
+                           slow.view(torch.int16 if dtype != torch.float32 else torch.int32))
+        assert not torch.isnan(fast).any()
+
+
+def test_strided_views(compiled):
+    torch.manual_seed(4)
+    big = torch.randn(3, 40, 12, 96)
+    q = big[:, :5, :8, :64]            # strides of the big tensor
+    k = torch.randn(3, 2, 30, 64).transpose(1, 2)      # [3, 30, 2, 64] head-major memory
+    v = torch.randn(3, 2, 40, 64).transpose(1, 2)[:, 5:35]
+
+    def call():
+        out = torch.empty(3, 5, 8, 64)
+        flashcpu.attention(q, k, v, out=out, causal=True)
+        return out
+    fast, slow = both_paths(compiled, call)
+    assert torch.equal(fast, slow)
+    # The compiled function takes these views itself (status 0, not -1).
+    from flashcpu import _api, _context
+    direct = torch.empty(3, 5, 8, 64)
+    params = _api.plain_params_address(True, (-1, -1), 0.0, None)
+    assert compiled.attention_into(q, k, v, direct, False, False,
+                                   _context.default_context().handle.value, params[1]) == 0
+    assert torch.equal(direct, fast)
+    expected = flashcpu.attention(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    np.testing.assert_allclose(fast.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_errors_leave_out_untouched(compiled):
+    native._module = compiled
+    q = torch.randn(1, 3, 8, 64)
+    k = torch.randn(1, 20, 3, 64)  # 8 heads are not a multiple of 3
+    v = torch.randn(1, 20, 3, 64)
+    out = torch.full((1, 3, 8, 64), 7.0)
+    with pytest.raises(flashcpu.ShapeMismatchError):
+        flashcpu.attention(q, k, v, out=out)
+    assert torch.equal(out, torch.full_like(out, 7.0))
+    with pytest.raises(flashcpu.InvalidArgumentError):  # a window the library refuses
+        flashcpu.attention(q, torch.randn(1, 20, 2, 64), torch.randn(1, 20, 2, 64), out=out,
+                           window=(-5, 0))
+    assert torch.equal(out, torch.full_like(out, 7.0))
+
+
+def test_what_it_does_not_take_goes_the_general_way(compiled):
+    native._module = compiled
+    q = torch.randn(1, 3, 8, 64)
+    k = torch.randn(1, 20, 2, 64)
+    out = torch.empty(1, 3, 8, 64)
+    assert compiled.attention_into(q.double(), k, k, out, False, False, 0, 0) == -1
+    assert compiled.attention_into(q[0], k, k, out, False, False, 0, 0) == -1
+    with pytest.raises(flashcpu.UnsupportedDtypeError):
+        flashcpu.attention(q.double(), k.double(), k.double(), out=out.double())
+    with pytest.raises(flashcpu.InvalidArgumentError):
+        flashcpu.attention(q, k, k, out=out, layout="hsbd")
+
+
+def test_off_by_environment(compiled, monkeypatch):
+    monkeypatch.setenv("FLASHCPU_NATIVE", "0")
+    native.reset()
+    assert native.available() is None
+    monkeypatch.delenv("FLASHCPU_NATIVE")
+    native.reset()
+    assert native.available() is not None  # the build is found again
+
+
+def test_the_transformers_call(compiled):
+    from flashcpu import _model_call
+    torch.manual_seed(5)
+    q = torch.randn(2, 8, 3, 64, dtype=torch.bfloat16)  # [B, H, L, D], as transformers passes
+    k = torch.randn(2, 2, 30, 64, dtype=torch.bfloat16)
+    v = torch.randn(2, 2, 30, 64, dtype=torch.bfloat16)
+
+    def call():
+        return _model_call.attention(q, k, v, True, (-1, -1), 0.0, None)
+    fast, slow = both_paths(compiled, call)
+    assert fast.shape == (2, 3, 8, 64)
+    assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
