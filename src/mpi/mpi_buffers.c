@@ -1,7 +1,7 @@
 /* The ring's buffers kept with the communicator between calls: a prefill's
  * K/V blocks and f32 states are hundreds of MiB, and memory fresh from the
- * system costs a page fault and a zeroed page per 4 KiB on first touch,
- * which measured a third of the ring's time at 32K rows. MPI's attribute
+ * system costs a page fault and a zeroed page per 4 KiB on first touch
+ * (a third of the tile kernel's time in a 4K-row ring). MPI's attribute
  * caching frees the buffer with the communicator (MPI_COMM_WORLD's at
  * MPI_Finalize). */
 #include <stdlib.h>
