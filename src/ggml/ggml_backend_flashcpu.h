@@ -15,8 +15,8 @@
 
 /* How flashcpu's calls get their threads (FLASHCPU_GGML_LAUNCH). */
 typedef enum fcg_launch {
-  FCG_LAUNCH_POOL = 0, /* flashcpu's own pinned pool */
-  FCG_LAUNCH_HOST = 1  /* the process's OpenMP threads, ggml's with it */
+  FCG_LAUNCH_HOST = 0, /* the process's OpenMP threads, ggml's with them */
+  FCG_LAUNCH_POOL = 1  /* flashcpu's own pinned pool */
 } fcg_launch;
 
 /* Time spent in flash attention, by query rows and keys (rounded up to a
@@ -68,8 +68,8 @@ void fcg_profile_add(fcg_profile *profile, int64_t rows, int64_t keys,
 /* One line per bucket on stderr. */
 void fcg_profile_print(const fcg_profile *profile);
 
-/* The launch mode FLASHCPU_GGML_LAUNCH asks for ("pool" or "host"; unset:
- * the default). */
+/* The launch mode FLASHCPU_GGML_LAUNCH asks for ("host", the default, or
+ * "pool"). */
 fcg_launch fcg_launch_from_environment(void);
 
 #endif
