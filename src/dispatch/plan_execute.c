@@ -41,7 +41,8 @@ int fc_plans_launch(fc_runtime *runtime, fc_kernel_plan *const *plans,
                     const fc_problem *const *problems, int count,
                     void *workspace) {
   char *base = workspace ? workspace : runtime->call_workspace;
-  size_t offset = 0; /* an offset, not a pointer: base is NULL when no plan needs workspace */
+  size_t offset = 0; /* an offset, not a pointer: base is NULL when no plan
+                        needs workspace */
   for (int i = 0; i < count; i++) {
     plans[i]->bind(plans[i], problems[i], base ? base + offset : NULL);
     offset += line_up(plans[i]->workspace_bytes);
