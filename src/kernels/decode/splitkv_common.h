@@ -85,6 +85,10 @@ typedef struct fc_splitkv_args {
   /* I8/U8 V read in place by integer dot products, for the chunks whose
    * scores are integer ones; NULL: none. */
   fc_splitkv_int_values_fn int_values;
+  /* F8 K and V read in place before their row scale, which multiplies each
+   * key's dot products and weights instead (AVX-512's F8 row); 0: each
+   * element dequantized. */
+  int f8_unscaled;
 } fc_splitkv_args;
 
 /* Where a tile lies: batch, first kv head, split, (batch, head group)
