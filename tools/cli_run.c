@@ -49,6 +49,7 @@ static toolkit_workload_spec make_spec(const run_options *options,
                                   : 1;
   if (options->page_size >= 0) spec.page_size = options->page_size;
   spec.prefix_rows = options->prefix;
+  spec.shortest_kv = options->shortest;
   spec.kv_dtype = options->kv_dtype;
   spec.out_dtype = options->out_dtype;
   if (options->causal >= 0) spec.causal = options->causal == 1;
@@ -80,16 +81,24 @@ static void print_case(const toolkit_workload *workload) {
            (long long)preset->head_dim, flashcpu_dtype_name(spec->q_dtype),
            flashcpu_dtype_name(spec->kv_dtype),
            flashcpu_dtype_name(spec->out_dtype));
-  else
-    printf("\n%s %s: batch %lld, rows %lld, kv %lld, heads %lld/%lld, "
+  else {
+    /* A batch of mixed lengths: its shortest and longest. */
+    char kv[48];
+    if (workload->kv_lengths)
+      snprintf(kv, sizeof kv, "%lld to %lld",
+               (long long)toolkit_workload_kv_length(workload, 0),
+               (long long)spec->kv_rows);
+    else
+      snprintf(kv, sizeof kv, "%lld", (long long)spec->kv_rows);
+    printf("\n%s %s: batch %lld, rows %lld, kv %s, heads %lld/%lld, "
            "head_dim %lld, q/kv/out %s/%s/%s",
            toolkit_phase_name(spec->phase), preset->name,
-           (long long)spec->batch, (long long)spec->q_rows,
-           (long long)spec->kv_rows, (long long)preset->q_heads,
-           (long long)preset->kv_heads, (long long)preset->head_dim,
-           flashcpu_dtype_name(spec->q_dtype),
+           (long long)spec->batch, (long long)spec->q_rows, kv,
+           (long long)preset->q_heads, (long long)preset->kv_heads,
+           (long long)preset->head_dim, flashcpu_dtype_name(spec->q_dtype),
            flashcpu_dtype_name(spec->kv_dtype),
            flashcpu_dtype_name(spec->out_dtype));
+  }
   printf("%s", spec->causal ? ", causal" : ", not causal");
   if (spec->window_left >= 0 || spec->window_right >= 0)
     printf(", window %lld,%lld", (long long)spec->window_left,
