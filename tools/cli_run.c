@@ -347,6 +347,11 @@ static int measure(flashcpu_context *ctx, const run_options *options,
   return exit_code;
 }
 
+/* Whether K/V of this dtype carry codes (I8 to Q8_0). */
+static bool kv_holds_codes(flashcpu_dtype dtype) {
+  return dtype >= FLASHCPU_DTYPE_I8 && dtype <= FLASHCPU_DTYPE_Q8_0;
+}
+
 /* A paged case is followed by the same case on contiguous K/V (built once
  * the paged one is freed, so the two never hold memory together). */
 static int run_case(flashcpu_context *ctx, const run_options *options,
@@ -356,6 +361,11 @@ static int run_case(flashcpu_context *ctx, const run_options *options,
   double paged = 0.0, contiguous = 0.0;
   int exit_code = measure(ctx, options, &spec, ceilings, false, other, &paged);
   if (exit_code != CLI_EXIT_OK || spec.page_size == 0) return exit_code;
+  if (spec.phase == TOOLKIT_PHASE_SERVE && kv_holds_codes(spec.kv_dtype)) {
+    printf("  contiguous none: a serving step on quantized K/V runs on "
+           "pages\n");
+    return exit_code;
+  }
   spec.page_size = 0;
   exit_code = measure(ctx, options, &spec, ceilings, true, other, &contiguous);
   if (exit_code == CLI_EXIT_OK)
