@@ -10,6 +10,10 @@
 #define PF_PV_COLUMNS 12
 #define PF_NAME(what) fc_f32_prefill_##what##_12x32__avx512
 #define PF_KERNEL fc_prefill_12x32__avx512
+/* f32 V staged into column panels too, rather than read in place: rows a
+ * whole K/V row apart (4 KiB for 8 heads of 128) share one L1 set, and a
+ * column group's 96 rows evicted each other (prefill_vector_staging.inc). */
+#define PF_STAGE_F32_V 1
 /* Slots per tile: the row's (kernels.inc). */
 
 #include "kernels/prefill/prefill_tile.inc"
