@@ -58,7 +58,7 @@ ggml_include=(-I"$src/ggml/include" -I"$src/include")
 gcc -O2 -std=c11 "${ggml_include[@]}" "$here/make_random_llama.c" \
   -L"$work/llama/bin" -lggml-base -lm -o "$package/bin/make_random_llama"
 gcc -O2 -std=c11 "${ggml_include[@]}" "$here/llama_greedy_tokens.c" \
-  -L"$work/llama/bin" -lllama -lggml -lggml-base -o "$package/bin/llama_greedy_tokens"
+  -L"$work/llama/bin" -lllama -lggml -lggml-base -lm -o "$package/bin/llama_greedy_tokens"
 
 echo "== package $package"
 cp "$work/llama/bin/llama-bench" "$work/llama/bin/test-backend-ops" "$package/bin/"

@@ -6,11 +6,17 @@
  *
  *   llama_greedy_tokens -m MODEL [--prompt N] [--gen N] [--kv f32|f16|q8_0]
  *                       [--threads N] [--seed S] [--fa on|off]
+ *                       [--logits FILE] [--compare FILE]...
  * prints "tokens: id id ..." (the generated ones) on stdout, and "margins:
  * ..." on stderr: each step's largest logit minus the next, which says how
  * close a step was to another token. --fa off runs llama.cpp's attention
  * without flash attention (f32 scores and softmax): a reference for where
- * two flash-attention runs part. */
+ * two flash-attention runs part. --logits writes the logits after the
+ * prompt (n_vocab float32 values) to FILE, to compare runs before any of
+ * them picks another token; --compare (up to 4) prints how far they are
+ * from the logits another run wrote: "logits vs FILE: max |difference|
+ * rms difference (rms of these logits)". */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +45,35 @@ static llama_token argmax(const float *logits, int n, float *margin) {
   return best;
 }
 
+/* Prints how far `logits` are from those another run wrote to `path`. */
+static int compare_logits(const char *path, const float *logits, int n) {
+  FILE *file = fopen(path, "rb");
+  float *other = malloc((size_t)n * sizeof *other);
+  const int ok = file && other &&
+                 fread(other, sizeof *other, (size_t)n, file) == (size_t)n;
+  if (file) fclose(file);
+  if (!ok) {
+    fprintf(stderr, "cannot read %d logits from %s\n", n, path);
+    free(other);
+    return 1;
+  }
+  double largest = 0.0, squares = 0.0, own = 0.0;
+  for (int i = 0; i < n; i++) {
+    const double difference = fabs((double)logits[i] - (double)other[i]);
+    if (difference > largest) largest = difference;
+    squares += difference * difference;
+    own += (double)logits[i] * (double)logits[i];
+  }
+  printf("logits vs %s: max %.4g rms %.4g (rms of these logits %.4g)\n", path,
+         largest, sqrt(squares / n), sqrt(own / n));
+  free(other);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  const char *model_path = NULL, *kv = "f32", *flash = "on";
+  const char *model_path = NULL, *kv = "f32", *flash = "on",
+             *logits_path = NULL, *compare[4];
+  int compares = 0;
   int prompt = 512, gen = 64, threads = 0;
   unsigned long seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -56,6 +89,12 @@ int main(int argc, char **argv) {
       threads = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--seed"))
       seed = strtoul(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--fa"))
+      flash = argv[i + 1];
+    else if (!strcmp(argv[i], "--logits"))
+      logits_path = argv[i + 1];
+    else if (!strcmp(argv[i], "--compare") && compares < 4)
+      compare[compares++] = argv[i + 1];
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -64,7 +103,7 @@ int main(int argc, char **argv) {
   if (!model_path || prompt < 1 || gen < 1) {
     fprintf(stderr, "llama_greedy_tokens -m MODEL [--prompt N] [--gen N] "
                     "[--kv f32|f16|q8_0] [--threads N] [--seed S] "
-                    "[--fa on|off]\n");
+                    "[--fa on|off] [--logits FILE] [--compare FILE]...\n");
     return 2;
   }
   ggml_backend_load_all(); /* reads GGML_BACKEND_PATH */
@@ -93,6 +132,16 @@ int main(int argc, char **argv) {
     const int n = prompt - done < 512 ? prompt - done : 512;
     if (llama_decode(ctx, llama_batch_get_one(tokens + done, n))) return 1;
   }
+  if (logits_path) {
+    FILE *file = fopen(logits_path, "wb");
+    if (!file || fwrite(llama_get_logits_ith(ctx, -1), sizeof(float),
+                        (size_t)n_vocab, file) != (size_t)n_vocab)
+      return 1;
+    fclose(file);
+  }
+  for (int c = 0; c < compares; c++)
+    if (compare_logits(compare[c], llama_get_logits_ith(ctx, -1), n_vocab))
+      return 1;
   printf("tokens:");
   float *margins = malloc((size_t)gen * sizeof *margins);
   for (int i = 0; i < gen; i++) {

@@ -19,14 +19,16 @@ typedef enum fcg_launch {
   FCG_LAUNCH_POOL = 1  /* flashcpu's own pinned pool */
 } fcg_launch;
 
-/* Time spent in flash attention, by query rows and keys (rounded up to a
- * multiple of 256, llama.cpp's padding of its cache views), for
+/* Time spent in flash attention, by query rows, keys (rounded up to a
+ * multiple of 256, llama.cpp's padding of its cache views) and the form
+ * the mask took (ggml_mapping.h), for
  * FLASHCPU_GGML_PROFILE=1: printed to stderr when the backend is freed. */
 enum { FCG_PROFILE_BUCKETS = 64 };
 typedef struct fcg_profile {
   int on, used;
   struct {
     int64_t rows, keys, calls;
+    int mask_kind; /* fcg_mask_kind */
     double seconds;
   } buckets[FCG_PROFILE_BUCKETS];
 } fcg_profile;
@@ -62,9 +64,10 @@ void fcg_backend_release(fcg_backend *backend);
 
 /* Seconds on a monotonic clock. */
 double fcg_seconds(void);
-/* Adds a call of `rows` query rows over `keys` keys that took `seconds`. */
+/* Adds a call of `rows` query rows over `keys` keys, its mask read as
+ * mask_kind (fcg_mask_kind), that took `seconds`. */
 void fcg_profile_add(fcg_profile *profile, int64_t rows, int64_t keys,
-                     double seconds);
+                     int mask_kind, double seconds);
 /* One line per bucket on stderr. */
 void fcg_profile_print(const fcg_profile *profile);
 

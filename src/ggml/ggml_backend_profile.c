@@ -13,30 +13,34 @@ double fcg_seconds(void) {
 }
 
 void fcg_profile_add(fcg_profile *profile, int64_t rows, int64_t keys,
-                     double seconds) {
+                     int mask_kind, double seconds) {
   const int64_t padded = (keys + 255) / 256 * 256;
   int i = 0;
   while (i < profile->used && (profile->buckets[i].rows != rows ||
-                               profile->buckets[i].keys != padded))
+                               profile->buckets[i].keys != padded ||
+                               profile->buckets[i].mask_kind != mask_kind))
     i++;
   if (i == FCG_PROFILE_BUCKETS) i--; /* the last bucket takes the overflow */
   if (i == profile->used) {
     profile->used++;
     profile->buckets[i].rows = rows;
     profile->buckets[i].keys = padded;
+    profile->buckets[i].mask_kind = mask_kind;
   }
   profile->buckets[i].calls++;
   profile->buckets[i].seconds += seconds;
 }
 
 void fcg_profile_print(const fcg_profile *profile) {
+  static const char *const mask_names[] = {"none", "prefix", "causal", "copy"};
   for (int i = 0; i < profile->used; i++)
     fprintf(stderr,
             "flashcpu ggml profile: rows %lld keys<=%lld calls %lld "
-            "mean_us %.1f\n",
+            "mean_us %.1f mask %s\n",
             (long long)profile->buckets[i].rows,
             (long long)profile->buckets[i].keys,
             (long long)profile->buckets[i].calls,
             1e6 * profile->buckets[i].seconds /
-                (double)profile->buckets[i].calls);
+                (double)profile->buckets[i].calls,
+            mask_names[profile->buckets[i].mask_kind & 3]);
 }
