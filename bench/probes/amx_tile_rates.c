@@ -20,6 +20,12 @@
  *   pv-l2       pv over a 48 KiB V^T block and six O^T and P blocks
  *   pv-l2-fetch pv-l2 with the next column group's V^T prefetched into L1
  *   pv-l2-pairs pv-l2 with two register blocks per V^T column group
+ *   qk-wide-l2  qk-l2 on register blocks of 64 slots, 1 x 4 accumulators:
+ *               S^T of 16 keys x 64 slots, each K tile (from the L2 block)
+ *               feeding four products, the Q pair tiles of the two 32-slot
+ *               halves loaded in turn (five tile loads per four products)
+ *   pv-wide-l2  pv-l2 likewise: O^T of 16 columns x 64 slots, each V^T
+ *               tile feeding four products
  *   reg+N fma   registers with N independent vector FMAs (8 chains)
  *               issued per four TDPBF16PS: how much AVX-512 work runs
  *               free beside the tiles (on an Intel Xeon, about 64: while
@@ -148,6 +154,58 @@ ALWAYS_INLINE void pv(const uint16_t *vt, const uint16_t *p, float *o,
   _tile_stored(3, o + 16 * 32 + 16, 128);
 }
 
+/* S^T of 16 keys x 64 slots (1 x 4 accumulators): one K tile per step of
+ * 32 d feeds the products of both 32-slot halves q0 and q1, whose pair
+ * tiles take tmm5-7 in turn. s: rows of 64 floats. */
+ALWAYS_INLINE void qk_wide(const uint16_t *k, const uint16_t *q0,
+                           const uint16_t *q1, float *s) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int d = 0; d < 4; d++) {
+    _tile_loadd(4, k + d * TILE, 64);
+    _tile_loadd(5, q0 + d * 16 * 64, 128);
+    _tile_loadd(6, q0 + d * 16 * 64 + 32, 128);
+    _tile_loadd(7, q1 + d * 16 * 64, 128);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, q1 + d * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, s, 256);
+  _tile_stored(1, s + 16, 256);
+  _tile_stored(2, s + 32, 256);
+  _tile_stored(3, s + 48, 256);
+}
+
+/* O^T of 16 columns x 64 slots over six steps of 32 keys: one V^T tile
+ * per step feeds the products of both halves' P pairs p0 and p1. o: rows
+ * of 64 floats. */
+ALWAYS_INLINE void pv_wide(const uint16_t *vt, const uint16_t *p0,
+                           const uint16_t *p1, float *o) {
+  _tile_loadd(0, o, 256);
+  _tile_loadd(1, o + 16, 256);
+  _tile_loadd(2, o + 32, 256);
+  _tile_loadd(3, o + 48, 256);
+  for (int j = 0; j < 6; j++) {
+    _tile_loadd(4, vt + j * TILE, 64);
+    _tile_loadd(5, p0 + j * 16 * 64, 128);
+    _tile_loadd(6, p0 + j * 16 * 64 + 32, 128);
+    _tile_loadd(7, p1 + j * 16 * 64, 128);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, p1 + j * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+  _tile_stored(0, o, 256);
+  _tile_stored(1, o + 16, 256);
+  _tile_stored(2, o + 32, 256);
+  _tile_stored(3, o + 48, 256);
+}
+
 typedef enum pattern {
   REGISTERS,
   QK,
@@ -162,6 +220,8 @@ typedef enum pattern {
   PV_L2,
   PV_L2_FETCH,
   PV_L2_PAIRS,
+  QK_WIDE_L2,
+  PV_WIDE_L2,
   REG_FMA32,
   REG_FMA64,
   REG_FMA96,
@@ -171,8 +231,8 @@ typedef enum pattern {
 static const char *const names[PATTERNS] = {
     "registers", "qk",          "qk-ordered",  "qk-keep",      "qk-halves",
     "qk-l2",     "qk-l2-fetch", "qk-l2-pairs", "qk-l2-halves", "pv",
-    "pv-l2",     "pv-l2-fetch", "pv-l2-pairs", "reg+32fma",    "reg+64fma",
-    "reg+96fma", "reg+128fma"};
+    "pv-l2",     "pv-l2-fetch", "pv-l2-pairs", "qk-wide-l2",   "pv-wide-l2",
+    "reg+32fma", "reg+64fma",   "reg+96fma",   "reg+128fma"};
 
 static volatile float
     fma_sink; /* keeps the FMAs of registers_with_fmas alive */
@@ -286,6 +346,26 @@ static int64_t run(pattern which, const buffers *b, int64_t calls) {
              which == PV_L2_FETCH ? b->vt + (c + 1) % 4 * 12 * TILE : NULL);
     products = (calls / (4 * BLOCKS)) * 4 * BLOCKS * 24;
     break;
+  case QK_WIDE_L2:
+    /* three 64-slot register blocks, each over the 48 KiB K block */
+    for (int64_t i = 0; i < calls; i += 36)
+      for (int r = 0; r < BLOCKS / 2; r++)
+        for (int t = 0; t < 12; t++)
+          qk_wide(b->k + (t / 2) * 8 * TILE + (t % 2) * 4 * TILE,
+                  b->q + 2 * r * 64 * 64, b->q + (2 * r + 1) * 64 * 64,
+                  b->s + (t % 3) * 1024);
+    products = (calls / 36) * 36 * 16;
+    break;
+  case PV_WIDE_L2:
+    /* three 64-slot register blocks, each over eight 16-column groups */
+    for (int64_t i = 0; i < calls; i += 24)
+      for (int r = 0; r < BLOCKS / 2; r++)
+        for (int g = 0; g < 8; g++)
+          pv_wide(b->vt + (g / 2) * 12 * TILE + (g % 2) * 6 * TILE,
+                  b->p + 2 * r * 96 * 64, b->p + (2 * r + 1) * 96 * 64,
+                  b->o + r * 8192 + g * 16 * 64);
+    products = (calls / 24) * 24 * 24;
+    break;
   case REG_FMA32:
   case REG_FMA64:
   case REG_FMA96:
@@ -313,6 +393,19 @@ static int compare(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Whether name is one of the comma-separated names in list. */
+static int listed(const char *list, const char *name) {
+  const size_t length = strlen(name);
+  for (const char *at = list; *at;) {
+    const char *end = strchr(at, ',');
+    const size_t part = end ? (size_t)(end - at) : strlen(at);
+    if (part == length && !strncmp(at, name, length)) return 1;
+    if (!end) break;
+    at = end + 1;
+  }
+  return 0;
+}
+
 static void *zeroed(size_t bytes) {
   void *p = aligned_alloc(64, bytes);
   if (p) memset(p, 0, bytes);
@@ -322,14 +415,17 @@ static void *zeroed(size_t bytes) {
 int main(int argc, char **argv) {
   int reps = 11;
   int64_t calls = 36 * 2000;
+  const char *only = NULL; /* comma-separated names; registers always runs */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--calls") && i + 1 < argc)
       calls = atoll(argv[++i]);
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
     else {
-      fprintf(stderr,
-              "usage: flashcpu_amx_tile_rates [--reps N] [--calls N]\n");
+      fprintf(stderr, "usage: flashcpu_amx_tile_rates [--reps N] [--calls N] "
+                      "[--only PATTERN[,PATTERN...]]\n");
       return 2;
     }
   }
@@ -357,6 +453,7 @@ int main(int argc, char **argv) {
   if (!b.k || !b.q || !b.s || !b.vt || !b.p || !b.o) return 1;
   double ns[PATTERNS];
   for (int w = 0; w < PATTERNS; w++) {
+    if (only && w != REGISTERS && !listed(only, names[w])) continue;
     double t[REPS_MAX];
     int64_t products = 0;
     run((pattern)w, &b, calls / 10); /* warm */
