@@ -52,7 +52,7 @@ cmake -S "$root" -B "$work/flashcpu" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DFLASHCPU_BUILD_MPI=OFF >/dev/null
 cmake --build "$work/flashcpu" -j"$jobs" --target ggml-flashcpu
 
-echo "== helpers"
+echo "== the model and greedy-token programs"
 mkdir -p "$package/bin" "$package/lib"
 ggml_include=(-I"$src/ggml/include" -I"$src/include")
 gcc -O2 -std=c11 "${ggml_include[@]}" "$here/make_random_llama.c" \
