@@ -74,7 +74,7 @@ private:
            a.softcap == b.softcap && a.tree_mask == b.tree_mask &&
            a.mixed_kv_lengths == b.mixed_kv_lengths && a.layers == b.layers &&
            a.seed == b.seed && a.page_size == b.page_size &&
-           a.prefix_rows == b.prefix_rows;
+           a.prefix_rows == b.prefix_rows && a.shortest_kv == b.shortest_kv;
   }
   // The rotated set should exceed the last-level cache 4x; the
   // memory cap (a quarter of RAM) may not allow it.

@@ -4,10 +4,12 @@
 // chunked prefill of 512 rows onto 8K; threads 1, the powers of two between
 // and all. Paged K/V: llama3-8b bf16 decode at kv 4K, 16K and 32K in pages
 // of 1 and 16 tokens (threads 1 and all), next to the same contiguous
-// cases, and the serving step: 32 decode requests (kv 1K to 32K) and a
-// chunk of 512 rows onto 4096 cached keys, paged (16) and contiguous. The
-// default set (no --benchmark_filter) stays runnable in a few minutes on two
-// cores with the portable kernels.
+// cases; a batch of 64 short decode requests (kv 256 to 4K), paged (16)
+// and contiguous; and the serving step: 32 decode requests (kv 1K to 32K)
+// and a chunk of 512 rows onto 4096 cached keys, paged (16 and 1) and
+// contiguous, and paged (16) on each quantized KV cache. The default set
+// (no --benchmark_filter) stays runnable in a few minutes on two cores
+// with the portable kernels.
 #include "bench_cases.h"
 
 #include <cstring>
@@ -42,6 +44,16 @@ const ServeShape kServeShapes[] = {
     {128, 1024, 4096, 8, true}, // small: the default set's
 };
 const int64_t kServePageSize = 16;
+// The full-size step also on pages of 1 (a token pool) and, on pages of
+// 16, on each quantized KV cache (threads 1 and all).
+const int64_t kServeTokenPage = 1;
+const flashcpu_dtype kQuantizedKv[] = {
+    FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_F8_E4M3,
+    FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_Q8_0};
+
+// Many short decode requests (llama3-8b bf16): kv lengths spread from
+// kShortestKv to kShortBatchKv, contiguous and paged (16).
+const int64_t kShortBatch = 64, kShortestKv = 256, kShortBatchKv = 4096;
 
 const std::set<std::string> kDefaultDecodePresets = {"llama3-8b", "qwen2.5-7b",
                                                      "gemma2-9b"};
@@ -147,9 +159,7 @@ void AddDecodeCases(std::vector<BenchCase> &cases, const toolkit_preset *preset,
           AddEnds(cases, paged, thread_counts);
         }
         // The same case on each quantized KV cache (bf16 q and out).
-        for (flashcpu_dtype kv_dtype :
-             {FLASHCPU_DTYPE_I8, FLASHCPU_DTYPE_U8, FLASHCPU_DTYPE_F8_E4M3,
-              FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_Q8_0}) {
+        for (flashcpu_dtype kv_dtype : kQuantizedKv) {
           BenchCase quantized = contiguous;
           quantized.kv_quantized = true;
           quantized.kv_dtype = kv_dtype;
@@ -159,12 +169,36 @@ void AddDecodeCases(std::vector<BenchCase> &cases, const toolkit_preset *preset,
       }
 }
 
-// The serving step, paged then contiguous, at every thread count.
+// A batch of many short decode requests, contiguous then paged (16), at
+// every thread count.
+void AddShortBatchCases(std::vector<BenchCase> &cases,
+                        const std::vector<int> &thread_counts) {
+  BenchCase batch = {TOOLKIT_PHASE_DECODE,
+                     toolkit_preset_find(kPagedPreset),
+                     FLASHCPU_DTYPE_BF16,
+                     1,
+                     kShortBatchKv,
+                     kShortBatch,
+                     BenchMask::kCausal,
+                     0,
+                     false,
+                     ""};
+  batch.shortest = kShortestKv;
+  for (int64_t page_size : {int64_t{0}, kServePageSize}) {
+    batch.page_size = page_size;
+    AddThreaded(cases, batch, thread_counts);
+  }
+}
+
+// The serving step, paged then contiguous, at every thread count; the
+// full-size step on pages of 1 too, and on pages of 16 on each quantized
+// KV cache at threads 1 and all.
 void AddServeCases(std::vector<BenchCase> &cases,
                    const std::vector<int> &thread_counts) {
   const toolkit_preset *preset = toolkit_preset_find(kPagedPreset);
   for (const ServeShape &shape : kServeShapes)
-    for (int64_t page_size : {kServePageSize, int64_t{0}}) {
+    for (int64_t page_size : {kServePageSize, kServeTokenPage, int64_t{0}}) {
+      if (page_size == kServeTokenPage && shape.in_default_set) continue;
       BenchCase serve = {TOOLKIT_PHASE_SERVE,
                          preset,
                          FLASHCPU_DTYPE_BF16,
@@ -177,11 +211,20 @@ void AddServeCases(std::vector<BenchCase> &cases,
                          ""};
       serve.page_size = page_size;
       serve.prefix = shape.prefix;
-      const bool in_default = shape.in_default_set && page_size > 0;
+      const bool in_default =
+          shape.in_default_set && page_size == kServePageSize;
       for (int threads : thread_counts) {
         serve.threads = threads;
         serve.in_default_set = in_default && threads == thread_counts.back();
         cases.push_back(serve);
+      }
+      if (page_size != kServePageSize || shape.in_default_set) continue;
+      for (flashcpu_dtype kv_dtype : kQuantizedKv) {
+        BenchCase quantized = serve;
+        quantized.kv_quantized = true;
+        quantized.kv_dtype = kv_dtype;
+        quantized.in_default_set = false;
+        AddEnds(cases, quantized, thread_counts);
       }
     }
 }
@@ -272,6 +315,9 @@ std::string BenchCaseName(const BenchCase &bench_case) {
               ? "/prefix:" + std::to_string(bench_case.prefix)
               : std::string()) +
          "/S:" + std::to_string(bench_case.kv) +
+         (bench_case.shortest > 0
+              ? "/from:" + std::to_string(bench_case.shortest)
+              : std::string()) +
          "/B:" + std::to_string(bench_case.batch) +
          "/mask:" + MaskName(bench_case.mask) +
          (bench_case.page_size > 0
@@ -289,6 +335,7 @@ toolkit_workload_spec BenchCaseSpec(const BenchCase &bench_case) {
   spec.mixed_kv_lengths =
       bench_case.batch > 1 && bench_case.phase != TOOLKIT_PHASE_SERVE;
   spec.page_size = bench_case.page_size;
+  spec.shortest_kv = bench_case.shortest;
   if (bench_case.phase == TOOLKIT_PHASE_SERVE)
     spec.prefix_rows = bench_case.prefix;
   if (bench_case.mask == BenchMask::kNone) {
@@ -316,6 +363,7 @@ std::vector<BenchCase> AllBenchCases(const std::vector<int> &thread_counts) {
     if (presets[p].causal) AddVerifyCases(cases, &presets[p], thread_counts);
   for (int p = 0; p < preset_count; p++)
     AddPrefillCases(cases, &presets[p], thread_counts);
+  AddShortBatchCases(cases, thread_counts);
   AddServeCases(cases, thread_counts);
   AddKernelCases(cases, thread_counts);
   return cases;

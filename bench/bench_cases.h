@@ -6,8 +6,11 @@
 // add /page:<tokens> before threads, and the serving step (an engine's
 // ragged step of decode requests and a prefill chunk) names the chunk's
 // cached prefix:
-//   serve/<preset>/<dtype>/L:<chunk rows>/prefix:<keys>/S:<longest kv>/
-//       B:<decode requests>/mask:causal[/page:<tokens>]/threads:<n>
+//   serve/<preset>/<dtype>[/kv:<kv dtype>]/L:<chunk rows>/prefix:<keys>/
+//       S:<longest kv>/B:<decode requests>/mask:causal[/page:<tokens>]/
+//       threads:<n>
+// A batch whose kv lengths spread from a given shortest names it after S:
+//   .../S:<longest>/from:<shortest>/B:...
 // One case set per kernel of the registry that this CPU runs
 // (flashcpu_kernel_info_get), forced by name:
 //   kernel:<name>/<phase>/<preset>/...
@@ -49,6 +52,9 @@ struct BenchCase {
   // after the dtype. FLASHCPU_DTYPE_F32 with kv_quantized false: dtype.
   bool kv_quantized = false;
   flashcpu_dtype kv_dtype = FLASHCPU_DTYPE_F32;
+  // > 0: the batch's kv lengths spread evenly from this to kv (decode: in
+  // place of kv / 8; serve: of 1K), named /from:<shortest> after S.
+  int64_t shortest = 0;
 };
 
 std::string BenchCaseName(const BenchCase &bench_case);

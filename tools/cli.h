@@ -21,6 +21,7 @@ typedef struct run_options {
   int64_t batch;     /* 0: 1, serve 32 (decode requests) */
   int64_t page_size; /* -1: contiguous K/V, serve pages of 16 tokens */
   int64_t prefix;    /* serve: keys cached before the chunk */
+  int64_t shortest;  /* > 0: batch kv lengths spread from this to kv */
   flashcpu_dtype q_dtype, kv_dtype, out_dtype;
   int threads; /* 0: the library's default */
   flashcpu_isa max_isa;

@@ -47,6 +47,13 @@ void cli_print_run_help(FILE *stream) {
       "                       serve 32768: the longest decode request)\n"
       "  --batch B            sequences (default 1; serve: decode requests, "
       "32)\n"
+      "  --shortest N         kv lengths of the batch spread evenly from N\n"
+      "                       (batch 0) to --kv (the last): decode and "
+      "verify\n"
+      "                       batches of mixed lengths; serve: its decode\n"
+      "                       requests (default 0: decode and verify all "
+      "--kv,\n"
+      "                       serve 1024)\n"
       "  --prefix P           serve: keys cached before the chunk (default "
       "4096)\n"
       "  --page-size N        K/V in pages of N tokens in a random order, "
@@ -129,12 +136,12 @@ static int usage_error(const char *format, ...) {
 
 static bool is_valued_flag(const char *flag) {
   static const char *const flags[] = {
-      "--preset",   "--phase",        "--rows",     "--kv",
-      "--batch",    "--dtype",        "--kv-dtype", "--out-dtype",
-      "--threads",  "--isa",          "--window",   "--softcap",
-      "--reps",     "--check-rows",   "--layers",   "--team-level",
-      "--max-team", "--page-size",    "--prefix",   "--against-tune",
-      "--idle-us",  "--wake-ahead-us"};
+      "--preset",       "--phase",      "--rows",         "--kv",
+      "--batch",        "--dtype",      "--kv-dtype",     "--out-dtype",
+      "--threads",      "--isa",        "--window",       "--softcap",
+      "--reps",         "--check-rows", "--layers",       "--team-level",
+      "--max-team",     "--page-size",  "--prefix",       "--shortest",
+      "--against-tune", "--idle-us",    "--wake-ahead-us"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     if (strcmp(flag, flags[i]) == 0) return true;
   return false;
@@ -339,6 +346,8 @@ static int apply_valued(run_options *options, const char *flag,
                           &options->page_size);
   } else if (strcmp(flag, "--prefix") == 0) {
     return integer_option(flag, value, 0, INT64_C(1) << 26, &options->prefix);
+  } else if (strcmp(flag, "--shortest") == 0) {
+    return integer_option(flag, value, 0, INT64_C(1) << 26, &options->shortest);
   } else if (strcmp(flag, "--against-tune") == 0) {
     options->against_tune = value;
   } else if (strcmp(flag, "--idle-us") == 0) {

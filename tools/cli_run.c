@@ -49,6 +49,7 @@ static toolkit_workload_spec make_spec(const run_options *options,
                                   : 1;
   if (options->page_size >= 0) spec.page_size = options->page_size;
   spec.prefix_rows = options->prefix;
+  spec.shortest_kv = options->shortest;
   spec.kv_dtype = options->kv_dtype;
   spec.out_dtype = options->out_dtype;
   if (options->causal >= 0) spec.causal = options->causal == 1;
@@ -80,16 +81,24 @@ static void print_case(const toolkit_workload *workload) {
            (long long)preset->head_dim, flashcpu_dtype_name(spec->q_dtype),
            flashcpu_dtype_name(spec->kv_dtype),
            flashcpu_dtype_name(spec->out_dtype));
-  else
-    printf("\n%s %s: batch %lld, rows %lld, kv %lld, heads %lld/%lld, "
+  else {
+    /* A batch of mixed lengths: its shortest and longest. */
+    char kv[48];
+    if (workload->kv_lengths)
+      snprintf(kv, sizeof kv, "%lld to %lld",
+               (long long)toolkit_workload_kv_length(workload, 0),
+               (long long)spec->kv_rows);
+    else
+      snprintf(kv, sizeof kv, "%lld", (long long)spec->kv_rows);
+    printf("\n%s %s: batch %lld, rows %lld, kv %s, heads %lld/%lld, "
            "head_dim %lld, q/kv/out %s/%s/%s",
            toolkit_phase_name(spec->phase), preset->name,
-           (long long)spec->batch, (long long)spec->q_rows,
-           (long long)spec->kv_rows, (long long)preset->q_heads,
-           (long long)preset->kv_heads, (long long)preset->head_dim,
-           flashcpu_dtype_name(spec->q_dtype),
+           (long long)spec->batch, (long long)spec->q_rows, kv,
+           (long long)preset->q_heads, (long long)preset->kv_heads,
+           (long long)preset->head_dim, flashcpu_dtype_name(spec->q_dtype),
            flashcpu_dtype_name(spec->kv_dtype),
            flashcpu_dtype_name(spec->out_dtype));
+  }
   printf("%s", spec->causal ? ", causal" : ", not causal");
   if (spec->window_left >= 0 || spec->window_right >= 0)
     printf(", window %lld,%lld", (long long)spec->window_left,
@@ -338,6 +347,11 @@ static int measure(flashcpu_context *ctx, const run_options *options,
   return exit_code;
 }
 
+/* Whether K/V of this dtype carry codes (I8 to Q8_0). */
+static bool kv_holds_codes(flashcpu_dtype dtype) {
+  return dtype >= FLASHCPU_DTYPE_I8 && dtype <= FLASHCPU_DTYPE_Q8_0;
+}
+
 /* A paged case is followed by the same case on contiguous K/V (built once
  * the paged one is freed, so the two never hold memory together). */
 static int run_case(flashcpu_context *ctx, const run_options *options,
@@ -347,6 +361,11 @@ static int run_case(flashcpu_context *ctx, const run_options *options,
   double paged = 0.0, contiguous = 0.0;
   int exit_code = measure(ctx, options, &spec, ceilings, false, other, &paged);
   if (exit_code != CLI_EXIT_OK || spec.page_size == 0) return exit_code;
+  if (spec.phase == TOOLKIT_PHASE_SERVE && kv_holds_codes(spec.kv_dtype)) {
+    printf("  contiguous none: a serving step on quantized K/V runs on "
+           "pages\n");
+    return exit_code;
+  }
   spec.page_size = 0;
   exit_code = measure(ctx, options, &spec, ceilings, true, other, &contiguous);
   if (exit_code == CLI_EXIT_OK)

@@ -56,9 +56,11 @@ def case_name(case, threads):
               else "")
     page = f"/page:{case['page']}" if case["page"] else ""
     kv_dtype = f"/kv:{case['kv_dtype']}" if case.get("kv_dtype") else ""
+    shortest = (f"/from:{case['shortest']}" if case.get("shortest")
+                else "")
     return (f"{case['phase']}/{case['preset']['name']}/{case['dtype']}"
-            f"{kv_dtype}/L:{case['rows']}{prefix}/S:{case['kv']}/B:{case['batch']}"
-            f"/mask:{case['mask']}{page}/threads:{threads}")
+            f"{kv_dtype}/L:{case['rows']}{prefix}/S:{case['kv']}{shortest}"
+            f"/B:{case['batch']}/mask:{case['mask']}{page}/threads:{threads}")
 
 
 def mixed_lengths(kv, batch):
@@ -75,10 +77,19 @@ def spread_lengths(shortest, kv, batch):
     return [shortest + (kv - shortest) * b // (batch - 1) for b in range(batch)]
 
 
+def batch_lengths(case):
+    """Each sequence's kv length of a decode case: from its shortest
+    (flashcpu_bench's /from:) or kv / 8 up to kv."""
+    if case.get("shortest"):
+        return spread_lengths(case["shortest"], case["kv"], case["batch"])
+    return mixed_lengths(case["kv"], case["batch"])
+
+
 def serve_requests(case):
     """(rows, keys) of each request of a serving step: the decode requests,
     then the chunk."""
-    lengths = spread_lengths(SERVE_SHORTEST_KV, case["kv"], case["batch"])
+    lengths = spread_lengths(case.get("shortest") or SERVE_SHORTEST_KV,
+                             case["kv"], case["batch"])
     return ([(1, length) for length in lengths] +
             [(case["rows"], case["prefix"] + case["rows"])])
 
@@ -99,12 +110,15 @@ def build_cases(args, presets):
                     for length in lengths:
                         for requests in args.requests:
                             for page in args.page or DEFAULT_SERVE_PAGES:
-                                cases.append({
-                                    "phase": phase, "preset": preset,
-                                    "dtype": dtype, "mask": "causal",
-                                    "batch": requests, "rows": args.chunk,
-                                    "prefix": args.prefix, "kv": length,
-                                    "page": page})
+                                for kv_dtype in args.kv_dtype or [None]:
+                                    cases.append({
+                                        "phase": phase, "preset": preset,
+                                        "dtype": dtype, "mask": "causal",
+                                        "batch": requests,
+                                        "rows": args.chunk,
+                                        "prefix": args.prefix, "kv": length,
+                                        "page": page, "kv_dtype": kv_dtype,
+                                        "shortest": args.shortest})
                 continue
             masks = ["causal"] if phase == "decode" else args.mask
             kv_dtypes = ((args.kv_dtype or [None]) if phase == "decode"
@@ -124,7 +138,10 @@ def build_cases(args, presets):
                                         "batch": batch,
                                         "rows": 1 if phase == "decode" else length,
                                         "kv": length, "page": page,
-                                        "kv_dtype": kv_dtype})
+                                        "kv_dtype": kv_dtype,
+                                        "shortest": (args.shortest
+                                                     if phase == "decode"
+                                                     else 0)})
     return cases
 
 
@@ -132,7 +149,8 @@ def torch_key(case):
     """What torch runs for a case: the same for every page size and K/V
     dtype (torch runs the bf16 cache)."""
     return (case["phase"], case["preset"]["name"], case["dtype"], case["mask"],
-            case["batch"], case["rows"], case["kv"], case.get("prefix", 0))
+            case["batch"], case["rows"], case["kv"], case.get("prefix", 0),
+            case.get("shortest", 0))
 
 
 # ----------------------------------------------------------- flashcpu side

@@ -13,8 +13,11 @@ keys and on a 1-key cache (the floor, where the call's own work is least):
 and, at --kv, the library call and attention out= right after a torch bf16
 matmul (the call a model makes after its projections), over the same call
 alone. Medians of --calls calls, --rounds rounds. The calls run back to
-back, so the caches are warm: inside a model's generate() each Python step
-costs more (tools/hf_generate_compare.py's "decode call us").
+back, so the caches are warm unless --rotate N cycles the calls at --kv
+through N caches (as a model's layers do; enough of them to pass the
+last-level cache compares with `flashcpu run`, which rotates the same
+way); inside a model's generate() each Python step costs more
+(tools/hf_generate_compare.py's "decode call us").
 
   python3 tools/python_call_overhead.py --kv 1024
   python3 tools/python_call_overhead.py --package OLD/python   # another version
@@ -39,15 +42,20 @@ def main():
     parser.add_argument("--package", default=os.path.join(
         os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"),
         help="the folder holding the flashcpu package to measure")
+    parser.add_argument("--rotate", type=int, default=1,
+                        help="K/V caches the calls at --kv cycle through")
     parser.add_argument("--native", action="store_true",
                         help="build flashcpu.native first (torch.utils.cpp_extension)")
     args = parser.parse_args()
     sys.path.insert(0, args.package)
 
     import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    try:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+        import flashcpu.transformers as backend
+    except ImportError:  # transformers missing: the backend and sdpa rows left out
+        sdpa_attention_forward = backend = None
     import flashcpu
-    import flashcpu.transformers as backend
     from flashcpu import _api, _arrays, _context
 
     torch.manual_seed(0)
@@ -83,9 +91,16 @@ def main():
 def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _arrays,
             ctx):
     q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16)
-    k = torch.randn(1, 8, kv, 128, dtype=torch.bfloat16)
-    v = torch.randn(1, 8, kv, 128, dtype=torch.bfloat16)
+    count = args.rotate if kv > 1 else 1
+    caches = [(torch.randn(1, 8, kv, 128, dtype=torch.bfloat16),
+               torch.randn(1, 8, kv, 128, dtype=torch.bfloat16)) for _ in range(count)]
+    k, v = caches[0]
     out = torch.empty_like(q)
+    turn = [0]
+
+    def next_cache():
+        turn[0] = (turn[0] + 1) % count
+        return turn[0]
     a = torch.randn(4096, 4096, dtype=torch.bfloat16)
     b = torch.randn(4096, 256, dtype=torch.bfloat16)
 
@@ -97,15 +112,17 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
     else:  # a version before prepared params
         params = _api.new_params()
         params.flags = _api.FLAG_CAUSAL
-    views = [_arrays.view(x, "bhsd", name) for x, name in ((q, "q"), (k, "k"), (v, "v"),
-                                                           (out, "out"))]
-    pointers = [ctypes.byref(x) for x in views]
+    views = [[_arrays.view(x, "bhsd", name) for x, name in ((q, "q"), (k, "k"), (v, "v"),
+                                                            (out, "out"))]
+             for k, v in caches]
+    pointers = [[ctypes.byref(x) for x in some] for some in views]
 
     def library_call():
         _context_check(_api, ctx, _api._lib.flashcpu_attention(
-            ctx.handle, *pointers, None, ctypes.byref(params)))
+            ctx.handle, *pointers[next_cache()], None, ctypes.byref(params)))
 
     def attention_out():
+        k, v = caches[next_cache()]
         flashcpu.attention(q, k, v, causal=True, layout="bhsd", out=out)
 
     native = args.native_module
@@ -114,6 +131,7 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
     def attention_out_ctypes():
         native._module = False
         try:
+            k, v = caches[next_cache()]
             flashcpu.attention(q, k, v, causal=True, layout="bhsd", out=out)
         finally:
             native._module = compiled
@@ -123,10 +141,11 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
         "attention out=": (attention_out, None),
         **({"attention out= ctypes": (attention_out_ctypes, None)} if compiled else {}),
         "attention": (lambda: flashcpu.attention(q, k, v, causal=True, layout="bhsd"), None),
-        "backend": (lambda: backend.attention_forward(Module, q, k, v, None), None),
-        "sdpa": (lambda: sdpa_attention_forward(Module, q, k, v, None, is_causal=True),
-                 None),
     }
+    if backend is not None:
+        cases["backend"] = (lambda: backend.attention_forward(Module, q, k, v, None), None)
+        cases["sdpa"] = (lambda: sdpa_attention_forward(Module, q, k, v, None, is_causal=True),
+                         None)
     if kv > 1:
         cases["library call after matmul"] = (library_call, lambda: torch.mm(a, b))
         cases["attention out= after matmul"] = (attention_out, lambda: torch.mm(a, b))
@@ -152,7 +171,8 @@ def _context_check(_api, ctx, status):
 
 
 def report(args, kv, medians):
-    print(f"kv {kv}:")
+    rotating = f", {args.rotate} caches in turn" if kv > 1 and args.rotate > 1 else ""
+    print(f"kv {kv}{rotating}:")
     for name, values in medians.items():
         print(f"  {name:27s} " + " / ".join(f"{x:.1f}" for x in values) +
               f" us (medians, {args.rounds} rounds)")

@@ -60,7 +60,7 @@ import time
 from compare_cases import (  # tools/, the script's folder
     load_presets,
     case_name,
-    mixed_lengths,
+    batch_lengths,
     serve_requests,
     build_cases,
     torch_key,
@@ -223,7 +223,7 @@ class TorchRunner:
         dtype = self.dtypes[case["dtype"]]
         batch, rows, kv, dim = case["batch"], case["rows"], case["kv"], preset["dim"]
         kv_heads = preset["hkv"] if self.use_enable_gqa else preset["hq"]
-        lengths = mixed_lengths(kv, batch)
+        lengths = batch_lengths(case)
         mask, is_causal = self._mask(case, lengths)
         layer_bytes = 2 * batch * kv_heads * kv * dim * DTYPE_BYTES[case["dtype"]]
         layer_count = self._layers(case, layer_bytes)
@@ -328,7 +328,7 @@ def describe_torch(case, gqa):
     heads = preset["hkv"] if gqa else preset["hq"]
     dim = preset["dim"]
     if case["phase"] != "serve":
-        lengths = mixed_lengths(case["kv"], case["batch"])
+        lengths = batch_lengths(case)
         kind = mask_kind(case, lengths)[0]
         cache = (f" (the {case['dtype']} cache for kv:{case['kv_dtype']})"
                  if case.get("kv_dtype") else "")
@@ -447,7 +447,13 @@ def parse_args(argv):
                              "1K,16K,32K, serve 32K")
     parser.add_argument("--batch", type=lambda t: parse_list(t, int),
                         default=[1], help="decode batch sizes (1 or 8: "
-                        "batch 8 mixes kv lengths from kv/8 to kv); default 1")
+                        "batch 8 mixes kv lengths from kv/8 to kv; 64 with "
+                        "--shortest 256 and --lengths 4K); default 1")
+    parser.add_argument("--shortest", type=int, default=0,
+                        help="decode: kv lengths spread from this to "
+                             "--lengths (flashcpu_bench's /from:); serve: "
+                             "the shortest decode request (default "
+                             f"{SERVE_SHORTEST_KV})"),
     parser.add_argument("--page", type=lambda t: parse_list(t, int),
                         help="page sizes of paged K/V, 0 for contiguous "
                              "(flashcpu_bench: decode 1 and 16 at kv 4K, "
@@ -505,16 +511,20 @@ def parse_args(argv):
         if kv_dtype not in KV_DTYPES:
             parser.error(f"unknown kv dtype {kv_dtype!r}; known: "
                          + ", ".join(KV_DTYPES))
-    if args.kv_dtype and (args.phase != "decode" or args.dtype != ["bf16"]
-                          or any(args.page or [])):
-        parser.error("--kv-dtype: contiguous decode with --dtype bf16 only "
-                     "(the cases flashcpu_bench registers)")
+    if args.kv_dtype and (args.dtype != ["bf16"] or (
+            args.phase == "decode" and any(args.page or [])) or (
+            args.phase == "serve" and args.page != [16]) or
+            args.phase not in ("decode", "serve")):
+        parser.error("--kv-dtype: contiguous decode, or serve on --page 16, "
+                     "with --dtype bf16 only (the cases flashcpu_bench "
+                     "registers)")
     for mask in args.mask:
         if mask not in ("causal", "none"):
             parser.error(f"unknown mask {mask!r}")
     for batch in args.batch:
-        if batch not in (1, 8):
-            parser.error("flashcpu_bench registers decode batch 1 and 8")
+        if batch not in (1, 8) and not (batch == 64 and args.shortest):
+            parser.error("flashcpu_bench registers decode batch 1 and 8, "
+                         "and 64 with --shortest")
     for page in args.page or []:
         if page < 0:
             parser.error("--page sizes must be 0 (contiguous) or more")

@@ -173,7 +173,13 @@ FLASHCPU_API flashcpu_status flashcpu_mpi_attention_paged_f(
  * Bytes: identical for any thread count of each rank, for a given number
  * of ranks. They change with the number of ranks (the blocks, so the sums,
  * are cut differently), within the oracle's tolerance. The call is
- * collective, and errors reach every rank as for flashcpu_mpi_attention. */
+ * collective, and errors reach every rank as for flashcpu_mpi_attention.
+ * Memory: the K/V blocks in flight and four f32 states of a query block
+ * (about 2 x the rank's K/V plus 4 x B Bs Hq (Dv + 1) floats) stay with
+ * comm for the next call, so that a prefill does not fault its buffers
+ * in again; MPI_Comm_free(comm) (for MPI_COMM_WORLD, MPI_Finalize) frees
+ * them. Calls on one communicator do not overlap (MPI's rule for
+ * collectives). */
 FLASHCPU_API flashcpu_status flashcpu_mpi_ring_attention(
     flashcpu_context *ctx, MPI_Comm comm, const flashcpu_tensor *q,
     const flashcpu_tensor *k, const flashcpu_tensor *v,

@@ -56,26 +56,33 @@ class Ring:
             lse = lse.expand(self.batch, self.heads, self.block).contiguous()
             self.running = [(torch.zeros(shape), lse.clone()) for _ in range(2)]
         self.pair = torch.empty(shape, dtype=torch.float32)
+        self.spares = []  # state buffers free for the next merge
 
     def _attend(self, mine, query_block, held, which, key_block):
+        """Query block `mine` against key block `which` of held (block
+        key_block of the prompt), merged into the block's running state.
+        Three buffers per call (the pair's, a spare, and the running
+        states'), swapped as the C ring swaps them: no allocation a pair."""
         bs = self.block
         q = self.q[:, mine * bs:(mine + 1) * bs]
         k, v = (x[:, which * bs:(which + 1) * bs] for x in held)
         o = self.options
-        out = self.torch.empty_like(self.pair)
+        pair = self.pair
         _, lse = _api.attention(q, k, v, causal=o["causal"], window=o["window"],
                                 softcap=o["softcap"], scale=o["scale"],
                                 alibi_slopes=o["alibi_slopes"],
                                 query_offsets=[(query_block - key_block) * bs] * self.batch,
-                                out=out, return_lse=True, context=self.context)
+                                out=pair, return_lse=True, context=self.context)
         if self.running[mine] is None:
-            self.running[mine] = (out, lse)
+            self.running[mine] = (pair, lse)
+            self.pair = self.spares.pop() if self.spares else self.torch.empty_like(pair)
             return
         state, state_lse = self.running[mine]
-        merged = self.torch.empty_like(self.pair)
-        _, merged_lse = _api.merge_states([state, out], [state_lse, lse], out=merged,
+        merged = self.spares.pop() if self.spares else self.torch.empty_like(pair)
+        _, merged_lse = _api.merge_states([state, pair], [state_lse, lse], out=merged,
                                           return_lse=True, context=self.context)
         self.running[mine] = (merged, merged_lse)
+        self.spares.append(state)
 
     def run(self):
         """The N steps; returns the first error this rank met (or None). A

@@ -21,14 +21,24 @@ static_assert(sizeof(Tensor) == 80, "flashcpu_tensor is 80 bytes on LP64");
 using AttentionFn = int (*)(void *, const Tensor *, const Tensor *,
                             const Tensor *, const Tensor *, float *,
                             const void *);
+using PagedFn = int (*)(void *, const void *, const Tensor *, const void *,
+                        const Tensor *, float *, const void *);
+using AppendFn = int (*)(void *, const Tensor *, const Tensor *,
+                         const int64_t *, const void *);
 AttentionFn attention_fn = nullptr;
+PagedFn paged_fn = nullptr;
+AppendFn append_fn = nullptr;
 
 int dtype_code(at::ScalarType type) {
   switch (type) {
-  case at::kFloat: return 0;
-  case at::kHalf: return 1;
-  case at::kBFloat16: return 2;
-  default: return -1;
+  case at::kFloat:
+    return 0;
+  case at::kHalf:
+    return 1;
+  case at::kBFloat16:
+    return 2;
+  default:
+    return -1;
   }
 }
 
@@ -54,8 +64,29 @@ bool view_of(const at::Tensor &t, bool bhsd, Tensor *v) {
   return true;
 }
 
-void set_attention(int64_t address) {
-  attention_fn = reinterpret_cast<AttentionFn>(address);
+// A [1, T, H, D] view of packed rows [T, H, D] (the paged calls').
+bool rows_of(const at::Tensor &t, Tensor *v) {
+  if (!t.defined() || t.dim() != 3 || !t.device().is_cpu() ||
+      t.layout() != at::kStrided)
+    return false;
+  const int code = dtype_code(t.scalar_type());
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  if (code < 0 || (strides[2] != 1 && sizes[2] > 1)) return false;
+  v->data = t.data_ptr();
+  if (!v->data) return false;
+  v->dtype = code;
+  v->dims[0] = 1, v->strides[0] = 0;
+  for (int i = 0; i < 3; i++) v->dims[i + 1] = sizes[i];
+  v->strides[1] = strides[0], v->strides[2] = strides[1], v->strides[3] = 1;
+  return true;
+}
+
+// The library functions' addresses, from the package's ctypes handles.
+void set_functions(int64_t attention, int64_t paged, int64_t append) {
+  attention_fn = reinterpret_cast<AttentionFn>(attention);
+  paged_fn = reinterpret_cast<PagedFn>(paged);
+  append_fn = reinterpret_cast<AppendFn>(append);
 }
 
 // flashcpu_attention's status, or -1 where the tensors are not for this
@@ -76,9 +107,42 @@ int64_t attention_into(const at::Tensor &q, const at::Tensor &k,
                       reinterpret_cast<const void *>(params));
 }
 
+// flashcpu_attention_paged's status on packed q and out, or -1.
+int64_t attention_paged_into(const at::Tensor &q, const at::Tensor &out,
+                             int64_t kv, int64_t plan, int64_t context,
+                             int64_t params) {
+  Tensor views[2];
+  if (!paged_fn || !rows_of(q, &views[0]) || !rows_of(out, &views[1]))
+    return -1;
+  pybind11::gil_scoped_release unlocked;
+  return paged_fn(reinterpret_cast<void *>(context),
+                  reinterpret_cast<const void *>(plan), &views[0],
+                  reinterpret_cast<const void *>(kv), &views[1], nullptr,
+                  reinterpret_cast<const void *>(params));
+}
+
+// flashcpu_kv_append's status, or -1 (slot_mapping: int64 [T], contiguous).
+int64_t kv_append_into(const at::Tensor &k_new, const at::Tensor &v_new,
+                       const at::Tensor &slots, int64_t kv, int64_t context) {
+  Tensor views[2];
+  if (!append_fn || !rows_of(k_new, &views[0]) || !rows_of(v_new, &views[1]) ||
+      !slots.defined() || slots.dim() != 1 || !slots.device().is_cpu() ||
+      slots.scalar_type() != at::kLong ||
+      (slots.numel() > 1 && slots.stride(0) != 1) ||
+      slots.numel() != views[0].dims[1])
+    return -1;
+  static const int64_t none = 0;
+  const int64_t *at = slots.numel() ? slots.data_ptr<int64_t>() : &none;
+  pybind11::gil_scoped_release unlocked;
+  return append_fn(reinterpret_cast<void *>(context), &views[0], &views[1], at,
+                   reinterpret_cast<const void *>(kv));
+}
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("set_attention", &set_attention);
+  m.def("set_functions", &set_functions);
   m.def("attention_into", &attention_into);
+  m.def("attention_paged_into", &attention_paged_into);
+  m.def("kv_append_into", &kv_append_into);
 }

@@ -6,7 +6,7 @@ import ctypes
 import itertools
 import weakref
 
-from . import _api, _arrays, _context, _quantized, errors
+from . import _api, _arrays, _context, _quantized, errors, native
 from ._library import Batch, PagedKV as _PagedKVStruct, TreeMask
 
 _lib = None  # set by __init__
@@ -77,6 +77,10 @@ class PagedKV:
         self.k_cache, self.v_cache = (
             c if isinstance(c, _quantized.Quantized) else _arrays.raw(c)
             for c in (k_cache, v_cache))
+        # torch caches, always writable and unquantized: kv_append's
+        # compiled path needs no checks of them.
+        self._torch_caches = all(_arrays.kind_of_or_none(c) == "torch"
+                                 for c in (self.k_cache, self.v_cache))
 
     def _quantized_side(self, struct, side, cache, what, names):
         """Sets one side of struct from a quantized cache; returns its dims
@@ -370,6 +374,10 @@ def attention_paged(q, kv, plan, *, causal=False, window=(-1, -1), softcap=0.0,
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
     ctx = plan.context.handle
+    if (out is not None and not return_lse and additive_mask is None and sinks is None
+            and alibi_slopes is None and query_offsets is None
+            and _paged_compiled(q, kv, plan, out, causal, window, softcap, scale, ctx)):
+        return out
     qv = _arrays.rows_view(q, "q")
     tokens, heads = plan.num_tokens, plan.num_heads
     if out is None:
@@ -401,6 +409,24 @@ def attention_paged(q, kv, plan, *, causal=False, window=(-1, -1), softcap=0.0,
     return (out, lse) if return_lse else out
 
 
+def _paged_compiled(q, kv, plan, out, causal, window, softcap, scale, ctx):
+    """attention_paged through flashcpu.native where it is built and takes
+    these tensors: True when it ran (raising what the library said)."""
+    compiled = native.loaded()
+    if not compiled or _arrays._KINDS.get(type(q)) != "torch":
+        return False
+    codes = _arrays.torch_float_code(q.dtype), _arrays.torch_float_code(out.dtype)
+    shared = _api.plain_params_address(causal, window, softcap, scale)
+    if None in codes or shared is None:
+        return False
+    handle = plan.handle_for(codes[0], codes[1], kv)
+    status = compiled.attention_paged_into(q, out, ctypes.addressof(kv._struct), handle.value,
+                                           ctx.value, shared[1])
+    if status > 0:
+        _context.check(status, ctx)
+    return status == 0
+
+
 def kv_append(k_new, v_new, slot_mapping, kv, context=None):
     """Writes a step's new K and V rows into their pages, in place (vLLM's
     reshape_and_cache, flashcpu_kv_append): k_new [T, Hkv, D], v_new
@@ -413,6 +439,14 @@ def kv_append(k_new, v_new, slot_mapping, kv, context=None):
         raise errors.InvalidArgumentError(
             "INVALID_ARGUMENT", f"kv must be a flashcpu.PagedKV, not {type(kv).__name__}")
     ctx = _context.resolve(context).handle
+    compiled = native.loaded() if kv._torch_caches else None
+    if compiled and _arrays._KINDS.get(type(slot_mapping)) == "torch":
+        status = compiled.kv_append_into(k_new, v_new, slot_mapping,
+                                         ctypes.addressof(kv._struct), ctx.value)
+        if status > 0:
+            _context.check(status, ctx)
+        if status == 0:
+            return
     for side in ("k", "v"):
         cache, what = getattr(kv, f"{side}_cache"), f"kv's {side}_cache"
         if not isinstance(cache, _quantized.Quantized):

@@ -1,6 +1,8 @@
 """The compiled fast path for torch tensors: a small C++ extension that
-flashcpu.attention(..., out=...) (and the transformers backend through it)
-calls instead of ctypes, so that a call costs about what the C call costs.
+flashcpu.attention(..., out=...) (and the transformers backend through it),
+flashcpu.attention_paged(..., out=...), flashcpu.kv_append and their torch
+ops call instead of ctypes, so that a call costs about what the C call
+costs.
 
     import flashcpu.native
     flashcpu.native.build()      # once: compiles against the installed torch
@@ -43,12 +45,19 @@ def _name():
 
 
 def _attach(module):
-    """Gives the module flashcpu_attention's address; returns it."""
+    """Gives the module the library functions' addresses; returns it."""
     global _module
-    function = _api._lib["flashcpu_attention"]
-    module.set_attention(ctypes.cast(function, ctypes.c_void_p).value)
+    module.set_functions(*(ctypes.cast(_api._lib[name], ctypes.c_void_p).value
+                           for name in ("flashcpu_attention", "flashcpu_attention_paged",
+                                        "flashcpu_kv_append")))
     _module = module
     return module
+
+
+def loaded():
+    """The loaded extension (looking for a built one on the first call),
+    or None."""
+    return (_module or None) if _module is not None else available()
 
 
 def build(verbose=False):

@@ -54,9 +54,11 @@ def attention_paged(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         raise errors.ShapeMismatchError(
             "SHAPE_MISMATCH", f"q has {q.dim()} dims; expected 3 (packed rows [T, Hq, D])")
     kv = _paged.PagedKV(k_cache, v_cache, layout)
+    out = q.new_empty((q.shape[0], q.shape[1], kv.v_head_dim))
     return _paged.attention_paged(q, kv, _paged.plan_of_tensor(plan), causal=causal,
                                   window=(window_left, window_right), softcap=softcap,
-                                  scale=scale, sinks=sinks, alibi_slopes=alibi_slopes)
+                                  scale=scale, sinks=sinks, alibi_slopes=alibi_slopes,
+                                  out=out)
 
 
 @attention_paged.register_fake

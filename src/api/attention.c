@@ -1,6 +1,7 @@
 /* The public entry point: check, choose the kernel, plan, reserve,
  * launch. */
 #include <stdio.h>
+#include <string.h>
 
 #include "api/check.h"
 #include "api/context_internal.h"
@@ -17,9 +18,13 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   flashcpu_status status =
       fc_check_attention(ctx, q, k, v, out, lse, params, &problem);
   if (status != FLASHCPU_OK) return status;
-  char reason[384];
-  const fc_attention_kernel *kernel =
-      fc_kernel_table_choose(&ctx->table, &problem, reason, sizeof reason);
+  /* The reason is formatted only for the log or an error (a short call
+   * would otherwise spend a few percent of its time in snprintf). */
+  char reason[384] = "";
+  const fc_attention_kernel *kernel = fc_kernel_table_choose(
+      &ctx->table, &problem, reason, ctx->verbose ? sizeof reason : 0);
+  if (!kernel && !ctx->verbose)
+    fc_kernel_table_choose(&ctx->table, &problem, reason, sizeof reason);
   if (ctx->verbose)
     fprintf(stderr,
             "[flashcpu] attention B=%lld L=%lld S=%lld Hq=%lld Hkv=%lld "
@@ -53,7 +58,12 @@ flashcpu_status flashcpu_attention(flashcpu_context *ctx,
   if (status != FLASHCPU_OK)
     return fc_fail(ctx, status, "flashcpu_attention: %s: %s", kernel->name,
                    kernel_reason[0] ? kernel_reason : "failed");
-  snprintf(ctx->last_kernels, sizeof ctx->last_kernels, "%s", kernel->name);
+  const size_t name_length = strlen(kernel->name);
+  const size_t kept = name_length < sizeof ctx->last_kernels
+                          ? name_length
+                          : sizeof ctx->last_kernels - 1;
+  memcpy(ctx->last_kernels, kernel->name, kept); /* no format: a copy */
+  ctx->last_kernels[kept] = '\0';
   fc_clear_error(ctx);
   return FLASHCPU_OK;
 }

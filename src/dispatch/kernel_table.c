@@ -77,7 +77,8 @@ const fc_attention_kernel *fc_kernel_table_choose(const fc_kernel_table *table,
                table->forced->name, why);
       return NULL;
     }
-    snprintf(reason, reason_size, "forced by the kernel setting");
+    if (reason_size)
+      snprintf(reason, reason_size, "forced by the kernel setting");
     return table->forced;
   }
   /* The reasons the rows before the chosen one passed, for the log. */
@@ -85,14 +86,17 @@ const fc_attention_kernel *fc_kernel_table_choose(const fc_kernel_table *table,
   for (size_t i = 0; i < table->candidate_count; i++) {
     const fc_attention_kernel *k = table->candidates[i];
     if (k->status == FC_ROW_FORCED_ONLY) continue;
-    bool ok = fc_kernel_takes(k, p, why, sizeof why) &&
-              (!k->wanted || k->wanted(p, &table->settings, why, sizeof why));
+    const size_t why_size = reason_size ? sizeof why : 0;
+    bool ok = fc_kernel_takes(k, p, why, why_size) &&
+              (!k->wanted || k->wanted(p, &table->settings, why, why_size));
     if (ok) {
-      snprintf(reason, reason_size, "%lld rows, %s%s%s", (long long)p->q_len,
-               fc_kernel_family_name(k->family),
-               *passed ? "; passed over: " : "", passed);
+      if (reason_size)
+        snprintf(reason, reason_size, "%lld rows, %s%s%s", (long long)p->q_len,
+                 fc_kernel_family_name(k->family),
+                 *passed ? "; passed over: " : "", passed);
       return k;
     }
+    if (!reason_size) continue; /* no log: nothing to format */
     size_t used = strlen(passed);
     snprintf(passed + used, sizeof passed - used, "%s%s (%s)", used ? ", " : "",
              k->name, why);

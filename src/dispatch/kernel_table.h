@@ -42,7 +42,8 @@ void fc_kernel_table_fill(fc_kernel_table *table, flashcpu_isa isa,
 
 /* The kernel for p and why (a line for FLASHCPU_VERBOSE): the forced one,
  * or the first candidate that takes and wants p. NULL (with the reason)
- * when the forced kernel cannot take p. */
+ * when the forced kernel cannot take p. reason_size 0: the same choice,
+ * with no reason formatted. */
 const fc_attention_kernel *fc_kernel_table_choose(const fc_kernel_table *table,
                                                   const fc_problem *p,
                                                   char *reason,

@@ -93,6 +93,21 @@ bool fc_takes_splitkv_fp8_dot(const fc_problem *p, char *why, size_t size) {
   return true;
 }
 
+/* An F8 view whose row scales do not vary along the row. */
+static bool is_f8_by_row(const fc_view *view) {
+  return (view->dtype == FLASHCPU_DTYPE_F8_E4M3 ||
+          view->dtype == FLASHCPU_DTYPE_F8_E5M2) &&
+         (view->scale_strides[3] == 0 || !view->scales);
+}
+
+bool fc_takes_splitkv_f8(const fc_problem *p, char *why, size_t size) {
+  if (!fc_takes_splitkv(p, why, size)) return false;
+  if (is_f8_by_row(&p->k) || is_f8_by_row(&p->v)) return true;
+  snprintf(why, size,
+           "neither k nor v is f8_e4m3 or f8_e5m2 with one scale per row");
+  return false;
+}
+
 bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size) {
   if (!fc_takes_splitkv(p, why, size)) return false;
   const fc_view *k = &p->k;

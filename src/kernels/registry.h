@@ -101,6 +101,9 @@ bool fc_takes_splitkv_bf16_dot(const fc_problem *p, char *why, size_t size);
 /* bf16 q and an F8_E4M3 or F8_E5M2 K whose scales do not vary along a
  * row. */
 bool fc_takes_splitkv_fp8_dot(const fc_problem *p, char *why, size_t size);
+/* An F8_E4M3 or F8_E5M2 K or V whose scales do not vary along a row (the
+ * AVX-512 F8 kernel reads it in place before its scale). */
+bool fc_takes_splitkv_f8(const fc_problem *p, char *why, size_t size);
 /* I8 or U8 K read in place with one scale per row, head_dim <= 256 (the
  * int32 sums of 15-bit q and 8-bit codes cannot overflow). */
 bool fc_takes_splitkv_int_dot(const fc_problem *p, char *why, size_t size);

@@ -24,6 +24,10 @@ const char *fcm_error(void);
 /* FLASHCPU_ERROR_INTERNAL naming the MPI function and MPI's message. */
 flashcpu_status fcm_mpi_fail(int code, const char *function);
 
+/* A buffer of at least bytes kept with comm between calls (mpi_buffers.c):
+ * the previous call's contents are not kept; NULL when out of memory. */
+void *fcm_comm_buffer(MPI_Comm comm, size_t bytes);
+
 /* ---- hashing the inputs ranks must share (mpi_agree.c) */
 
 /* FNV-1a over bytes, chained from hash (start: FCM_HASH_SEED). */

@@ -67,9 +67,10 @@ typedef struct ring_header {
   int64_t signature[RING_FIELDS];
 } ring_header;
 
-/* One call's buffers: the K/V blocks held now and arriving (K rows then V
- * rows, packed), and per local query block its running state, a spare and
- * one pair state, each out [B, Bs, Hq, Dv] f32 then lse [B, Hq, Bs]. */
+/* One call's buffers (parts of one kept with the communicator): the K/V
+ * blocks held now and arriving (K rows then V rows, packed), and per local
+ * query block its running state, a spare and one pair state, each out [B,
+ * Bs, Hq, Dv] f32 then lse [B, Hq, Bs]. */
 typedef struct ring {
   fcm_call call; /* ctx, comm, rank, ranks, params, q, k, v, out, lse */
   int64_t block;
@@ -231,16 +232,20 @@ static flashcpu_status allocate(ring *g) {
   if (g->k_row + g->v_row > INT_MAX || rows > INT_MAX)
     return fcm_fail(FLASHCPU_ERROR_SIZE_OVERFLOW,
                     CALL ": the K/V blocks are more than MPI counts hold");
-  g->held = malloc(rows * (g->k_row + g->v_row));
-  g->arriving = c->ranks > 1 ? malloc(rows * (g->k_row + g->v_row)) : NULL;
-  g->running[0] = malloc(state);
-  g->running[1] = malloc(state);
-  g->spare = malloc(state);
-  g->pair = malloc(state);
-  if (!g->held || (c->ranks > 1 && !g->arriving) || !g->running[0] ||
-      !g->running[1] || !g->spare || !g->pair)
+  /* One buffer kept with the communicator: the blocks, then four states,
+   * each part on a cache line. */
+  const size_t blocks = (rows * (g->k_row + g->v_row) + 63) & ~(size_t)63;
+  const size_t states = (state + 63) & ~(size_t)63;
+  unsigned char *all = fcm_comm_buffer(c->comm, 2 * blocks + 4 * states);
+  if (!all)
     return fcm_fail(FLASHCPU_ERROR_OUT_OF_MEMORY,
                     CALL ": out of memory for the blocks and states");
+  g->held = all;
+  g->arriving = c->ranks > 1 ? all + blocks : NULL;
+  g->running[0] = (float *)(void *)(all + 2 * blocks);
+  g->running[1] = (float *)(void *)(all + 2 * blocks + states);
+  g->spare = (float *)(void *)(all + 2 * blocks + 2 * states);
+  g->pair = (float *)(void *)(all + 2 * blocks + 3 * states);
   /* Pack this rank's K rows, then its V rows. */
   const flashcpu_tensor *sides[2] = {c->k, c->v};
   unsigned char *to = g->held;
@@ -258,15 +263,6 @@ static flashcpu_status allocate(ring *g) {
               width);
   }
   return FLASHCPU_OK;
-}
-
-static void release(ring *g) {
-  free(g->held);
-  free(g->arriving);
-  free(g->running[0]);
-  free(g->running[1]);
-  free(g->spare);
-  free(g->pair);
 }
 
 /* Every rank's verdict and signature; the same status on every rank. */
@@ -473,7 +469,6 @@ flashcpu_mpi_ring_attention(flashcpu_context *ctx, MPI_Comm comm,
     status = fcm_agree(&g.call, run_ring(&g));
     if (status == FLASHCPU_OK) status = fcm_agree(&g.call, finish(&g));
   }
-  release(&g);
   if (status == FLASHCPU_OK) fcm_clear_error();
   return status;
 }

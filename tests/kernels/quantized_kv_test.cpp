@@ -7,7 +7,8 @@
 // the paged path, with the cache written by flashcpu_kv_append. Kernels
 // whose scores round q to integers (and whose values round the weights to
 // integers where V is I8 or U8) are held to a bound on that rounding
-// against the exact kernel of their ISA instead.
+// against the exact kernel of their ISA instead, and the F8 kernel (each
+// key's scale after its dot products) to f32 rounding of it.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -237,6 +238,18 @@ double WeightCodes(Kernel kernel) {
   return RoundsToBytes(kernel) ? 255.0 : OnAmxTiles(kernel) ? 32639.0 : 32767.0;
 }
 
+// The F8 kernel: F8 rows read before their scale, which multiplies each
+// key's dot products and weights instead of each element.
+bool ScalesAfterTheSum(Kernel kernel) {
+  return std::string(kernel->name).find("_f8__") != std::string::npos;
+}
+bool HasF8(const QuantCase &c) {
+  const auto f8 = [](flashcpu_dtype t) {
+    return t == FLASHCPU_DTYPE_F8_E4M3 || t == FLASHCPU_DTYPE_F8_E5M2;
+  };
+  return f8(c.k) || f8(c.v);
+}
+
 // The f32 split-KV kernel of an integer kernel's ISA.
 Kernel ExactKernelOf(Kernel kernel) {
   return fc_attention_kernel_find(kernel->isa == FLASHCPU_ISA_AVX2
@@ -307,6 +320,8 @@ TEST_P(QuantSuite, SameBytesAsTheDequantizedCache) {
   ASSERT_NE(context, nullptr);
   if (RoundsQ(kernel()))
     GTEST_SKIP() << "rounds q: IntegerScoresTrackTheExactKernel checks it";
+  if (ScalesAfterTheSum(kernel()) && HasF8(c))
+    GTEST_SKIP() << "scales after the sum: F8ScalesTrackTheExactKernel";
   Inputs in;
   in.Make(context, c);
   if (HasFatalFailure()) return;
@@ -392,6 +407,59 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
     EXPECT_GT(worst, 0.0) << "no rounding at all: is q rounded?";
   else
     EXPECT_EQ(worst, 0.0) << "staged rows take the exact path";
+}
+
+// How far the F8 kernel may be from the exact kernel of its ISA on the
+// same cache: the sums round in another order and a key's scale meets its
+// dot product (and its weight) rather than each element, so each score
+// moves by at most about D * 2^-23 * max|q| * scale * ||k_j||_1 and each
+// output by twice that times max|v| (to first order; twice allowed), and
+// the weighted values by a few roundings of max|v|.
+double F8Bound(const Inputs &in) {
+  double q_max = 0.0, k_l1 = 0.0, v_max = 0.0;
+  for (float x : in.q_data)
+    q_max = std::max(q_max, std::fabs(static_cast<double>(x)));
+  const size_t D = static_cast<size_t>(in.D);
+  for (size_t row = 0; row < in.k.dequantized.size() / D; row++) {
+    double l1 = 0.0;
+    for (size_t d = 0; d < D; d++)
+      l1 += std::fabs(static_cast<double>(in.k.dequantized[row * D + d]));
+    k_l1 = std::max(k_l1, l1);
+  }
+  for (float x : in.v.dequantized)
+    v_max = std::max(v_max, std::fabs(static_cast<double>(x)));
+  const double score_error = static_cast<double>(in.D) * std::ldexp(1.0, -23) *
+                             q_max / std::sqrt(static_cast<double>(in.D)) *
+                             k_l1;
+  return 4.0 * score_error * v_max + 64.0 * std::ldexp(1.0, -23) * v_max + 1e-7;
+}
+
+// The F8 kernel on an F8 cache: within f32 rounding of the exact kernel
+// of its ISA (itself the dequantized cache's bytes), all finite, and not
+// the very same bytes everywhere (else it read the rows dequantized).
+TEST_P(QuantSuite, F8ScalesTrackTheExactKernel) {
+  const QuantCase &c = test_case();
+  if (!ScalesAfterTheSum(kernel()) || !HasF8(c))
+    GTEST_SKIP() << "not the F8 kernel on an F8 cache";
+  flashcpu_context *context = ctx();
+  ASSERT_NE(context, nullptr);
+  Inputs in;
+  in.Make(context, c);
+  if (HasFatalFailure()) return;
+  std::vector<float> out, want;
+  std::string skip;
+  RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
+  if (HasFatalFailure()) return;
+  if (!skip.empty())
+    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  const double bound = F8Bound(in);
+  double worst = 0.0;
+  for (size_t i = 0; i < out.size(); i++) {
+    ASSERT_TRUE(std::isfinite(out[i])) << "element " << i;
+    worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - want[i]));
+  }
+  EXPECT_LE(worst, bound);
+  EXPECT_GT(worst, 0.0) << "the very bytes: were the rows dequantized?";
 }
 
 // Where q cannot be rounded to integers (NaN in it, or so small that its
@@ -505,9 +573,16 @@ TEST_P(Fp8Suite, NanCodesReachTheRowsThatSeeThem) {
   in.v.dequantized[at(0, 10, 0, 3)] = NAN;
   std::vector<float> out_q, out_f, lse_q, lse_f;
   std::string skip;
-  RunOnBothCaches(context, &in, &out_q, &lse_q, &out_f, &lse_f, &skip);
+  // The F8 kernel takes no f32 cache: against the exact kernel on the F8
+  // one (the dequantized cache's bytes), within f32 rounding (F8Bound).
+  const bool rounds = ScalesAfterTheSum(kernel());
+  if (rounds)
+    RunAgainstTheExactKernel(kernel(), context, &in, &out_q, &out_f, &skip);
+  else
+    RunOnBothCaches(context, &in, &out_q, &lse_q, &out_f, &lse_f, &skip);
   if (HasFatalFailure()) return;
   if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
+  const double bound = rounds ? F8Bound(in) : 0.0;
   size_t nans = 0;
   for (size_t i = 0; i < out_q.size(); i++) {
     ASSERT_EQ(std::isnan(out_q[i]), std::isnan(out_f[i])) << "element " << i;
@@ -515,8 +590,11 @@ TEST_P(Fp8Suite, NanCodesReachTheRowsThatSeeThem) {
       nans++;
       continue;
     }
-    ASSERT_EQ(std::memcmp(&out_q[i], &out_f[i], sizeof(float)), 0)
-        << "element " << i;
+    if (rounds)
+      ASSERT_NEAR(out_q[i], out_f[i], bound) << "element " << i;
+    else
+      ASSERT_EQ(std::memcmp(&out_q[i], &out_f[i], sizeof(float)), 0)
+          << "element " << i;
   }
   EXPECT_GT(nans, 0u);
   EXPECT_LT(nans, out_q.size() / 2) << "the NaNs stay in their kv heads";
@@ -525,7 +603,9 @@ TEST_P(Fp8Suite, NanCodesReachTheRowsThatSeeThem) {
 // Scales so large that scale * 2^8 overflows (2^121): the E4M3 kernels
 // that widen a row's codes to value * 2^-8 and multiply by scale * 2^8
 // must take the plain widening then, and still give the dequantized
-// cache's bytes (q is small enough that every score stays finite).
+// cache's bytes (q is small enough that every score stays finite). The F8
+// kernel reads E5M2 rows (exact as f16) before such scales still: within
+// f32 rounding of those bytes there.
 TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
   if (RoundsQ(kernel())) GTEST_SKIP() << "integer kernels do not take fp8 K";
   flashcpu_context *context = nullptr;
@@ -545,6 +625,23 @@ TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
   if (in.k.scaled)
     for (float &x : in.q_data) x = std::ldexp(x, -118);
   std::string skip;
+  if (ScalesAfterTheSum(kernel())) { /* it takes no f32 cache */
+    std::vector<float> out_q, out_f;
+    RunAgainstTheExactKernel(kernel(), context, &in, &out_q, &out_f, &skip);
+    if (HasFatalFailure()) return;
+    if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
+    const bool e4m3 = test_case().k == FLASHCPU_DTYPE_F8_E4M3;
+    const double bound = F8Bound(in);
+    for (size_t i = 0; i < out_q.size(); i++) {
+      ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
+      if (e4m3) /* the plain widening: the very bytes */
+        ASSERT_EQ(std::memcmp(&out_q[i], &out_f[i], sizeof(float)), 0)
+            << "element " << i;
+      else
+        ASSERT_NEAR(out_q[i], out_f[i], bound) << "element " << i;
+    }
+    return;
+  }
   ExpectTheDequantizedBytes(context, &in, &skip);
   if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
 }

@@ -142,3 +142,37 @@ def test_the_transformers_call(compiled):
     fast, slow = both_paths(compiled, call)
     assert fast.shape == (2, 3, 8, 64)
     assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
+
+
+def test_paged_and_append(compiled):
+    torch.manual_seed(6)
+    k_cache = torch.zeros(6, 16, 2, 64, dtype=torch.bfloat16)
+    v_cache = torch.zeros(6, 16, 2, 64, dtype=torch.bfloat16)
+    kv = flashcpu.PagedKV(k_cache, v_cache)
+    k_new = torch.randn(40, 2, 64, dtype=torch.bfloat16)
+    v_new = torch.randn(40, 2, 64, dtype=torch.bfloat16)
+    slots = torch.tensor([5 * 16 + i for i in range(16)] + [2 * 16 + i for i in range(16)] +
+                         [4 * 16 + i for i in range(8)], dtype=torch.int64)
+    native._module = compiled
+    flashcpu.kv_append(k_new, v_new, slots, kv)
+    assert torch.equal(k_cache[5].view(torch.int16), k_new[:16].view(torch.int16))
+    assert torch.equal(v_cache[4, :8].view(torch.int16), v_new[32:].view(torch.int16))
+    with pytest.raises(flashcpu.InvalidArgumentError):  # a slot past the pool
+        flashcpu.kv_append(k_new[:1], v_new[:1], torch.tensor([6 * 16]), kv)
+    plan = flashcpu.Plan([0, 3, 4], [40, 20], [[5, 2, 4], [2, 5, 0]], num_heads=8, kv=kv)
+    q = torch.randn(4, 8, 64, dtype=torch.bfloat16)
+
+    def call():
+        out = torch.full((4, 8, 64), float("nan"), dtype=torch.bfloat16)
+        assert flashcpu.attention_paged(q, kv, plan, out=out, causal=True) is out
+        return out
+    fast, slow = both_paths(compiled, call)
+    assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
+    assert not torch.isnan(fast).any()
+    direct = torch.empty(4, 8, 64, dtype=torch.bfloat16)
+    from flashcpu import _api
+    params = _api.plain_params_address(False, (-1, -1), 0.0, None)
+    handle = plan.handle_for(2, 2, kv)
+    import ctypes
+    assert compiled.attention_paged_into(q, direct, ctypes.addressof(kv._struct), handle.value,
+                                         plan.context.handle.value, params[1]) == 0

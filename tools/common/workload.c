@@ -217,6 +217,22 @@ static int64_t mixed_length(int64_t kv, int64_t b, int64_t batch) {
   return spread_length(kv / 8, kv, b, batch);
 }
 
+/* Batch b's kv length of a spec whose batches' lengths differ. */
+static int64_t batch_length(const toolkit_workload_spec *spec, int64_t b) {
+  if (spec->shortest_kv > 0)
+    return spread_length(spec->shortest_kv, spec->kv_rows, b, spec->batch);
+  if (spec->phase == TOOLKIT_PHASE_SERVE)
+    return spread_length(TOOLKIT_SERVE_SHORTEST_KV, spec->kv_rows, b,
+                         spec->batch);
+  return mixed_length(spec->kv_rows, b, spec->batch);
+}
+
+/* Whether a spec's batches have lengths of their own. */
+static bool lengths_differ(const toolkit_workload_spec *spec) {
+  return spec->mixed_kv_lengths || spec->shortest_kv > 0 ||
+         spec->phase == TOOLKIT_PHASE_SERVE;
+}
+
 int64_t toolkit_workload_kv_length(const toolkit_workload *workload,
                                    int64_t b) {
   return workload->kv_lengths ? workload->kv_lengths[b]
@@ -306,14 +322,11 @@ static int build_requests(toolkit_workload *workload) {
   workload->cu_seqlens_q = calloc((size_t)requests + 1, sizeof(int32_t));
   workload->seq_lens_kv = calloc((size_t)requests, sizeof(int32_t));
   if (!workload->cu_seqlens_q || !workload->seq_lens_kv) return -1;
-  if (spec->mixed_kv_lengths || serve) {
+  if (lengths_differ(spec)) {
     workload->kv_lengths = calloc((size_t)spec->batch, sizeof(int64_t));
     if (!workload->kv_lengths) return -1;
     for (int64_t b = 0; b < spec->batch; b++)
-      workload->kv_lengths[b] =
-          serve ? spread_length(TOOLKIT_SERVE_SHORTEST_KV, spec->kv_rows, b,
-                                spec->batch)
-                : mixed_length(spec->kv_rows, b, spec->batch);
+      workload->kv_lengths[b] = batch_length(spec, b);
   }
   for (int64_t r = 0; r < requests; r++) {
     const bool chunk = serve && r == spec->batch;
@@ -515,6 +528,7 @@ toolkit_workload_request_spec(const toolkit_workload *workload,
   toolkit_workload_spec spec = workload->spec;
   spec.batch = 1;
   spec.mixed_kv_lengths = false;
+  spec.shortest_kv = 0;
   spec.q_rows =
       workload->cu_seqlens_q[request + 1] - workload->cu_seqlens_q[request];
   spec.kv_rows = workload->seq_lens_kv[request];
@@ -532,9 +546,13 @@ static int check_spec(const toolkit_workload_spec *spec, char *error,
     snprintf(error, error_size, "page size and prefix must be at least 0");
     return -1;
   }
+  if (spec->shortest_kv < 0 || spec->shortest_kv > spec->kv_rows) {
+    snprintf(error, error_size, "the shortest kv length must be 0 to kv");
+    return -1;
+  }
   if (spec->tree_mask && spec->phase != TOOLKIT_PHASE_SERVE &&
-      spec->q_rows > mixed_length(spec->kv_rows, 0,
-                                  spec->mixed_kv_lengths ? spec->batch : 1)) {
+      spec->q_rows >
+          (lengths_differ(spec) ? batch_length(spec, 0) : spec->kv_rows)) {
     snprintf(error, error_size, "a tree mask needs rows <= every kv length");
     return -1;
   }

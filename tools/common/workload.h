@@ -58,6 +58,10 @@ typedef struct toolkit_workload_spec {
    * (batch 0) to kv_rows (the last batch), as a decode batch mixes short and
    * long sequences; false: every batch uses kv_rows. */
   bool mixed_kv_lengths;
+  /* > 0: the batch's kv lengths spread evenly from this (batch 0) to
+   * kv_rows (decode and verify, whatever mixed_kv_lengths says; serve: its
+   * decode requests, instead of TOOLKIT_SERVE_SHORTEST_KV). 0: as above. */
+  int64_t shortest_kv;
   int layers;    /* KV caches to rotate over; 0: decide (decode: enough to
                     exceed the last-level cache, prefill: 1) */
   uint64_t seed; /* of the random values */

@@ -69,6 +69,16 @@ flashcpu_status fc_splitkv_plan_avx512(const fc_kernel_env *env,
                                        fc_kernel_plan *plan,
                                        fc_splitkv_bf16_scores_fn bf16_scores);
 
+/* The AVX-512 split-KV kernel with F8 K and V rows (scales not varying
+ * along a row) read before their scale: each key's scale multiplies its
+ * dot products and its weights instead of each element (an E4M3 row as
+ * its values times 2^-8 through f16, an E5M2 row exactly; blocks holding
+ * an E4M3 NaN code, or whose scale times 2^8 is not finite, dequantize
+ * each element as the f32 kernel). */
+flashcpu_status fc_splitkv_plan_avx512_f8(const fc_kernel_env *env,
+                                          const fc_problem *p,
+                                          fc_kernel_plan *plan);
+
 /* A chunk's q rounded to integers for integer dot-product scores: slot s's
  * row is codes + s * stride (int16, |code| <= 16383, zero-padded to a
  * multiple of 32 elements; with a q limit of 127, int8 codes at the same

@@ -25,6 +25,7 @@
 #include "kernels/decode/decode_splitkv.h"
 #include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_common.h"
+#include "kernels/decode/splitkv_softmax_avx512.h"
 #include "kernels/kernel_support.h"
 #include "kernels/registry.h"
 #include "simd/lanes_avx512.h"
@@ -42,8 +43,10 @@ enum {
 
 /* How the loads read a row: in order; bf16 in even/odd order per 32
  * elements; E4M3 codes of a block checked to hold no NaN code, widened
- * without the NaN step (the bits are the same for every other code). */
-enum { READ_PLAIN, READ_PAIRS, READ_E4M3_FINITE };
+ * without the NaN step (the bits are the same for every other code); F8
+ * codes before their scale (fc512_f8_span_unscaled), which then
+ * multiplies each key's dot products and weights instead. */
+enum { READ_PLAIN, READ_PAIRS, READ_E4M3_FINITE, READ_F8_UNSCALED };
 
 static ALWAYS_INLINE __mmask16 lanes_of(int64_t remaining) {
   return remaining <= 0 ? 0 : fc512_tail_mask(remaining);
@@ -80,6 +83,10 @@ static ALWAYS_INLINE int64_t element_bytes(flashcpu_dtype dtype) {
 static ALWAYS_INLINE void load_span(const char *row, flashcpu_dtype dtype,
                                     int mode, int64_t d, span32 m, float scale,
                                     float zero, __m512 *lo, __m512 *hi) {
+  if (mode == READ_F8_UNSCALED) {
+    fc512_f8_span_unscaled(dtype, row, d, m.pair_mask, lo, hi);
+    return;
+  }
   if (mode == READ_E4M3_FINITE) {
     *lo = fc512_dequant_e4m3_finite(row, d, m.lo, scale);
     *hi = fc512_dequant_e4m3_finite(row, d + 16, m.hi, scale);
@@ -178,13 +185,18 @@ chunk_scores(const fc_splitkv_rows *k_rows, flashcpu_dtype dtype, int mode,
     FOR(FLASHCPU_DTYPE_U8, 0, dim_value);                                      \
     return;                                                                    \
   case FLASHCPU_DTYPE_F8_E4M3:                                                 \
-    if (e4m3_finite)                                                           \
+    if (f8_unscaled)                                                           \
+      FOR(FLASHCPU_DTYPE_F8_E4M3, READ_F8_UNSCALED, dim_value);                \
+    else if (e4m3_finite)                                                      \
       FOR(FLASHCPU_DTYPE_F8_E4M3, READ_E4M3_FINITE, dim_value);                \
     else                                                                       \
       FOR(FLASHCPU_DTYPE_F8_E4M3, READ_PLAIN, dim_value);                      \
     return;                                                                    \
   case FLASHCPU_DTYPE_F8_E5M2:                                                 \
-    FOR(FLASHCPU_DTYPE_F8_E5M2, 0, dim_value);                                 \
+    if (f8_unscaled)                                                           \
+      FOR(FLASHCPU_DTYPE_F8_E5M2, READ_F8_UNSCALED, dim_value);                \
+    else                                                                       \
+      FOR(FLASHCPU_DTYPE_F8_E5M2, READ_PLAIN, dim_value);                      \
     return;                                                                    \
   case FLASHCPU_DTYPE_Q8_0:                                                    \
     FOR(FLASHCPU_DTYPE_Q8_0, 0, dim_value);                                    \
@@ -194,16 +206,28 @@ chunk_scores(const fc_splitkv_rows *k_rows, flashcpu_dtype dtype, int mode,
     return;                                                                    \
   }
 
+/* Whether a block's F8 rows are read unscaled (READ_F8_UNSCALED): E5M2,
+ * or E4M3 with no NaN code (e4m3_finite), each key's factor (its row's
+ * scale times fc_f8_unscaled_factor) finite. */
+static ALWAYS_INLINE int f8_unscaled_factor(const fc_splitkv_rows *rows,
+                                            flashcpu_dtype dtype,
+                                            int e4m3_finite, __m512 *factor) {
+  if (dtype == FLASHCPU_DTYPE_F8_E4M3 ? !e4m3_finite
+                                      : dtype != FLASHCPU_DTYPE_F8_E5M2)
+    return 0;
+  *factor = _mm512_mul_ps(_mm512_loadu_ps(rows->scale),
+                          _mm512_set1_ps(fc_f8_unscaled_factor(dtype)));
+  return _mm512_cmp_ps_mask(_mm512_abs_ps(*factor), _mm512_set1_ps(FLT_MAX),
+                            _CMP_LE_OQ) == 0xffff;
+}
+
 /* head_dim 64 and 128 and each K dtype get their own unrolled copy. */
-static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
-                                  flashcpu_dtype dtype, const float *q,
+static void chunk_scores_by_dtype(const fc_splitkv_rows *k_rows,
+                                  flashcpu_dtype dtype, int f8_unscaled,
+                                  int e4m3_finite, const float *q,
                                   int64_t padded_dim, int64_t dim, int64_t n,
                                   fc_prefetch_sweep *sweep,
                                   __m512 scores[CHUNK]) {
-  const int e4m3_finite =
-      dtype == FLASHCPU_DTYPE_F8_E4M3 &&
-      (dim == 128 ? fc512_e4m3_rows_finite(k_rows->row, n, 128)
-                  : fc512_e4m3_rows_finite(k_rows->row, n, dim));
 #define SCORES_FOR(dt, mode, dim_value)                                        \
   chunk_scores(k_rows, dt, mode, q, padded_dim, dim_value, n, sweep, scores)
   if (dim == 128) BY_EVERY_DTYPE(SCORES_FOR, 128)
@@ -212,58 +236,24 @@ static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
 #undef SCORES_FOR
 }
 
-/* Lane s of every 128-bit lane of v, in all 16 lanes. */
-#define SLOT_LANE(v, s) _mm512_permute_ps((v), _MM_SHUFFLE(s, s, s, s))
-
-/* Online softmax of a chunk's block: scores become weights (0 for hidden
- * keys and lanes past n) in weights[slot * 16 + key]; alpha[slot] is the
- * factor the slot's output must be rescaled by (exactly 1 where the running
- * max did not move). seen[slot]: the keys the slot sees, as a lane mask.
- * The 4 slots go through the max, the shift and the sums as vectors.
- * max_ps drops NaN, so a slot with a NaN score (or a NaN running max) has
- * its max set to NaN explicitly: its state then stays NaN, never "saw no
- * key". */
-static ALWAYS_INLINE void softmax_chunk(const __m512 scores[CHUNK], int64_t n,
-                                        float *m, float *l, float *weights,
-                                        float alpha[CHUNK],
-                                        __mmask16 seen[CHUNK]) {
-  const __mmask16 lanes = fc512_tail_mask(n);
-  const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
-  __m512 masked[CHUNK];
-  __mmask16 any_seen = 0, any_nan = 0;
-  for (int c = 0; c < CHUNK; c++) {
-    masked[c] = _mm512_mask_mov_ps(minus_inf, lanes, scores[c]);
-    seen[c] = _mm512_cmp_ps_mask(masked[c], minus_inf, _CMP_NEQ_UQ) & lanes;
-    any_seen |= (__mmask16)((seen[c] != 0) << c);
-    any_nan |= (__mmask16)((_mm512_cmp_ps_mask(masked[c], masked[c],
-                                               _CMP_UNORD_Q) != 0)
-                           << c);
-  }
-  /* Lanes 0..3 of each 128-bit lane: the slots' running max, old and new.
-   * A slot that saw nothing keeps its state: shift 0, alpha exactly 1. */
-  const __m512 m_old = _mm512_broadcast_f32x4(_mm_loadu_ps(m));
-  any_nan |= _mm512_cmp_ps_mask(m_old, m_old, _CMP_UNORD_Q) & 0xf;
-  const __m512 m_new =
-      _mm512_mask_mov_ps(_mm512_max_ps(m_old, fc512_max4_by_lane(masked)),
-                         (__mmask16)(any_nan * 0x1111u), _mm512_set1_ps(NAN));
-  const __mmask16 moved = (__mmask16)(any_seen * 0x1111u);
-  const __m512 factor = fc512_exp2(_mm512_maskz_sub_ps(moved, m_old, m_new));
-  _mm_storeu_ps(alpha, _mm512_castps512_ps128(factor));
-  _mm_storeu_ps(m, _mm512_castps512_ps128(m_new));
-#define SLOT_WEIGHTS(c)                                                        \
-  do {                                                                         \
-    const __m512 w = _mm512_maskz_mov_ps(                                      \
-        seen[c], fc512_exp2(_mm512_sub_ps(masked[c], SLOT_LANE(m_new, c))));   \
-    const __m512 sums = _mm512_loadu_ps(l + c * KEY_BLOCK);                    \
-    _mm512_storeu_ps(l + c * KEY_BLOCK,                                        \
-                     _mm512_fmadd_ps(sums, SLOT_LANE(factor, c), w));          \
-    _mm512_storeu_ps(weights + c * KEY_BLOCK, w);                              \
-  } while (0)
-  SLOT_WEIGHTS(0);
-  SLOT_WEIGHTS(1);
-  SLOT_WEIGHTS(2);
-  SLOT_WEIGHTS(3);
-#undef SLOT_WEIGHTS
+/* Unscaled F8 rows (where f8 allows them) take each key's factor after
+ * the dot product. */
+static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
+                                  flashcpu_dtype dtype, int f8, const float *q,
+                                  int64_t padded_dim, int64_t dim, int64_t n,
+                                  fc_prefetch_sweep *sweep,
+                                  __m512 scores[CHUNK]) {
+  const int e4m3_finite =
+      dtype == FLASHCPU_DTYPE_F8_E4M3 &&
+      (dim == 128 ? fc512_e4m3_rows_finite(k_rows->row, n, 128)
+                  : fc512_e4m3_rows_finite(k_rows->row, n, dim));
+  __m512 factor;
+  const int f8_unscaled =
+      f8 && f8_unscaled_factor(k_rows, dtype, e4m3_finite, &factor);
+  chunk_scores_by_dtype(k_rows, dtype, f8_unscaled, e4m3_finite, q, padded_dim,
+                        dim, n, sweep, scores);
+  for (int s = 0; f8_unscaled && s < CHUNK; s++)
+    scores[s] = fc512_saturate(_mm512_mul_ps(scores[s], factor));
 }
 
 /* o[s] = alpha[s] * o[s] + sum_j w[s][j] * v_j over the block, for the
@@ -332,7 +322,7 @@ accumulate_values(const fc_splitkv_rows *v_rows, flashcpu_dtype dtype, int mode,
 }
 
 static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
-                                flashcpu_dtype dtype, int64_t dv,
+                                flashcpu_dtype dtype, int f8, int64_t dv,
                                 int64_t padded_dv, int64_t n, float *o,
                                 const float *weights, const float alpha[CHUNK],
                                 const __mmask16 seen[CHUNK],
@@ -342,6 +332,16 @@ static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
       dtype == FLASHCPU_DTYPE_F8_E4M3 &&
       (dv == 128 ? fc512_e4m3_rows_finite(v_rows->row, n, 128)
                  : fc512_e4m3_rows_finite(v_rows->row, n, dv));
+  /* Unscaled F8 rows: each key's factor goes into its weights. */
+  __m512 factor;
+  const int f8_unscaled =
+      f8 && f8_unscaled_factor(v_rows, dtype, e4m3_finite, &factor);
+  float scaled[CHUNK * KEY_BLOCK];
+  for (int s = 0; f8_unscaled && s < CHUNK; s++)
+    _mm512_storeu_ps(
+        scaled + s * KEY_BLOCK,
+        _mm512_mul_ps(_mm512_loadu_ps(weights + s * KEY_BLOCK), factor));
+  if (f8_unscaled) weights = scaled;
   if (seen[0] == lanes && seen[1] == lanes && seen[2] == lanes &&
       seen[3] == lanes) {
 #define VALUES_FOR(dt, mode, dim)                                              \
@@ -389,8 +389,8 @@ ds_block_scores(const fc_splitkv_args *a, const fc_splitkv_rows *k_rows,
     for (int c = 0; c < CHUNK; c++)
       scores->slot[c] = _mm512_loadu_ps(buffer + c * KEY_BLOCK);
   } else {
-    chunk_scores_dispatch(k_rows, a->k_read, q, a->padded_dim, a->p->head_dim,
-                          n, sweep, scores->slot);
+    chunk_scores_dispatch(k_rows, a->k_read, a->f8_unscaled, q, a->padded_dim,
+                          a->p->head_dim, n, sweep, scores->slot);
   }
 }
 
@@ -410,7 +410,7 @@ static ALWAYS_INLINE void ds_scores_reload(ds_scores *scores,
 static ALWAYS_INLINE void ds_softmax(ds_scores *scores, int64_t n, float *m,
                                      float *l, float *weights,
                                      float alpha[CHUNK], ds_seen seen[CHUNK]) {
-  softmax_chunk(scores->slot, n, m, l, weights, alpha, seen);
+  fc512_splitkv_softmax(scores->slot, n, m, l, weights, alpha, seen);
 }
 
 static ALWAYS_INLINE void ds_values(const fc_splitkv_args *a,
@@ -425,8 +425,8 @@ static ALWAYS_INLINE void ds_values(const fc_splitkv_args *a,
                    weights, alpha, bits, sweep))
       return;
   }
-  accumulate_dispatch(v_rows, a->v_read, a->p->v_head_dim, a->padded_dv, n, o,
-                      weights, alpha, seen, sweep);
+  accumulate_dispatch(v_rows, a->v_read, a->f8_unscaled, a->p->v_head_dim,
+                      a->padded_dv, n, o, weights, alpha, seen, sweep);
 }
 
 static ALWAYS_INLINE float ds_l_total(const float *l) {
@@ -449,6 +449,17 @@ flashcpu_status fc_splitkv_plan_avx512_int(const fc_kernel_env *env,
                                            fc_splitkv_int_values_fn int_values,
                                            int q_limit) {
   return DS_NAME(plan)(env, p, plan, NULL, int_scores, int_values, q_limit);
+}
+
+flashcpu_status fc_splitkv_plan_avx512_f8(const fc_kernel_env *env,
+                                          const fc_problem *p,
+                                          fc_kernel_plan *plan) {
+  const flashcpu_status status =
+      DS_NAME(plan)(env, p, plan, NULL, NULL, NULL, 0);
+  /* The plan's state is the arguments, bound to each call as they are. */
+  if (status == FLASHCPU_OK)
+    ((fc_splitkv_args *)(void *)plan->state)->f8_unscaled = 1;
+  return status;
 }
 
 flashcpu_status fc_decode_splitkv__avx512(const fc_kernel_env *env,

@@ -27,10 +27,17 @@ static void bind_options(fc_splitkv_shared *s, const fc_problem *p) {
   s->needs_finish = !s->scores_final || p->tree || rows_differ;
 }
 
+/* A paged view whose pages hold at most 4 KiB. */
+static int small_pages(const fc_view *view) {
+  return view->pages &&
+         view->page_size * view->strides[1] * view->element_size <= 4096;
+}
+
 void fc_splitkv_shared_init(fc_splitkv_shared *s, const fc_problem *p,
                             const fc_kernel_settings *settings) {
   memset(s, 0, sizeof *s);
   s->prefetch_l1 = settings->decode_prefetch_l1;
+  s->touches_pages = small_pages(&p->k) || small_pages(&p->v);
   s->plan = fc_splitkv_make_plan(p);
   bind_options(s, p);
   s->heads_per_tile = 1;
@@ -140,6 +147,30 @@ void fc_splitkv_block_rows_fill(const fc_splitkv_shared *s, int64_t b,
   rows->count = n > 0 ? n : 0;
   head0_rows(&s->p->k, b, key, n, rows->k);
   head0_rows(&s->p->v, b, key, n, rows->v);
+}
+
+/* The first line of each 4 KiB page of a row of `bytes` at row. */
+static void touch_row(const char *row, int64_t bytes) {
+  __builtin_prefetch(row, 0, 1);
+  for (uintptr_t at = ((uintptr_t)row | 4095) + 1;
+       at < (uintptr_t)row + (uintptr_t)bytes; at += 4096)
+    __builtin_prefetch((const char *)at, 0, 1);
+}
+
+void fc_splitkv_touch_pages(const fc_splitkv_shared *s, int64_t b, int64_t key,
+                            int64_t end, int64_t h0) {
+  if (!s->touches_pages) return;
+  const fc_problem *p = s->p;
+  const int64_t last =
+      end - key < FC_SPLITKV_KEY_BLOCK ? end : key + FC_SPLITKV_KEY_BLOCK;
+  const int64_t k_bytes =
+      s->heads_per_tile * p->k.strides[2] * p->k.element_size;
+  const int64_t v_bytes =
+      s->heads_per_tile * p->v.strides[2] * p->v.element_size;
+  for (int64_t j = key; j < last; j++) {
+    touch_row(fc_view_row(&p->k, b, j, h0), k_bytes);
+    touch_row(fc_view_row(&p->v, b, j, h0), v_bytes);
+  }
 }
 
 void fc_splitkv_block_sweeps(const fc_splitkv_shared *s,

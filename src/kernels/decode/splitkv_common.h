@@ -33,6 +33,9 @@ typedef struct fc_splitkv_shared {
   int needs_finish;
   /* The block sweeps prefetch into L1 (the decode_prefetch setting). */
   int prefetch_l1;
+  /* K or V lies in pages of at most 4 KiB: each block touches the pages
+   * of the block after the next (fc_splitkv_touch_pages). */
+  int touches_pages;
   float *partials; /* [batch][kv head][split of b][slot of b] records */
   /* Per batch (and one past the last), in the call workspace: its first
    * split tile, first state record and first merge tile. */
@@ -82,6 +85,10 @@ typedef struct fc_splitkv_args {
   /* I8/U8 V read in place by integer dot products, for the chunks whose
    * scores are integer ones; NULL: none. */
   fc_splitkv_int_values_fn int_values;
+  /* F8 K and V read in place before their row scale, which multiplies each
+   * key's dot products and weights instead (AVX-512's F8 row); 0: each
+   * element dequantized. */
+  int f8_unscaled;
 } fc_splitkv_args;
 
 /* Where a tile lies: batch, first kv head, split, (batch, head group)
@@ -134,6 +141,16 @@ typedef struct fc_splitkv_rows {
 void fc_splitkv_block_rows_fill(const fc_splitkv_shared *s, int64_t b,
                                 int64_t key, int64_t end,
                                 fc_splitkv_block_rows *rows);
+
+/* A prefetch of the first line of every 4 KiB page that keys [key, key +
+ * FC_SPLITKV_KEY_BLOCK) of batch b (below end) touch in K and V, heads
+ * from h0 (nothing unless s->touches_pages). With pages of a token or a
+ * few, each key's rows lie in a page of their own: the page walks and the
+ * first lines of the block after the next then start while this block
+ * computes, rather than when the sweep of the next block reaches them
+ * (docs/performance.md). */
+void fc_splitkv_touch_pages(const fc_splitkv_shared *s, int64_t b, int64_t key,
+                            int64_t end, int64_t h0);
 
 /* Sweeps over the K and V rows of the tile's heads (from h0) of a block
  * (empty when it has no keys). */
