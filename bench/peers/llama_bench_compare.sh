@@ -24,9 +24,12 @@
 #     [--contexts 4096,16384,32768] [--kv f16,q8_0] [--layers 2] [--reps 3]
 #     [--launch host,pool] [--pp 512] [--tg 32] [--greedy-prompt 4096]
 #     [--greedy-gen 64] [--weights q8_0|f16] [--greedy-weights f16|q8_0]
-#     [--backend-ops] [--no-greedy] [--model-dir DIR]
+#     [--backend-ops] [--no-greedy] [--model-dir DIR] [--rounds 1]
 #
-# OUT_DIR gets summary.md (the tables), the llama-bench CSV files, the
+# --rounds N runs the configurations of each KV type and depth in turn N
+# times and takes the median of each figure (on a host other processes
+# share, so that a burst of theirs lands on one round, not on one
+# configuration). OUT_DIR gets summary.md (the tables), the llama-bench CSV files, the
 # logs and system.txt (CPU, date, builds). The models are written once to
 # --model-dir (default OUT_DIR; 0.75 GB with 2 layers of q8_0 weights, 1.4
 # GB of f16) and reused by later runs. The greedy runs use f16 weights by
@@ -43,7 +46,7 @@ out=$(cd "$2" && pwd)
 shift 2
 threads=$(nproc) contexts=4096,16384,32768 kvs=f16,q8_0 layers=2 reps=3
 launches=host,pool pp=512 tg=32 greedy_prompt=4096 greedy_gen=64
-weights=q8_0 greedy_weights=f16 backend_ops=0 greedy=1 model_dir=
+weights=q8_0 greedy_weights=f16 backend_ops=0 greedy=1 model_dir= rounds=1
 while [ $# -gt 0 ]; do
   case $1 in
   --threads) threads=$2 ;;
@@ -59,6 +62,7 @@ while [ $# -gt 0 ]; do
   --weights) weights=$2 ;;
   --greedy-weights) greedy_weights=$2 ;;
   --model-dir) model_dir=$2 ;;
+  --rounds) rounds=$2 ;;
   --backend-ops) backend_ops=1; shift; continue ;;
   --no-greedy) greedy=0; shift; continue ;;
   *) usage ;;
@@ -77,6 +81,7 @@ missing=$(ldd "$bin/llama-bench" "$module" | grep 'not found' || true)
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "cpu: $(lscpu | sed -n 's/^Model name: *//p' | head -n 1)"
   echo "cores: $(nproc) online; threads used: $threads"
+  echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) (other processes share the cores when it is above 0)"
   echo "flags: $(grep -o -w -E 'avx512f|avx512_bf16|avx512_vnni|amx_bf16|amx_int8' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   cat "$package/BUILD_INFO"
 } >"$out/system.txt"
@@ -101,14 +106,15 @@ if [ "$backend_ops" -eq 1 ]; then
     tee "$out/backend_ops.summary"
 fi
 
-# bench NAME KV DEPTH [ENV...]: one llama-bench run, its CSV in OUT_DIR.
+# bench NAME KV DEPTH ROUND [ENV...]: one llama-bench run, its CSV in
+# OUT_DIR.
 bench() {
-  local name=$1 kv=$2 depth=$3
-  shift 3
-  echo "== $name kv=$kv depth=$depth"
+  local name=$1 kv=$2 depth=$3 round=$4
+  shift 4
+  echo "== $name kv=$kv depth=$depth round $round"
   env "$@" "$bin/llama-bench" -m "$model" -fa 1 -ctk "$kv" -ctv "$kv" \
     -t "$threads" -p "$pp" -n "$tg" -d "$depth" -r "$reps" -o csv \
-    >"$out/bench-$name-$kv-$depth.csv" 2>"$out/bench-$name-$kv-$depth.log"
+    >"$out/bench-$name-$kv-$depth-r$round.csv" 2>"$out/bench-$name-$kv-$depth-r$round.log"
 }
 
 # tokens/s of the pp (n_gen 0) or tg (n_prompt 0) row of a CSV (commas
@@ -118,6 +124,18 @@ rate() {
     awk -F, -v want="$2" 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
       (want == "pp" && $col["n_gen"] == 0) || (want == "tg" && $col["n_prompt"] == 0) {
         printf "%.2f", $col["avg_ts"] }'
+}
+
+# median NAME KV DEPTH TEST: the median over the rounds of rate.
+median() {
+  local r values=()
+  for ((r = 1; r <= rounds; r++)); do
+    values+=("$(rate "$out/bench-$1-$2-$3-r$r.csv" "$4")")
+  done
+  printf '%s\n' "${values[@]}" | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR == 0 || v[1] == "") print 0;
+      else if (NR % 2) printf "%.2f", v[(NR + 1) / 2];
+      else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 # Mean microseconds per flashcpu call of `rows` rows over up to `keys`
@@ -137,7 +155,7 @@ summary="$out/summary.md"
   echo
   sed 's/^/    /' "$out/system.txt"
   echo
-  echo "Model: $layers layers shaped like Llama-3-8B's, $weights weights, random; flash attention on; $threads threads; llama-bench -r $reps, pp$pp and tg$tg at each depth (tokens/s)."
+  echo "Model: $layers layers shaped like Llama-3-8B's, $weights weights, random; flash attention on; $threads threads; llama-bench -r $reps, pp$pp and tg$tg at each depth (tokens/s; the median of $rounds round(s) taken in turn)."
   echo
   header="| KV | depth | test | ggml CPU |"
   rule="| --- | --- | --- | --- |"
@@ -151,16 +169,18 @@ summary="$out/summary.md"
 share_lines=()
 for kv in "${kv_list[@]}"; do
   for depth in "${context_list[@]}"; do
-    bench ggml "$kv" "$depth"
-    for launch in "${launch_list[@]}"; do
-      bench "flashcpu-$launch" "$kv" "$depth" GGML_BACKEND_PATH="$module" \
-        FLASHCPU_GGML_LAUNCH="$launch" FLASHCPU_GGML_PROFILE=1
+    for ((round = 1; round <= rounds; round++)); do
+      bench ggml "$kv" "$depth" $round
+      for launch in "${launch_list[@]}"; do
+        bench "flashcpu-$launch" "$kv" "$depth" $round GGML_BACKEND_PATH="$module" \
+          FLASHCPU_GGML_LAUNCH="$launch" FLASHCPU_GGML_PROFILE=1
+      done
     done
     for test in pp tg; do
-      base=$(rate "$out/bench-ggml-$kv-$depth.csv" $test)
+      base=$(median ggml "$kv" "$depth" $test)
       line="| $kv | $depth | $test | $base |"
       for launch in "${launch_list[@]}"; do
-        with=$(rate "$out/bench-flashcpu-$launch-$kv-$depth.csv" $test)
+        with=$(median "flashcpu-$launch" "$kv" "$depth" $test)
         ratio=$(awk -v a="$with" -v b="$base" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
         line+=" $with | ${ratio}x |"
       done
@@ -169,14 +189,14 @@ for kv in "${kv_list[@]}"; do
     # The attention share: flashcpu's time per layer call, from the first
     # launch mode's profile, against the step times measured above.
     launch=${launch_list[0]}
-    profile="$out/bench-flashcpu-$launch-$kv-$depth.log"
+    profile="$out/bench-flashcpu-$launch-$kv-$depth-r1.log"
     decode_us=$(profile_us "$profile" 1 $((depth + tg)))
     prefill_us=$(profile_us "$profile" "$pp" $((depth + pp)))
     for test in tg pp; do
       us=$decode_us tokens=1
       [ $test = pp ] && us=$prefill_us tokens=$pp
-      base=$(rate "$out/bench-ggml-$kv-$depth.csv" $test)
-      with=$(rate "$out/bench-flashcpu-$launch-$kv-$depth.csv" $test)
+      base=$(median ggml "$kv" "$depth" $test)
+      with=$(median "flashcpu-$launch" "$kv" "$depth" $test)
       share_lines+=("$(awk -v us="${us:-0}" -v layers="$layers" -v n="$tokens" -v a="$with" -v b="$base" \
         -v kv="$kv" -v d="$depth" -v t="$test" 'BEGIN {
           if (us == 0 || a == 0 || b == 0) { printf "| %s | %s | %s | - | - | - |", kv, d, t; exit }
@@ -249,5 +269,7 @@ for kv in "${greedy_kvs[@]}"; do
       "(logits of rms $(sed -n 's/.*(rms of these logits \([^)]*\)).*/\1/p' "$g-ggml.txt" | head -n 1))."
   } >>"$summary"
 done
+echo "
+Load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)." >>"$summary"
 echo
 cat "$summary"
