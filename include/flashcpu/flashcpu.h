@@ -420,12 +420,10 @@ typedef struct flashcpu_tensor {
  *    not varying along a row): exact products of q and the codes, each
  *    sum times its row's scale: within f32 rounding of the dequantized
  *    result, not its very bytes;
- *  - decode with an F8 K or V whose scales do not vary along a row, on
- *    AVX-512 (kernel fc_decode_splitkv_f8__avx512): each key's dot
- *    products with the codes' values (E4M3: times 2^-8) are multiplied by
- *    its scale (times 2^8), and its weights by the same: within f32
- *    rounding of the dequantized result (blocks holding an E4M3 NaN code
- *    take the exact path).
+ *  - kernel fc_decode_splitkv_f8__avx512 (F8 K or V, scales not varying
+ *    along a row): dot products with the codes' values scaled per key
+ *    afterwards, within f32 rounding of the dequantized result (blocks
+ *    holding an E4M3 NaN code take the exact path).
  * `kernel = fc_decode_splitkv__avx512` (or __avx2) keeps decode in f32.
  *
  * The scales of a tensor are a view of their own:
