@@ -159,16 +159,21 @@ def _tree(mask, batch, rows):
     return tree, bits
 
 
-def set_query_offsets(params, keep, query_offsets, count, what="B"):
-    """count int64 query offsets into params (None: none)."""
-    if query_offsets is None:
+def _set_int64_array(params, keep, field, values, count, what):
+    """count int64 values into params.field (None: left unset)."""
+    if values is None:
         return
-    offsets, given = _arrays.int64_array(query_offsets, "query_offsets")
+    array, given = _arrays.int64_array(values, field)
     if given != count:
         raise errors.ShapeMismatchError(
-            "SHAPE_MISMATCH", f"query_offsets has {given} entries; expected {what} = {count}")
-    params.query_offsets = offsets
-    keep.append(offsets)
+            "SHAPE_MISMATCH", f"{field} has {given} entries; expected {what} = {count}")
+    setattr(params, field, array)
+    keep.append(array)
+
+
+def set_query_offsets(params, keep, query_offsets, count, what="B"):
+    """count int64 query offsets into params (None: none)."""
+    _set_int64_array(params, keep, "query_offsets", query_offsets, count, what)
 
 
 def set_array_options(params, keep, batch, heads, rows, keys, *, kv_lengths=None,
@@ -176,13 +181,7 @@ def set_array_options(params, keep, batch, heads, rows, keys, *, kv_lengths=None
     """The options that are arrays, into params (keep holds what they point
     to while the call runs)."""
     set_query_offsets(params, keep, query_offsets, batch)
-    if kv_lengths is not None:
-        lengths, count = _arrays.int64_array(kv_lengths, "kv_lengths")
-        if count != batch:
-            raise errors.ShapeMismatchError(
-                "SHAPE_MISMATCH", f"kv_lengths has {count} entries; expected B = {batch}")
-        params.kv_lengths = lengths
-        keep.append(lengths)
+    _set_int64_array(params, keep, "kv_lengths", kv_lengths, batch, "B")
     if additive_mask is not None:
         mask = _additive(additive_mask, batch, heads, rows, keys)
         params.additive_mask = ctypes.pointer(mask)
