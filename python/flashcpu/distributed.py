@@ -178,6 +178,14 @@ def _paged_call(q, kv, block_table, kv_lengths, chunk_keys, options):
     return call, params
 
 
+def _call_options(q, context, causal, window, softcap, scale, sinks, alibi_slopes,
+                  additive_mask, tree_mask):
+    """The keyword options both decode entry points hand their chunk calls."""
+    return dict(q=q, context=context, causal=causal, window=window, softcap=softcap,
+                scale=scale, sinks=sinks, alibi_slopes=alibi_slopes,
+                additive_mask=additive_mask, tree_mask=tree_mask)
+
+
 def _run(g, name, make, chunk_keys, root, out, return_lse):
     """The steps every chunked call takes, each ending in a verdict."""
     call = error = fields = None
@@ -260,9 +268,8 @@ def attention(q, k, v, group=None, *, kv_lengths=None, chunk_keys=0, root=None,
     on the ranks that receive. Every rank raises the same flashcpu.Error
     when any rank's input is bad or the ranks disagree."""
     g = _cp_group.Group(group)
-    options = dict(q=q, context=context, causal=causal, window=window, softcap=softcap,
-                   scale=scale, sinks=sinks, alibi_slopes=alibi_slopes,
-                   additive_mask=additive_mask, tree_mask=tree_mask)
+    options = _call_options(q, context, causal, window, softcap, scale, sinks, alibi_slopes,
+                            additive_mask, tree_mask)
     return _run(g, "flashcpu.distributed.attention",
                 lambda: _contiguous_call(q, k, v, layout, kv_lengths, options),
                 chunk_keys, root, out, return_lse)
@@ -278,9 +285,8 @@ def attention_paged(q, kv, block_table, kv_lengths, group=None, *, chunk_keys=0,
     the page size; q and out [B, L, Hq, D]. The bytes are those of
     attention() on the same keys held contiguously."""
     g = _cp_group.Group(group)
-    options = dict(q=q, context=context, causal=causal, window=window, softcap=softcap,
-                   scale=scale, sinks=sinks, alibi_slopes=alibi_slopes,
-                   additive_mask=additive_mask, tree_mask=tree_mask)
+    options = _call_options(q, context, causal, window, softcap, scale, sinks, alibi_slopes,
+                            additive_mask, tree_mask)
     return _run(g, "flashcpu.distributed.attention_paged",
                 lambda: _paged_call(q, kv, block_table, kv_lengths, chunk_keys, options),
                 chunk_keys, root, out, return_lse)
