@@ -156,6 +156,17 @@ def ring(group, args, flashcpu, context):
         yield row
 
 
+def ping_pong(comm, rank, buffer, reps):
+    """reps round trips of buffer between ranks 0 and 1."""
+    for _ in range(reps):
+        if rank == 0:
+            comm.Send(buffer, dest=1)
+            comm.Recv(buffer, source=1)
+        elif rank == 1:
+            comm.Recv(buffer, source=0)
+            comm.Send(buffer, dest=0)
+
+
 def link(group, args):
     """Ping-pong 0 <-> 1: half the round trip per message size."""
     import numpy as np
@@ -165,22 +176,10 @@ def link(group, args):
     for size in (8, 4096, 1 << 20, 16 << 20, 64 << 20):
         buffer = np.zeros(size, np.uint8)
         reps = 200 if size <= 4096 else 20
-        for _ in range(2):  # the connection and the buffers set up first
-            if group.rank == 0:
-                comm.Send(buffer, dest=1)
-                comm.Recv(buffer, source=1)
-            elif group.rank == 1:
-                comm.Recv(buffer, source=0)
-                comm.Send(buffer, dest=0)
+        ping_pong(comm, group.rank, buffer, 2)  # the connection and the buffers set up first
         comm.Barrier()
         start = time.perf_counter()
-        for _ in range(reps):
-            if group.rank == 0:
-                comm.Send(buffer, dest=1)
-                comm.Recv(buffer, source=1)
-            elif group.rank == 1:
-                comm.Recv(buffer, source=0)
-                comm.Send(buffer, dest=0)
+        ping_pong(comm, group.rank, buffer, reps)
         one_way = (time.perf_counter() - start) / reps / 2
         yield {"case": "link", "bytes": size, "one_way_us": one_way * 1e6,
                "gb_per_s": size / one_way / 1e9}
