@@ -175,24 +175,7 @@ static size_t reg_get_device_count(ggml_backend_reg_t reg) {
   return 1;
 }
 
-static ggml_backend_dev_t reg_get_device(ggml_backend_reg_t reg, size_t index) {
-  static struct ggml_backend_device device;
-  if (index != 0) return NULL;
-  if (!device.reg) {
-    device.iface.get_name = device_get_name;
-    device.iface.get_description = device_get_description;
-    device.iface.get_memory = device_get_memory;
-    device.iface.get_type = device_get_type;
-    device.iface.get_props = device_get_props;
-    device.iface.init_backend = device_init_backend;
-    device.iface.get_buffer_type = device_get_buffer_type;
-    device.iface.buffer_from_host_ptr = device_buffer_from_host_ptr;
-    device.iface.supports_op = device_supports_op;
-    device.iface.supports_buft = device_supports_buft;
-    device.reg = reg;
-  }
-  return &device;
-}
+static ggml_backend_dev_t reg_get_device(ggml_backend_reg_t reg, size_t index);
 
 static void *reg_get_proc_address(ggml_backend_reg_t reg, const char *name) {
   (void)reg;
@@ -201,17 +184,32 @@ static void *reg_get_proc_address(ggml_backend_reg_t reg, const char *name) {
   return NULL;
 }
 
-static ggml_backend_reg_t fcg_reg(void) {
-  static struct ggml_backend_reg reg;
-  if (!reg.api_version) {
-    reg.iface.get_name = reg_get_name;
-    reg.iface.get_device_count = reg_get_device_count;
-    reg.iface.get_device = reg_get_device;
-    reg.iface.get_proc_address = reg_get_proc_address;
-    reg.api_version = GGML_BACKEND_API_VERSION;
-  }
-  return &reg;
+static struct ggml_backend_reg fcg_registry = {
+    .api_version = GGML_BACKEND_API_VERSION,
+    .iface = {.get_name = reg_get_name,
+              .get_device_count = reg_get_device_count,
+              .get_device = reg_get_device,
+              .get_proc_address = reg_get_proc_address}};
+
+static struct ggml_backend_device fcg_device = {
+    .iface = {.get_name = device_get_name,
+              .get_description = device_get_description,
+              .get_memory = device_get_memory,
+              .get_type = device_get_type,
+              .get_props = device_get_props,
+              .init_backend = device_init_backend,
+              .get_buffer_type = device_get_buffer_type,
+              .buffer_from_host_ptr = device_buffer_from_host_ptr,
+              .supports_op = device_supports_op,
+              .supports_buft = device_supports_buft},
+    .reg = &fcg_registry};
+
+static ggml_backend_dev_t reg_get_device(ggml_backend_reg_t reg, size_t index) {
+  (void)reg;
+  return index == 0 ? &fcg_device : NULL;
 }
+
+static ggml_backend_reg_t fcg_reg(void) { return &fcg_registry; }
 
 /* The entry point ggml_backend_load looks up (GGML_BACKEND_DL_IMPL). */
 GGML_BACKEND_API ggml_backend_reg_t ggml_backend_init(void);
