@@ -276,6 +276,17 @@ void RunAgainstTheExactKernel(Kernel kernel, flashcpu_context *context,
       << flashcpu_last_error(exact);
 }
 
+// RunAgainstTheExactKernel, the test skipped where the kernel does not take
+// the case (the caller returns on IsSkipped()).
+void RunAgainstTheExactKernelOrSkip(Kernel kernel, flashcpu_context *context,
+                                    Inputs *in, std::vector<float> *out,
+                                    std::vector<float> *want) {
+  std::string skip;
+  RunAgainstTheExactKernel(kernel, context, in, out, want, &skip);
+  if (!skip.empty())
+    GTEST_SKIP() << kernel->name << " does not take this case: " << skip;
+}
+
 // Runs in on its dequantized (f32) cache into out_f and lse_f, then on the
 // quantized one into out_q and lse_q, with context's kernel; *skip says
 // why the kernel does not take one of them (nothing more is run then).
@@ -365,11 +376,8 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   in.Make(context, c);
   if (HasFatalFailure()) return;
   std::vector<float> out, want;
-  std::string skip;
-  RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
-  if (HasFatalFailure()) return;
-  if (!skip.empty())
-    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  RunAgainstTheExactKernelOrSkip(kernel(), context, &in, &out, &want);
+  if (HasFatalFailure() || IsSkipped()) return;
   double q_max = 0.0, k_l1 = 0.0;
   for (float x : in.q_data)
     q_max = std::max(q_max, std::fabs(static_cast<double>(x)));
@@ -447,11 +455,8 @@ TEST_P(QuantSuite, F8ScalesTrackTheExactKernel) {
   in.Make(context, c);
   if (HasFatalFailure()) return;
   std::vector<float> out, want;
-  std::string skip;
-  RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
-  if (HasFatalFailure()) return;
-  if (!skip.empty())
-    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  RunAgainstTheExactKernelOrSkip(kernel(), context, &in, &out, &want);
+  if (HasFatalFailure() || IsSkipped()) return;
   const double bound = F8Bound(in);
   double worst = 0.0;
   for (size_t i = 0; i < out.size(); i++) {
@@ -479,11 +484,8 @@ TEST_P(QuantSuite, UnroundableQTakesTheExactPath) {
   for (size_t i = 0; i < per_batch; i++) in.q_data[i] *= 1e-41f;
   in.q_data[per_batch + 3] = NAN;
   std::vector<float> out, want;
-  std::string skip;
-  RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
-  if (HasFatalFailure()) return;
-  if (!skip.empty())
-    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  RunAgainstTheExactKernelOrSkip(kernel(), context, &in, &out, &want);
+  if (HasFatalFailure() || IsSkipped()) return;
   // Batch 0 whole, and the NaN row's chunk (its 4 slots: one kv head's
   // group of the first row) of batch 1. The AMX kernel's f32 path sums in
   // another order and still rounds the weights where V is I8 or U8: within
@@ -527,11 +529,8 @@ TEST_P(QuantSuite, NanValueScaleReachesTheRowsThatSeeIt) {
   // Batch 1, key 40 (of S - 3), kv head 1.
   in.v.scales[static_cast<size_t>((1 * in.S + 40) * kKvHeads + 1)] = NAN;
   std::vector<float> out, want;
-  std::string skip;
-  RunAgainstTheExactKernel(kernel(), context, &in, &out, &want, &skip);
-  if (HasFatalFailure()) return;
-  if (!skip.empty())
-    GTEST_SKIP() << kernel()->name << " does not take this case: " << skip;
+  RunAgainstTheExactKernelOrSkip(kernel(), context, &in, &out, &want);
+  if (HasFatalFailure() || IsSkipped()) return;
   size_t nans = 0;
   for (size_t i = 0; i < out.size(); i++) {
     ASSERT_EQ(std::isnan(out[i]), std::isnan(want[i])) << "element " << i;
