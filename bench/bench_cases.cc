@@ -131,6 +131,19 @@ void AddEnds(std::vector<BenchCase> &cases, BenchCase bench_case,
   }
 }
 
+// The case once per quantized KV cache (bf16 q and out), at the ends of
+// the thread counts, none in the default set.
+void AddQuantized(std::vector<BenchCase> &cases, const BenchCase &bench_case,
+                  const std::vector<int> &thread_counts) {
+  for (flashcpu_dtype kv_dtype : kQuantizedKv) {
+    BenchCase quantized = bench_case;
+    quantized.kv_quantized = true;
+    quantized.kv_dtype = kv_dtype;
+    quantized.in_default_set = false;
+    AddEnds(cases, quantized, thread_counts);
+  }
+}
+
 void AddDecodeCases(std::vector<BenchCase> &cases, const toolkit_preset *preset,
                     const std::vector<int> &thread_counts) {
   for (flashcpu_dtype dtype : kAllDtypes)
@@ -159,13 +172,7 @@ void AddDecodeCases(std::vector<BenchCase> &cases, const toolkit_preset *preset,
           AddEnds(cases, paged, thread_counts);
         }
         // The same case on each quantized KV cache (bf16 q and out).
-        for (flashcpu_dtype kv_dtype : kQuantizedKv) {
-          BenchCase quantized = contiguous;
-          quantized.kv_quantized = true;
-          quantized.kv_dtype = kv_dtype;
-          quantized.in_default_set = false;
-          AddEnds(cases, quantized, thread_counts);
-        }
+        AddQuantized(cases, contiguous, thread_counts);
       }
 }
 
@@ -219,13 +226,7 @@ void AddServeCases(std::vector<BenchCase> &cases,
         cases.push_back(serve);
       }
       if (page_size != kServePageSize || shape.in_default_set) continue;
-      for (flashcpu_dtype kv_dtype : kQuantizedKv) {
-        BenchCase quantized = serve;
-        quantized.kv_quantized = true;
-        quantized.kv_dtype = kv_dtype;
-        quantized.in_default_set = false;
-        AddEnds(cases, quantized, thread_counts);
-      }
+      AddQuantized(cases, serve, thread_counts);
     }
 }
 
