@@ -154,30 +154,42 @@ ALWAYS_INLINE void pv(const uint16_t *vt, const uint16_t *p, float *o,
   _tile_stored(3, o + 16 * 32 + 16, 128);
 }
 
-/* S^T of 16 keys x 64 slots (1 x 4 accumulators): one K tile per step of
- * 32 d feeds the products of both 32-slot halves q0 and q1, whose pair
- * tiles take tmm5-7 in turn. s: rows of 64 floats. */
+/* steps of the wide products into tmm0-3: one tile a per step (rows of 64
+ * bytes) feeds both 32-slot halves of the pair tiles b0 and b1, which take
+ * tmm5-7 in turn. */
+ALWAYS_INLINE void wide_steps(const uint16_t *a, const uint16_t *b0,
+                              const uint16_t *b1, int steps) {
+  for (int j = 0; j < steps; j++) {
+    _tile_loadd(4, a + j * TILE, 64);
+    _tile_loadd(5, b0 + j * 16 * 64, 128);
+    _tile_loadd(6, b0 + j * 16 * 64 + 32, 128);
+    _tile_loadd(7, b1 + j * 16 * 64, 128);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(2, 4, 7);
+    _tile_loadd(5, b1 + j * 16 * 64 + 32, 128);
+    _tile_dpbf16ps(3, 4, 5);
+  }
+}
+
+/* tmm0-3 into rows of 64 floats. */
+ALWAYS_INLINE void store_wide(float *c) {
+  _tile_stored(0, c, 256);
+  _tile_stored(1, c + 16, 256);
+  _tile_stored(2, c + 32, 256);
+  _tile_stored(3, c + 48, 256);
+}
+
+/* S^T of 16 keys x 64 slots (1 x 4 accumulators) over four steps of 32 d,
+ * halves q0 and q1. s: rows of 64 floats. */
 ALWAYS_INLINE void qk_wide(const uint16_t *k, const uint16_t *q0,
                            const uint16_t *q1, float *s) {
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (int d = 0; d < 4; d++) {
-    _tile_loadd(4, k + d * TILE, 64);
-    _tile_loadd(5, q0 + d * 16 * 64, 128);
-    _tile_loadd(6, q0 + d * 16 * 64 + 32, 128);
-    _tile_loadd(7, q1 + d * 16 * 64, 128);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_dpbf16ps(2, 4, 7);
-    _tile_loadd(5, q1 + d * 16 * 64 + 32, 128);
-    _tile_dpbf16ps(3, 4, 5);
-  }
-  _tile_stored(0, s, 256);
-  _tile_stored(1, s + 16, 256);
-  _tile_stored(2, s + 32, 256);
-  _tile_stored(3, s + 48, 256);
+  wide_steps(k, q0, q1, 4);
+  store_wide(s);
 }
 
 /* O^T of 16 columns x 64 slots over six steps of 32 keys: one V^T tile
@@ -189,21 +201,8 @@ ALWAYS_INLINE void pv_wide(const uint16_t *vt, const uint16_t *p0,
   _tile_loadd(1, o + 16, 256);
   _tile_loadd(2, o + 32, 256);
   _tile_loadd(3, o + 48, 256);
-  for (int j = 0; j < 6; j++) {
-    _tile_loadd(4, vt + j * TILE, 64);
-    _tile_loadd(5, p0 + j * 16 * 64, 128);
-    _tile_loadd(6, p0 + j * 16 * 64 + 32, 128);
-    _tile_loadd(7, p1 + j * 16 * 64, 128);
-    _tile_dpbf16ps(0, 4, 5);
-    _tile_dpbf16ps(1, 4, 6);
-    _tile_dpbf16ps(2, 4, 7);
-    _tile_loadd(5, p1 + j * 16 * 64 + 32, 128);
-    _tile_dpbf16ps(3, 4, 5);
-  }
-  _tile_stored(0, o, 256);
-  _tile_stored(1, o + 16, 256);
-  _tile_stored(2, o + 32, 256);
-  _tile_stored(3, o + 48, 256);
+  wide_steps(vt, p0, p1, 6);
+  store_wide(o);
 }
 
 typedef enum pattern {
