@@ -96,12 +96,32 @@ class LibraryTimer:
         return call
 
 
+class _TimedModule:
+    """The compiled extension with its attention entry points wrapped."""
+
+    def __init__(self, module, wrap):
+        self._module = module
+        self.attention_into = wrap(module.attention_into)
+        self.attention_paged_into = wrap(module.attention_paged_into)
+
+    def __getattr__(self, name):
+        return getattr(self._module, name)
+
+
 def wrap_library_calls(flashcpu, wrap):
     """Replaces the package's library call paths by wrap(path): the general
-    one and, in versions that have it, the backend's short path."""
+    one and, in versions that have them, the backend's short path and the
+    compiled extension's calls (a call there is the library call and the
+    C++ argument checks around it)."""
     flashcpu._api._run = wrap(flashcpu._api._run)
     if hasattr(flashcpu, "_model_call"):
         flashcpu._model_call.run_packed = wrap(flashcpu._model_call.run_packed)
+    try:
+        import flashcpu.native as native
+    except ImportError:
+        return
+    if native.available():
+        native._module = _TimedModule(native._module, wrap)
 
 
 def median(values):

@@ -11,10 +11,12 @@ keys and on a 1-key cache (the floor, where the call's own work is least):
   backend           flashcpu.transformers.attention_forward (what a model calls)
   sdpa              transformers' sdpa_attention_forward, for comparison
 and, at --kv, the library call and attention out= right after a torch bf16
-matmul (the call a model makes after its projections), over the same call
-alone. Medians of --calls calls, --rounds rounds. The calls run back to
-back, so the caches are warm unless --rotate N cycles the calls at --kv
-through N caches (as a model's layers do; enough of them to pass the
+matmul (the call a model makes after its projections; on CPUs with AMX its
+tiles), and the library call after an f32 matmul (the same threads busy,
+no tiles), over the same call alone. --pool own runs the calls on
+flashcpu's own pinned threads instead of torch's. Medians of --calls
+calls, --rounds rounds. The calls run back to back, so the caches are warm
+unless --rotate N cycles every row's calls at --kv through N caches (as a model's layers do; enough of them to pass the
 last-level cache compares with `flashcpu run`, which rotates the same
 way); inside a model's generate() each Python step costs more
 (tools/hf_generate_compare.py's "decode call us").
@@ -46,6 +48,9 @@ def main():
                         help="K/V caches the calls at --kv cycle through")
     parser.add_argument("--native", action="store_true",
                         help="build flashcpu.native first (torch.utils.cpp_extension)")
+    parser.add_argument("--pool", choices=["auto", "own"], default="auto",
+                        help="auto: the package's default context (torch's OpenMP threads "
+                             "where torch has them); own: flashcpu's own pinned pool")
     args = parser.parse_args()
     sys.path.insert(0, args.package)
 
@@ -59,6 +64,11 @@ def main():
     from flashcpu import _api, _arrays, _context
 
     torch.manual_seed(0)
+    if args.pool == "own":
+        # No setter for the package's default context: set it, and mark torch
+        # as seen so that it is not made again on torch's runtime.
+        _context._local.context = flashcpu.Context(host_openmp=False)
+        _context._local.checked_torch = True
     ctx = _context.default_context()
     native = None
     try:
@@ -82,10 +92,11 @@ def main():
                              for n in ("library call", "attention out="))
     print(f"  package over C: floor {floor_fast - floor_lib:+.1f} us, "
           f"kv {args.kv} {fast / lib:.3f}x")
-    for name in ("library call", "attention out="):
+    for name, before in (("library call", "matmul"), ("attention out=", "matmul"),
+                         ("library call", "f32 matmul")):
         alone = statistics.median(medians[name])
-        after = statistics.median(medians[name + " after matmul"])
-        print(f"  {name} after a torch matmul: {after:.1f} us, {after / alone:.3f}x alone")
+        after = statistics.median(medians[f"{name} after {before}"])
+        print(f"  {name} after a torch {before}: {after:.1f} us, {after / alone:.3f}x alone")
 
 
 def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _arrays,
@@ -103,6 +114,7 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
         return turn[0]
     a = torch.randn(4096, 4096, dtype=torch.bfloat16)
     b = torch.randn(4096, 256, dtype=torch.bfloat16)
+    a32, b32 = a.float(), b.float()
 
     class Module:  # what the attention functions read from a layer
         is_causal, num_key_value_groups, training = True, 4, False
@@ -140,15 +152,19 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
         "library call": (library_call, None),
         "attention out=": (attention_out, None),
         **({"attention out= ctypes": (attention_out_ctypes, None)} if compiled else {}),
-        "attention": (lambda: flashcpu.attention(q, k, v, causal=True, layout="bhsd"), None),
+        "attention": (lambda: flashcpu.attention(q, *caches[next_cache()], causal=True,
+                                                 layout="bhsd"), None),
     }
     if backend is not None:
-        cases["backend"] = (lambda: backend.attention_forward(Module, q, k, v, None), None)
-        cases["sdpa"] = (lambda: sdpa_attention_forward(Module, q, k, v, None, is_causal=True),
-                         None)
+        cases["backend"] = (lambda: backend.attention_forward(Module, q, *caches[next_cache()],
+                                                              None), None)
+        cases["sdpa"] = (lambda: sdpa_attention_forward(Module, q, *caches[next_cache()], None,
+                                                        is_causal=True), None)
     if kv > 1:
         cases["library call after matmul"] = (library_call, lambda: torch.mm(a, b))
         cases["attention out= after matmul"] = (attention_out, lambda: torch.mm(a, b))
+        # f32: the same threads busy just before, without bf16 tiles (AMX) in the matmul.
+        cases["library call after f32 matmul"] = (library_call, lambda: torch.mm(a32, b32))
     medians = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, (call, before) in cases.items():
@@ -174,7 +190,7 @@ def report(args, kv, medians):
     rotating = f", {args.rotate} caches in turn" if kv > 1 and args.rotate > 1 else ""
     print(f"kv {kv}{rotating}:")
     for name, values in medians.items():
-        print(f"  {name:27s} " + " / ".join(f"{x:.1f}" for x in values) +
+        print(f"  {name:29s} " + " / ".join(f"{x:.1f}" for x in values) +
               f" us (medians, {args.rounds} rounds)")
 
 
