@@ -12,6 +12,11 @@ own --threads cores, llama3-8b heads (32 query, 8 KV, head_dim 128), bf16.
   link    ping-pong between ranks 0 and 1 (8 B to 64 MiB): the transport's
           latency and bandwidth, the model's two parameters.
 
+--turns N (MPI, more than one rank) adds N turns of the sharded call and of
+flashcpu.attention on the whole problem in rank 0 alone on all the ranks'
+cores (the others waiting without polling), in the same run: the ratio
+per turn is then free of the drift between runs.
+
 --transport gloo runs the same calls through flashcpu.distributed over a
 torch.distributed gloo group (rendezvous in a file) instead of mpi4py.
 Prints one JSON object per case on rank 0.
@@ -35,12 +40,14 @@ HEADS, KV_HEADS, DIM = 32, 8, 128
 
 
 def pin(rank, threads):
-    """This rank to cores [rank * threads, (rank + 1) * threads)."""
+    """This rank to cores [rank * threads, (rank + 1) * threads); returns
+    (all cores, this rank's)."""
     cores = sorted(os.sched_getaffinity(0))
     mine = cores[rank * threads:(rank + 1) * threads]
     if len(mine) < threads:
         raise SystemExit(f"rank {rank}: {threads} cores wanted, {len(cores)} in all")
     os.sched_setaffinity(0, mine)
+    return cores, mine
 
 
 def bf16_rows(rows, heads, seed):
@@ -114,6 +121,55 @@ def timed(group, reps, call, warm=True):
     return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times)}
 
 
+class Turns:
+    """--turns: the sharded call and one process on all the group's cores,
+    in turns within one mpirun, so that both see the same host state (a
+    core's AMX and memory rates drift between runs). During rank 0's turn
+    the other ranks wait without polling, leaving it their cores."""
+
+    def __init__(self, group, args, flashcpu):
+        self.group, self.count = group, args.turns
+        self.cores, self.mine = args.cores, args.mine
+        self.context = None
+        if group.rank == 0 and self.count:
+            os.sched_setaffinity(0, self.cores)  # the pool's threads over every core
+            self.context = flashcpu.Context(threads=group.size * args.threads,
+                                            host_openmp=False)
+            os.sched_setaffinity(0, self.mine)
+
+    def one_process(self, reps, call):
+        """rank 0's median (ms) of reps calls on every core; None elsewhere."""
+        comm = self.group.comm
+        if self.group.rank != 0:
+            request = comm.Ibarrier()
+            while not request.Test():
+                time.sleep(0.002)
+            return None
+        os.sched_setaffinity(0, self.cores)
+        call()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - start) * 1e3)
+        os.sched_setaffinity(0, self.mine)
+        comm.Ibarrier().Wait()
+        return statistics.median(times)
+
+    def run(self, row, reps, sharded, whole):
+        """Adds "turns": per turn the sharded median and one process's."""
+        if not self.count or self.group.size == 1:
+            return
+        calls = whole() if self.group.rank == 0 else None
+        turns = []
+        for _ in range(self.count):
+            sharded_ms = timed(self.group, reps, sharded, False)["median_ms"]
+            alone_ms = self.one_process(reps, calls)
+            turns.append({"sharded_ms": sharded_ms, "one_process_ms": alone_ms,
+                          "ratio": sharded_ms / alone_ms if alone_ms else None})
+        row["turns"] = turns
+
+
 def decode(group, args, flashcpu, context):
     for kv in args.kv:
         begin, keys = group.module.shard(kv, group.rank, group.size, args.chunk_keys)
@@ -128,6 +184,13 @@ def decode(group, args, flashcpu, context):
         if group.size == 1:
             row["one_process"] = timed(group, args.reps, lambda: flashcpu.attention(
                 q, k, v, context=context))
+
+        def whole():
+            k_all = flashcpu.bf16(bf16_rows(kv, KV_HEADS, 2))
+            v_all = flashcpu.bf16(bf16_rows(kv, KV_HEADS, 3))
+            return lambda: flashcpu.attention(q, k_all, v_all, context=args.turns_ctx.context)
+        args.turns_ctx.run(row, args.reps, lambda: group.attention(
+            q, k, v, kv_lengths=[keys], chunk_keys=args.chunk_keys, context=context), whole)
         yield row
 
 
@@ -153,6 +216,15 @@ def ring(group, args, flashcpu, context):
         if n == 1:
             row["one_process"] = timed(group, args.ring_reps, lambda: flashcpu.attention(
                 q, k, v, causal=True, context=context), warm)
+
+        def whole():
+            q_all, k_all, v_all = (flashcpu.bf16(bf16_rows(prompt, heads, seed))
+                                   for heads, seed in ((HEADS, 10), (KV_HEADS, 20),
+                                                       (KV_HEADS, 30)))
+            return lambda: flashcpu.attention(q_all, k_all, v_all, causal=True,
+                                              context=args.turns_ctx.context)
+        args.turns_ctx.run(row, args.ring_reps, lambda: group.ring(
+            q, k, v, causal=True, context=context), whole)
         yield row
 
 
@@ -197,17 +269,23 @@ def main():
     parser.add_argument("--one-process-only", action="store_true",
                         help="ring with one rank: time flashcpu.attention alone")
     parser.add_argument("--transport", choices=("mpi", "gloo"), default="mpi")
+    parser.add_argument("--turns", type=int, default=0,
+                        help="MPI, more than one rank: N turns of the sharded call and one "
+                             "process on all the ranks' cores, in the same run")
     parser.add_argument("--store", default="/tmp/flashcpu-mpi-bench-store")
     args = parser.parse_args()
     args.kv = [int(x) for x in args.kv.split(",")]
     args.prompt = [int(x) for x in args.prompt.split(",")]
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", 0))
-    pin(rank, args.threads)
+    args.cores, args.mine = pin(rank, args.threads)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, os.path.join(here, "python"))
     import flashcpu
     group = Mpi() if args.transport == "mpi" else Gloo(args.store)
     context = flashcpu.Context(threads=args.threads)
+    if args.turns and args.transport != "mpi":
+        raise SystemExit("--turns: MPI only")
+    args.turns_ctx = Turns(group, args, flashcpu)
     cases = {"decode": lambda: decode(group, args, flashcpu, context),
              "ring": lambda: ring(group, args, flashcpu, context),
              "link": lambda: link(group, args)}[args.case]()
