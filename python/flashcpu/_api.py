@@ -235,12 +235,17 @@ def attention(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, scale=None
     The GIL is released during the computation. On error a flashcpu.Error
     subclass is raised and out is left untouched."""
     ctx = _context.resolve(context)
-    if (out is not None and not return_lse and kv_lengths is None and additive_mask is None
+    if (not return_lse and kv_lengths is None and additive_mask is None
             and tree_mask is None and sinks is None and alibi_slopes is None
-            and query_offsets is None
-            and _model_call.attention_into(q, k, v, out, layout, causal, window, softcap,
-                                           scale, ctx)):
-        return out
+            and query_offsets is None):
+        # The common call in few steps; anything unusual takes the general path.
+        given = out
+        if out is None and _model_call.both_torch(q, v):
+            out = _model_call.new_output(q, v)
+        if out is not None and _model_call.attention_into(q, k, v, out, layout, causal, window,
+                                                          softcap, scale, ctx):
+            return out
+        out = given
     if layout not in ("bshd", "bhsd"):
         raise errors.InvalidArgumentError("INVALID_ARGUMENT",
                                           f"layout {layout!r}: expected \"bshd\" or \"bhsd\"")

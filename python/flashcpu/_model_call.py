@@ -120,6 +120,20 @@ def _geometry(x, written):
     return code, shape, strides, address
 
 
+def both_torch(q, v):
+    """q and v are 4-dim torch tensors (the output can be made from them)."""
+    kinds = _arrays._KINDS
+    return kinds.get(type(q)) == "torch" and kinds.get(type(v)) == "torch" and \
+        q.dim() == 4 and v.dim() == 4
+
+
+def new_output(q, v):
+    """An output for q and v in either layout: q's sizes but the last, v's
+    head_dim, q's dtype."""
+    return sys.modules["torch"].empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]),
+                                      dtype=q.dtype)
+
+
 def attention_into(q, k, v, out, layout, causal, window, softcap, scale, ctx):
     """flashcpu.attention's common call (no arrays among the options, out
     given, no lse) in few Python steps: True when it ran, False where

@@ -69,6 +69,25 @@ def test_same_bytes_as_ctypes(compiled, dtype, layout):
         assert not torch.isnan(fast).any()
 
 
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_a_new_output_has_the_given_outputs_bytes(compiled, layout):
+    # out=None on torch tensors takes the short path too (compiled or
+    # ctypes): q's sizes, v's head_dim (here not q's), q's dtype.
+    torch.manual_seed(4)
+    shape = (2, 5, 8, 64) if layout == "bshd" else (2, 8, 5, 64)
+    kv_shape = (2, 40, 4, 64) if layout == "bshd" else (2, 4, 40, 64)
+    q, k = torch.randn(shape).bfloat16(), torch.randn(kv_shape).bfloat16()
+    v = torch.randn(kv_shape[:3] + (32,)).bfloat16()
+    given = torch.empty(shape[:3] + (32,), dtype=torch.bfloat16)
+    flashcpu.attention(q, k, v, out=given, layout=layout, causal=True)
+    general = flashcpu.attention(q, k, v, layout=layout, causal=True, return_lse=True)[0]
+    for new in both_paths(compiled, lambda: flashcpu.attention(q, k, v, layout=layout,
+                                                                causal=True)):
+        assert new.dtype == torch.bfloat16 and new.shape == given.shape
+        assert torch.equal(new.view(torch.int16), given.view(torch.int16))
+        assert torch.equal(new.view(torch.int16), general.view(torch.int16))
+
+
 def test_strided_views(compiled):
     torch.manual_seed(4)
     big = torch.randn(3, 40, 12, 96)
