@@ -47,9 +47,27 @@ def attention(q, k, v, causal, window, softcap, scale):
     are anything else (the caller then takes flashcpu.attention, which says
     what is wrong). causal a bool, window a tuple, softcap a float."""
     dtype = q.dtype
+    if k.dtype is not dtype or v.dtype is not dtype:
+        return None
+    compiled = native._module
+    if compiled is None:  # not looked for yet
+        compiled = native.available()
+    if compiled:  # it checks the tensors itself: the fewest Python steps
+        shared = _api.plain_params_address(causal, window, softcap, scale)
+        if shared is None or q.dim() != 4 or v.dim() != 4:
+            return None
+        shape = q.shape
+        out = sys.modules["torch"].empty(shape[0], shape[2], shape[1], v.shape[3],
+                                         dtype=dtype)
+        handle = _context.default_context().handle
+        status = compiled.attention_into(q, k, v, out, True, False, handle.value, shared[1])
+        if status == 0:
+            return out
+        if status > 0:
+            _context.check(status, handle)
+        # -1: not tensors the compiled path takes; the ctypes path looks.
     code = _arrays.torch_float_code(dtype)
-    if (code is None or not _USABLE or k.dtype is not dtype or v.dtype is not dtype
-            or not (q.is_cpu and k.is_cpu and v.is_cpu)):
+    if code is None or not _USABLE or not (q.is_cpu and k.is_cpu and v.is_cpu):
         return None
     try:
         batch, heads, rows, dim = q.shape
@@ -67,16 +85,6 @@ def attention(q, k, v, causal, window, softcap, scale):
     params_at = shared[1]  # shared holds the params while the call runs
     # The sizes as separate arguments: 3-4 us less than a tuple there.
     out = sys.modules["torch"].empty(batch, rows, heads, dv, dtype=dtype)
-    compiled = native._module
-    if compiled is None:  # not looked for yet
-        compiled = native.available()
-    if compiled:
-        handle = _context.default_context().handle
-        status = compiled.attention_into(q, k, v, out, True, False, handle.value, params_at)
-        if status == 0:
-            return out
-        if status > 0:
-            _context.check(status, handle)
     o_at = out.data_ptr()
     if not o_at:
         return None
