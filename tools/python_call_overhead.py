@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """What the Python package adds to a call: a llama3-8b-shaped bf16 decode
 (32 query heads, 8 KV heads, head_dim 128, one query row, [B, H, S, D] as
-transformers passes them) timed five ways in one torch process, at --kv
+transformers passes them) timed six ways in one torch process, at --kv
 keys and on a 1-key cache (the floor, where the call's own work is least):
   library call      flashcpu_attention through ctypes, arguments prepared once
   attention out=    flashcpu.attention(..., out=out): an engine loop's call
                     (through the compiled extension where it is built:
                     --native builds it; "attention out= ctypes" without it)
   attention         flashcpu.attention, a new output each call
+  torch op          torch.ops.flashcpu.attention (torch 2.4 or later)
   backend           flashcpu.transformers.attention_forward (what a model calls)
   sdpa              transformers' sdpa_attention_forward, for comparison
 and, at --kv, the library call and attention out= right after a torch bf16
@@ -155,6 +156,12 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
         "attention": (lambda: flashcpu.attention(q, *caches[next_cache()], causal=True,
                                                  layout="bhsd"), None),
     }
+    try:
+        import flashcpu.torch_ops  # noqa: F401  (torch 2.4 or later)
+        cases["torch op"] = (lambda: torch.ops.flashcpu.attention(
+            q, *caches[next_cache()], True, layout="bhsd"), None)
+    except ImportError:
+        pass
     if backend is not None:
         cases["backend"] = (lambda: backend.attention_forward(Module, q, *caches[next_cache()],
                                                               None), None)
