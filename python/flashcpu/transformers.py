@@ -80,8 +80,8 @@ def _plan_mask(mask, rows):
     """(causal, kv_lengths, additive) for a transformers mask [B, 1 or H, L,
     S]: a boolean mask that is bottom-right causal over each batch's first
     n keys (no padding, or right padding in a decode step) becomes causal +
-    kv_lengths, all True becomes no mask; anything else an additive float32
-    mask."""
+    kv_lengths (none where every n is S), all True becomes no mask;
+    anything else an additive float32 mask."""
     if mask.dtype == torch.bool and mask.shape[1] == 1:
         batch, _, length_q, keys = mask.shape
         lengths = mask[:, 0, -1].sum(dim=-1)  # the last row sees all its keys
@@ -90,7 +90,10 @@ def _plan_mask(mask, rows):
         n = lengths.view(-1, 1, 1)
         causal = (j <= i + (n - rows)) & (j < n)
         if torch.equal(mask[:, 0], causal):
-            return (True, lengths.tolist(), None)
+            counts = lengths.tolist()
+            if all(count == keys for count in counts):
+                return (True, None, None)  # every key: plain causal, the short path
+            return (True, counts, None)
         if bool(mask.all()):
             return (False, None, None)
         return (False, None, _additive(mask))

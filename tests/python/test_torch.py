@@ -319,6 +319,18 @@ def test_transformers_mask_plans_follow_the_mask_tensor():
     assert entry.plan is None  # an additive mask is not kept past its tensor
 
 
+def test_transformers_full_causal_mask_plans_no_lengths():
+    """A causal mask over every key (a step without padding) plans as plain
+    causal, which takes the short path; padding keeps its lengths."""
+    import flashcpu.transformers as backend
+
+    for rows in (1, 6):
+        assert backend._plan_mask(padded_mask(2, rows, 9, (0, 0), left=False), rows) == \
+            (True, None, None)
+    causal, lengths, additive = backend._plan_mask(padded_mask(2, 1, 9, (0, 3), left=False), 1)
+    assert causal and lengths == [9, 6] and additive is None
+
+
 @pytest.mark.parametrize("case", ["batch-1 causal mask", "right-padded prompt",
                                   "left padding", "right padding, decode"])
 def test_transformers_masks_match_the_reference(case):
