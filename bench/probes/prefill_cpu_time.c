@@ -14,8 +14,9 @@
  *                     call each per rep, so that they share the machine's
  *                     moods, and each is compared with the first
  * Prints per library the median (min, max) CPU and wall time of the reps,
- * GFLOP/s on CPU time, that as a share of each peak, and the median of the
- * per-rep ratios of CPU time to the first library's. */
+ * GFLOP/s on CPU time, that as a share of each peak, the median of the
+ * per-rep ratios of CPU time to the first library's, and a hash of the
+ * first call's output bytes (builds meant to agree print the same). */
 #define _GNU_SOURCE /* syscall */
 #include <dlfcn.h>
 #include <math.h>
@@ -90,6 +91,16 @@ static double cpu_seconds(void) {
 static int compare(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* FNV-1a of n bytes: builds that should agree to the byte print the same. */
+static uint64_t bytes_hash(const void *data, size_t n) {
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= ((const unsigned char *)data)[i];
+    h *= 1099511628211ull;
+  }
+  return h;
 }
 
 static uint16_t to_bf16(float x) {
@@ -199,8 +210,11 @@ int main(int argc, char **argv) {
                         k = make(dtype, kv, hkv, dim, &seed),
                         v = make(dtype, kv, hkv, dim, &seed),
                         out = make(dtype, rows, hq, dim, &seed);
+  const size_t out_bytes =
+      (size_t)(rows * hq * dim) * (dtype == FLASHCPU_DTYPE_F32 ? 4 : 2);
   flashcpu_context *ctx[LIBS_MAX];
   flashcpu_attention_params params[LIBS_MAX];
+  uint64_t out_hash[LIBS_MAX];
   for (int i = 0; i < libs; i++) {
     flashcpu_context_options options;
     apis[i].options_init(&options);
@@ -217,6 +231,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s\n", apis[i].last_error(ctx[i]));
       return 1;
     }
+    out_hash[i] = bytes_hash(out.data, out_bytes);
   }
   /* (row, key) pairs seen: row i sees keys up to kv - rows + i */
   double pairs = 0.0;
@@ -249,13 +264,14 @@ int main(int argc, char **argv) {
     const double rate = flops / cpu[i][reps / 2] * 1e-9;
     printf("%s L %ld S %ld heads %ld/%ld D %ld %s: cpu %.2f ms (%.2f, %.2f) "
            "wall %.2f ms (%.2f, %.2f); %.1f GFLOP/s, %.1f%% of fma %.1f, "
-           "%.1f%% of amx %.0f; x first %.3f; %s; %s\n",
+           "%.1f%% of amx %.0f; x first %.3f; out %016llx; %s; %s\n",
            dtype == FLASHCPU_DTYPE_F32 ? "f32" : "bf16", rows, kv, hq, hkv, dim,
            causal ? "causal" : "full", cpu[i][reps / 2] * 1e3, cpu[i][0] * 1e3,
            cpu[i][reps - 1] * 1e3, wall[i][reps / 2] * 1e3, wall[i][0] * 1e3,
            wall[i][reps - 1] * 1e3, rate, 100.0 * rate / fma, fma,
            amx > 0.0 ? 100.0 * rate / amx : 0.0, amx, ratio[i][reps / 2],
-           apis[i].last_kernels(ctx[i]), lib_paths[i]);
+           (unsigned long long)out_hash[i], apis[i].last_kernels(ctx[i]),
+           lib_paths[i]);
     apis[i].destroy(ctx[i]);
   }
   return 0;

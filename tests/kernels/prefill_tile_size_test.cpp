@@ -1,8 +1,7 @@
 // The prefill driver's choice of tile size (fc_prefill_plan_tiles): the
 // kernel's own size where a problem has tiles enough for every team, a
 // smaller one where that balances the teams better, never below the
-// default, and the kernel's own for ragged batches (their tiles are laid
-// out by the launch).
+// default, for ragged batches (a paged call's requests) as for the others.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -52,9 +51,21 @@ TEST(PrefillTileSize, NeverBelowTheDefault) {
   EXPECT_EQ(plan.tile_count, 16); // 48-row tiles, two per kv head
 }
 
-TEST(PrefillTileSize, RaggedBatchesKeepTheKernelsSize) {
+TEST(PrefillTileSize, ARaggedChunkBalancesAsTheContiguousOne) {
+  // The same chunk as one request of a paged call: its tiles laid out per
+  // request, and the same choice.
   fc_problem p = Problem(512, 4608);
   const int64_t q_lens[1] = {512};
+  p.q_lens = q_lens;
+  EXPECT_EQ(fc_prefill_plan_tiles(&p, &kShape, 16).slots_per_tile, 384);
+  EXPECT_EQ(fc_prefill_plan_tiles(&p, &kShape, 2).slots_per_tile, 768);
+}
+
+TEST(PrefillTileSize, RaggedRequestsWithTilesEnoughKeepTheKernelsSize) {
+  // Four chunks of 1024 rows: 64 tiles of 768 slots, four per team.
+  fc_problem p = Problem(1024, 4608);
+  p.batch = 4;
+  const int64_t q_lens[4] = {1024, 1024, 1024, 1024};
   p.q_lens = q_lens;
   EXPECT_EQ(fc_prefill_plan_tiles(&p, &kShape, 16).slots_per_tile, 768);
 }

@@ -4,9 +4,11 @@
  * kernel's own size and the default, halving, the choice is the size whose
  * heaviest-first schedule (what the launch runs) finishes first by a cost
  * model: a tile costs its visible (row, key) pairs plus, per KV block it
- * stages, about one register block's step. No slot's arithmetic depends
- * on the tiles (KV blocks are aligned to absolute keys), so the bytes do
- * not either. */
+ * stages, about one register block's step; ragged batches (a paged call's
+ * requests) are simulated on the tiles fc_prefill_plan_args lays out for
+ * them. No slot's arithmetic depends on the tiles (KV blocks are aligned
+ * to absolute keys), so the bytes do not either. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -73,24 +75,49 @@ static double makespan(const fc_problem *p, const fc_prefill_plan *plan,
   return largest;
 }
 
+/* plan's tiles as the launch will see them: for a ragged batch, each
+ * batch's first tile in starts (room for FC_TILE_SIZE_MAX_TILES + 1), as
+ * fc_prefill_plan_args lays them out; false where they are too many to
+ * simulate. */
+static bool simulated_tiles(const fc_problem *p, fc_prefill_plan *plan,
+                            int64_t *starts) {
+  if (!p->q_lens) return plan->tile_count <= FC_TILE_SIZE_MAX_TILES;
+  if (p->batch > FC_TILE_SIZE_MAX_TILES) return false;
+  starts[0] = 0;
+  for (int64_t b = 0; b < p->batch; b++) {
+    const int64_t rows = p->q_lens[b];
+    starts[b + 1] =
+        starts[b] +
+        p->kv_heads * ((rows + plan->rows_per_tile - 1) / plan->rows_per_tile);
+    if (starts[b + 1] > FC_TILE_SIZE_MAX_TILES) return false;
+  }
+  plan->tile_starts = starts;
+  plan->tile_count = starts[p->batch];
+  return true;
+}
+
 fc_prefill_plan fc_prefill_plan_tiles(const fc_problem *p,
                                       const fc_prefill_shape *shape,
                                       int teams) {
   int64_t slots =
       shape->tile_slots > 0 ? shape->tile_slots : FC_PREFILL_TILE_SLOTS;
   fc_prefill_plan best = fc_prefill_plan_for(p, slots);
-  /* ragged batches locate tiles through the launch's tile_starts */
-  if (p->q_lens || slots / 2 < FC_PREFILL_TILE_SLOTS) return best;
+  if (slots / 2 < FC_PREFILL_TILE_SLOTS) return best;
+  int64_t starts[FC_TILE_SIZE_MAX_TILES + 1];
+  fc_prefill_plan tiles = best;
+  if (!simulated_tiles(p, &tiles, starts)) return best;
   /* plenty of tiles: the largest balance well enough */
-  if (best.tile_count >= 8 * (int64_t)teams) return best;
-  double best_time = makespan(p, &best, shape, teams);
+  if (tiles.tile_count >= 8 * (int64_t)teams) return best;
+  double best_time = makespan(p, &tiles, shape, teams);
   while (best_time >= 0.0 && slots / 2 >= FC_PREFILL_TILE_SLOTS) {
     slots /= 2;
     const fc_prefill_plan plan = fc_prefill_plan_for(p, slots);
-    const double time = makespan(p, &plan, shape, teams);
+    tiles = plan;
+    if (!simulated_tiles(p, &tiles, starts)) break;
+    const double time = makespan(p, &tiles, shape, teams);
     if (time < 0.0) break;
     if (time < best_time) {
-      best = plan;
+      best = plan; /* ragged: fc_prefill_plan_args lays out its tiles */
       best_time = time;
     }
   }
