@@ -31,7 +31,6 @@
 #include "simd/lanes_avx512.h"
 #include "simd/quant_codes_avx512.h"
 #include "simd/simd_avx512.h"
-#include "simd/store_avx512.h"
 
 enum {
   KEY_BLOCK = FC_SPLITKV_KEY_BLOCK,
@@ -434,34 +433,10 @@ static ALWAYS_INLINE float ds_l_total(const float *l) {
   return _mm512_reduce_add_ps(_mm512_loadu_ps(l));
 }
 
-/* An output row by vector stores (fc512_store: fc_store_row's bits). o in
- * even/odd order per PAIR (bf16 V: o rows padded to PASS, so whole loads
- * stay in them) goes back in order by two permutes per 32 elements. */
-static void store_row(const float *o, int64_t pair, float factor, int64_t dv,
-                      flashcpu_dtype dtype, void *out) {
-  const __m512 f = _mm512_set1_ps(factor);
-  if (pair == 0) {
-    for (int64_t d = 0; d < dv; d += 16) {
-      const __mmask16 m = fc512_tail_mask(dv - d);
-      fc512_store(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, o + d), f), dtype, out,
-                  d, m);
-    }
-    return;
-  }
-  /* Element k of a pair: lane k / 2 of the evens (lo) or of the odds. */
-  const __m512i first =
-      _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  const __m512i second = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27,
-                                          11, 26, 10, 25, 9, 24, 8);
-  for (int64_t d = 0; d < dv; d += PAIR) {
-    const __m512 lo = _mm512_loadu_ps(o + d), hi = _mm512_loadu_ps(o + d + 16);
-    fc512_store(_mm512_mul_ps(_mm512_permutex2var_ps(lo, first, hi), f), dtype,
-                out, d, lanes_of(dv - d));
-    fc512_store(_mm512_mul_ps(_mm512_permutex2var_ps(lo, second, hi), f), dtype,
-                out, d + 16, lanes_of(dv - d - 16));
-  }
-}
-#define DS_STORE_ROW store_row
+#include "kernels/decode/splitkv_pairs_avx512.h"
+#define DS_STORE_ROW fc512_splitkv_store_row
+#define DS_TO_PAIRS fc512_splitkv_q_to_pairs
+#define DS_WRITE_STATE fc512_splitkv_write_state
 
 #include "kernels/decode/decode_splitkv_driver.inc"
 
