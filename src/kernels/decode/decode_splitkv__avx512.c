@@ -433,6 +433,11 @@ static ALWAYS_INLINE float ds_l_total(const float *l) {
   return _mm512_reduce_add_ps(_mm512_loadu_ps(l));
 }
 
+#include "kernels/decode/splitkv_pairs_avx512.h"
+#define DS_STORE_ROW fc512_splitkv_store_row
+#define DS_TO_PAIRS fc512_splitkv_q_to_pairs
+#define DS_WRITE_STATE fc512_splitkv_write_state
+
 #include "kernels/decode/decode_splitkv_driver.inc"
 
 flashcpu_status fc_splitkv_plan_avx512(const fc_kernel_env *env,

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "common/dtype_convert.h"
 #include "common/mask.h"
 #include "common/score.h"
 #include "kernels/decode/prefetch_sweep.h"
@@ -231,6 +232,40 @@ void fc_splitkv_write_state(float *record, float m, float l, const float *o,
     out[d] = o[d0 + fc_splitkv_paired_index(d - d0, pair)];
 }
 
+/* o[0..dv) in pair order, a pair at a time in natural order through
+ * fc_store_row (where the ISA gave no stores of its own). */
+static void store_paired(const float *o, int64_t pair, float factor, int64_t dv,
+                         const fc_view *out_view, char *out) {
+  if (pair == 0) {
+    fc_store_row(o, factor, dv, out_view->dtype, out);
+    return;
+  }
+  float natural[64];
+  for (int64_t d0 = 0; d0 < dv; d0 += pair) {
+    const int64_t n = dv - d0 < pair ? dv - d0 : pair;
+    for (int64_t k = 0; k < n; k++)
+      natural[k] = o[d0 + fc_splitkv_paired_index(k, pair)];
+    fc_store_row(natural, factor, n, out_view->dtype,
+                 out + d0 * out_view->element_size);
+  }
+}
+
+void fc_splitkv_write_row(const fc_splitkv_shared *s, int64_t b,
+                          int64_t kv_head, int64_t slot, float m, float l,
+                          const float *o, int64_t pair) {
+  const fc_problem *p = s->p;
+  const int64_t row = slot / p->group;
+  const int64_t head = kv_head * p->group + slot % p->group;
+  char *out = (char *)fc_view_row(&p->out, b, row, head);
+  float factor;
+  if (!fc_output_factor(p, b, row, head, m, l, &factor))
+    memset(out, 0, (size_t)(p->v_head_dim * p->out.element_size));
+  else if (s->store_row)
+    s->store_row(o, pair, factor, p->v_head_dim, p->out.dtype, out);
+  else
+    store_paired(o, pair, factor, p->v_head_dim, &p->out, out);
+}
+
 /* Merges slot's splits of (batch b, kv head) with the fixed tree and
  * writes its output row. */
 static void merge_slot(const fc_splitkv_shared *s, int64_t b, int64_t kv_head,
@@ -240,9 +275,8 @@ static void merge_slot(const fc_splitkv_shared *s, int64_t b, int64_t kv_head,
   fc_merge_state_tree(
       first, fc_splitkv_slots_of(s, b) * fc_state_floats(p->v_head_dim),
       splits_of_batch(s, b), p->v_head_dim);
-  fc_write_output_row(p, b, slot / p->group,
-                      kv_head * p->group + slot % p->group, first[FC_STATE_M],
-                      first[FC_STATE_L], first + FC_STATE_O);
+  fc_splitkv_write_row(s, b, kv_head, slot, first[FC_STATE_M],
+                       first[FC_STATE_L], first + FC_STATE_O, 0);
 }
 
 /* Records a (batch, head group) gets: splits x heads x slots. */
@@ -301,7 +335,9 @@ static void bind(fc_kernel_plan *plan, const fc_problem *p, void *workspace) {
     s->tile_starts[b + 1] = s->tile_starts[b] + splits * s->head_groups;
     s->record_starts[b + 1] =
         s->record_starts[b] + p->kv_heads * splits * slots;
-    s->merge_starts[b + 1] = s->merge_starts[b] + p->kv_heads * slots;
+    s->merge_starts[b + 1] =
+        s->merge_starts[b] +
+        (fc_splitkv_writes_rows(s, b) ? 0 : p->kv_heads * slots);
   }
   s->records_done = NULL;
   if (s->merge_in_launch) {
@@ -329,7 +365,7 @@ flashcpu_status fc_splitkv_plan_args(const fc_kernel_env *env,
     const int64_t slots = fc_splitkv_slots_of(s, b);
     total_splits += splits;
     total_records += p->kv_heads * splits * slots;
-    total_merges += p->kv_heads * slots;
+    if (!fc_splitkv_writes_rows(s, b)) total_merges += p->kv_heads * slots;
     if (splits > most_splits) most_splits = splits;
     if (splits * slots * p->kv_heads > most_group_records)
       most_group_records = splits * slots * p->kv_heads;

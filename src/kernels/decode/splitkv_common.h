@@ -20,6 +20,13 @@
 
 struct fc_prefetch_sweep;
 
+/* Stores o[0..dv) times factor as dtype at out with fc_store_row's bits,
+ * o in even/odd order per `pair` elements (0: natural order; else the
+ * ISA's DS_PAIR): an ISA's vector stores of an output row. */
+typedef void (*fc_splitkv_store_fn)(const float *o, int64_t pair, float factor,
+                                    int64_t dv, flashcpu_dtype dtype,
+                                    void *out);
+
 typedef struct fc_splitkv_shared {
   const fc_problem *p;
   fc_splitkv_plan plan;
@@ -47,6 +54,12 @@ typedef struct fc_splitkv_shared {
   fc_tile_kernel tile;
   int64_t tiles, merges, groups;
   int merge_in_launch;
+  /* The tile kernel writes the output rows of a batch with one split
+   * itself (fc_splitkv_write_row): no records, no merge; 0: it writes
+   * records for every batch. */
+  int writes_single;
+  /* The output rows' stores (NULL: fc_store_row, a pair at a time). */
+  fc_splitkv_store_fn store_row;
   size_t starts_offset, counters_offset;
 } fc_splitkv_shared;
 
@@ -177,6 +190,21 @@ void fc_splitkv_to_pairs(float *row, int64_t padded, int64_t pair);
  * empty state (m only; l and o are not read). */
 void fc_splitkv_write_state(float *record, float m, float l, const float *o,
                             int64_t dv, int64_t pair);
+
+/* Output row of (batch b, kv head, slot) from its state m, l and
+ * unnormalised o in pair order (fc_splitkv_write_state's arguments) and
+ * its log-sum-exp: the bytes a record of that state merged alone writes. */
+void fc_splitkv_write_row(const fc_splitkv_shared *s, int64_t b,
+                          int64_t kv_head, int64_t slot, float m, float l,
+                          const float *o, int64_t pair);
+
+/* Whether batch b's rows come straight from its one split's tile
+ * (s->writes_single and one split): no records, no merge. */
+static inline int fc_splitkv_writes_rows(const fc_splitkv_shared *s,
+                                         int64_t b) {
+  return s->writes_single &&
+         fc_splitkv_splits_of(&s->plan, fc_problem_kv_length(s->p, b)) == 1;
+}
 
 /* After a thread wrote `written` records of tile t: where the split launch
  * merges, the thread that completes the head group merges it and writes
