@@ -49,6 +49,9 @@ def main():
                         help="K/V caches the calls at --kv cycle through")
     parser.add_argument("--native", action="store_true",
                         help="build flashcpu.native first (torch.utils.cpp_extension)")
+    parser.add_argument("--layout", choices=["bhsd", "bshd"], default="bhsd",
+                        help="the tensors' layout: bhsd as transformers passes them (default), "
+                             "bshd as `flashcpu run` holds its caches")
     parser.add_argument("--pool", choices=["auto", "own"], default="auto",
                         help="auto: the package's default context (torch's OpenMP threads "
                              "where torch has them); own: flashcpu's own pinned pool")
@@ -102,10 +105,12 @@ def main():
 
 def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _arrays,
             ctx):
-    q = torch.randn(1, 32, 1, 128, dtype=torch.bfloat16)
+    bhsd = args.layout == "bhsd"
+    q = torch.randn((1, 32, 1, 128) if bhsd else (1, 1, 32, 128), dtype=torch.bfloat16)
     count = args.rotate if kv > 1 else 1
-    caches = [(torch.randn(1, 8, kv, 128, dtype=torch.bfloat16),
-               torch.randn(1, 8, kv, 128, dtype=torch.bfloat16)) for _ in range(count)]
+    shape = (1, 8, kv, 128) if bhsd else (1, kv, 8, 128)
+    caches = [(torch.randn(shape, dtype=torch.bfloat16),
+               torch.randn(shape, dtype=torch.bfloat16)) for _ in range(count)]
     k, v = caches[0]
     out = torch.empty_like(q)
     turn = [0]
@@ -125,7 +130,7 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
     else:  # a version before prepared params
         params = _api.new_params()
         params.flags = _api.FLAG_CAUSAL
-    views = [[_arrays.view(x, "bhsd", name) for x, name in ((q, "q"), (k, "k"), (v, "v"),
+    views = [[_arrays.view(x, args.layout, name) for x, name in ((q, "q"), (k, "k"), (v, "v"),
                                                             (out, "out"))]
              for k, v in caches]
     pointers = [[ctypes.byref(x) for x in some] for some in views]
@@ -136,7 +141,7 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
 
     def attention_out():
         k, v = caches[next_cache()]
-        flashcpu.attention(q, k, v, causal=True, layout="bhsd", out=out)
+        flashcpu.attention(q, k, v, causal=True, layout=args.layout, out=out)
 
     native = args.native_module
     compiled = native.available() if native else None
@@ -145,7 +150,7 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
         native._module = False
         try:
             k, v = caches[next_cache()]
-            flashcpu.attention(q, k, v, causal=True, layout="bhsd", out=out)
+            flashcpu.attention(q, k, v, causal=True, layout=args.layout, out=out)
         finally:
             native._module = compiled
 
@@ -154,15 +159,15 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
         "attention out=": (attention_out, None),
         **({"attention out= ctypes": (attention_out_ctypes, None)} if compiled else {}),
         "attention": (lambda: flashcpu.attention(q, *caches[next_cache()], causal=True,
-                                                 layout="bhsd"), None),
+                                                 layout=args.layout), None),
     }
     try:
         import flashcpu.torch_ops  # noqa: F401  (torch 2.4 or later)
         cases["torch op"] = (lambda: torch.ops.flashcpu.attention(
-            q, *caches[next_cache()], True, layout="bhsd"), None)
+            q, *caches[next_cache()], True, layout=args.layout), None)
     except ImportError:
         pass
-    if backend is not None:
+    if backend is not None and bhsd:  # transformers passes [B, H, S, D]
         cases["backend"] = (lambda: backend.attention_forward(Module, q, *caches[next_cache()],
                                                               None), None)
         cases["sdpa"] = (lambda: sdpa_attention_forward(Module, q, *caches[next_cache()], None,
