@@ -17,10 +17,11 @@ tiles), and the library call after an f32 matmul (the same threads busy,
 no tiles), over the same call alone. --pool own runs the calls on
 flashcpu's own pinned threads instead of torch's. Medians of --calls
 calls, --rounds rounds. The calls run back to back, so the caches are warm
-unless --rotate N cycles every row's calls at --kv through N caches (as a model's layers do; enough of them to pass the
-last-level cache compares with `flashcpu run`, which rotates the same
-way); inside a model's generate() each Python step costs more
-(tools/hf_generate_compare.py's "decode call us").
+unless --rotate N cycles every row's calls at --kv through N caches (as
+a model's layers do; enough of them to pass the last-level cache compares
+with `flashcpu run`, which rotates the same way); inside a model's
+generate() each Python step costs more (tools/hf_generate_compare.py's
+"decode call us").
 
   python3 tools/python_call_overhead.py --kv 1024
   python3 tools/python_call_overhead.py --package OLD/python   # another version
@@ -130,8 +131,8 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
     else:  # a version before prepared params
         params = _api.new_params()
         params.flags = _api.FLAG_CAUSAL
-    views = [[_arrays.view(x, args.layout, name) for x, name in ((q, "q"), (k, "k"), (v, "v"),
-                                                            (out, "out"))]
+    views = [[_arrays.view(x, args.layout, name)
+              for x, name in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
              for k, v in caches]
     pointers = [[ctypes.byref(x) for x in some] for some in views]
 
