@@ -287,6 +287,18 @@ void RunAgainstTheExactKernelOrSkip(Kernel kernel, flashcpu_context *context,
     GTEST_SKIP() << kernel->name << " does not take this case: " << skip;
 }
 
+// The case's inputs made on context, then RunAgainstTheExactKernelOrSkip
+// (the caller returns on a fatal failure or IsSkipped()).
+void MakeAndRunAgainstTheExactKernel(Kernel kernel, flashcpu_context *context,
+                                     const QuantCase &c, Inputs *in,
+                                     std::vector<float> *out,
+                                     std::vector<float> *want) {
+  ASSERT_NE(context, nullptr);
+  in->Make(context, c);
+  if (::testing::Test::HasFatalFailure()) return;
+  RunAgainstTheExactKernelOrSkip(kernel, context, in, out, want);
+}
+
 // Runs in on its dequantized (f32) cache into out_f and lse_f, then on the
 // quantized one into out_q and lse_q, with context's kernel; *skip says
 // why the kernel does not take one of them (nothing more is run then).
@@ -370,13 +382,9 @@ TEST_P(QuantSuite, IntegerScoresTrackTheExactKernel) {
   const QuantCase &c = test_case();
   if (!RoundsQ(kernel()))
     GTEST_SKIP() << "exact scores: SameBytesAsTheDequantizedCache checks it";
-  flashcpu_context *context = ctx();
-  ASSERT_NE(context, nullptr);
   Inputs in;
-  in.Make(context, c);
-  if (HasFatalFailure()) return;
   std::vector<float> out, want;
-  RunAgainstTheExactKernelOrSkip(kernel(), context, &in, &out, &want);
+  MakeAndRunAgainstTheExactKernel(kernel(), ctx(), c, &in, &out, &want);
   if (HasFatalFailure() || IsSkipped()) return;
   double q_max = 0.0, k_l1 = 0.0;
   for (float x : in.q_data)
@@ -449,13 +457,9 @@ TEST_P(QuantSuite, F8ScalesTrackTheExactKernel) {
   const QuantCase &c = test_case();
   if (!ScalesAfterTheSum(kernel()) || !HasF8(c))
     GTEST_SKIP() << "not the F8 kernel on an F8 cache";
-  flashcpu_context *context = ctx();
-  ASSERT_NE(context, nullptr);
   Inputs in;
-  in.Make(context, c);
-  if (HasFatalFailure()) return;
   std::vector<float> out, want;
-  RunAgainstTheExactKernelOrSkip(kernel(), context, &in, &out, &want);
+  MakeAndRunAgainstTheExactKernel(kernel(), ctx(), c, &in, &out, &want);
   if (HasFatalFailure() || IsSkipped()) return;
   const double bound = F8Bound(in);
   double worst = 0.0;
