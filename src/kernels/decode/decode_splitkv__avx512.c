@@ -206,6 +206,16 @@ chunk_scores(const fc_splitkv_rows *k_rows, flashcpu_dtype dtype, int mode,
     return;                                                                    \
   }
 
+/* Whether the block's rows are E4M3 with no NaN code (their fast path);
+ * head_dim 128 gets a loop of constant length. */
+static ALWAYS_INLINE int e4m3_block_finite(const fc_splitkv_rows *rows,
+                                           flashcpu_dtype dtype, int64_t n,
+                                           int64_t dim) {
+  return dtype == FLASHCPU_DTYPE_F8_E4M3 &&
+         (dim == 128 ? fc512_e4m3_rows_finite(rows->row, n, 128)
+                     : fc512_e4m3_rows_finite(rows->row, n, dim));
+}
+
 /* Whether a block's F8 rows are read unscaled (READ_F8_UNSCALED): E5M2,
  * or E4M3 with no NaN code (e4m3_finite), each key's factor (its row's
  * scale times fc_f8_unscaled_factor) finite. */
@@ -243,10 +253,7 @@ static void chunk_scores_dispatch(const fc_splitkv_rows *k_rows,
                                   int64_t padded_dim, int64_t dim, int64_t n,
                                   fc_prefetch_sweep *sweep,
                                   __m512 scores[CHUNK]) {
-  const int e4m3_finite =
-      dtype == FLASHCPU_DTYPE_F8_E4M3 &&
-      (dim == 128 ? fc512_e4m3_rows_finite(k_rows->row, n, 128)
-                  : fc512_e4m3_rows_finite(k_rows->row, n, dim));
+  const int e4m3_finite = e4m3_block_finite(k_rows, dtype, n, dim);
   __m512 factor;
   const int f8_unscaled =
       f8 && f8_unscaled_factor(k_rows, dtype, e4m3_finite, &factor);
@@ -328,10 +335,7 @@ static void accumulate_dispatch(const fc_splitkv_rows *v_rows,
                                 const __mmask16 seen[CHUNK],
                                 fc_prefetch_sweep *sweep) {
   const __mmask16 lanes = fc512_tail_mask(n);
-  const int e4m3_finite =
-      dtype == FLASHCPU_DTYPE_F8_E4M3 &&
-      (dv == 128 ? fc512_e4m3_rows_finite(v_rows->row, n, 128)
-                 : fc512_e4m3_rows_finite(v_rows->row, n, dv));
+  const int e4m3_finite = e4m3_block_finite(v_rows, dtype, n, dv);
   /* Unscaled F8 rows: each key's factor goes into its weights. */
   __m512 factor;
   const int f8_unscaled =
