@@ -102,6 +102,8 @@ class _TimedModule:
     def __init__(self, module, wrap):
         self._module = module
         self.attention_into = wrap(module.attention_into)
+        if hasattr(module, "attention_new"):
+            self.attention_new = wrap(module.attention_new)
         self.attention_paged_into = wrap(module.attention_paged_into)
 
     def __getattr__(self, name):

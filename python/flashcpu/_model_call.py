@@ -4,10 +4,12 @@ arrays among the options, the default context.
 
 Inside a model's generate() the Python around a decode call runs with its
 caches cold (the model's weights stream through them between calls), so
-each step costs several microseconds there: the four views go into one
-preallocated buffer with one struct call, the params and their address are
-made once per option set (_api.plain_params_address), and the library is
-called on plain addresses."""
+each step costs several microseconds there. With the compiled extension
+one C++ call reads the views, makes the output and calls the library; the
+params and their address are made once per option set
+(_api.plain_params_address). Without it the four views go into one
+preallocated buffer with one struct call and the library is called on
+plain addresses."""
 
 import ctypes
 import struct
@@ -52,15 +54,14 @@ def attention(q, k, v, causal, window, softcap, scale):
     compiled = native._module
     if compiled is None:  # not looked for yet
         compiled = native.available()
-    if compiled:  # it checks the tensors itself: the fewest Python steps
-        shared = _api.plain_params_address(causal, window, softcap, scale)
-        if shared is None or q.dim() != 4 or v.dim() != 4:
-            return None
-        shape = q.shape
-        out = sys.modules["torch"].empty(shape[0], shape[2], shape[1], v.shape[3],
-                                         dtype=dtype)
+    if compiled:  # it checks the tensors and makes out itself: one step
+        shared = _api._plain.get((causal, window, softcap, scale))
+        if shared is None:
+            shared = _api.plain_params_address(causal, window, softcap, scale)
+            if shared is None:
+                return None
         handle = _context.default_context().handle
-        status = compiled.attention_into(q, k, v, out, True, False, handle.value, shared[1])
+        status, out = compiled.attention_new(q, k, v, handle.value, shared[1])
         if status == 0:
             return out
         if status > 0:

@@ -112,9 +112,15 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
                       **kwargs):
     """transformers' attention function signature; returns (out [B, L, H, D],
     None)."""
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if attention_mask is None and s_aux is None and sliding_window is None and not softcap \
+            and not dropout:
+        # A model's common call (no mask, window, cap or sinks) in the fewest steps.
+        out = _model_call.attention(query, key, value, bool(causal), (-1, -1), 0.0, scaling)
+        if out is not None:
+            return out, None
     if dropout and module.training:
         raise errors.UnsupportedError("UNSUPPORTED", "flashcpu has no attention dropout")
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     additive, lengths = None, None
     if attention_mask is not None:
         causal, lengths, additive = _mask_plan(attention_mask, key.shape[-2], query.shape[-2],

@@ -165,6 +165,16 @@ def test_the_transformers_call(compiled):
     assert torch.equal(fast.view(torch.int16), slow.view(torch.int16))
 
 
+def test_the_transformers_call_reports_the_library_error(compiled):
+    from flashcpu import _model_call
+    q = torch.randn(1, 8, 1, 64, dtype=torch.bfloat16)
+    k = torch.randn(1, 3, 5, 64, dtype=torch.bfloat16)  # 8 query heads over 3: no GQA group
+    v = torch.randn(1, 3, 5, 64, dtype=torch.bfloat16)
+    native._module = compiled
+    with pytest.raises(flashcpu.Error, match="heads"):
+        _model_call.attention(q, k, v, True, (-1, -1), 0.0, None)
+
+
 def test_paged_and_append(compiled):
     torch.manual_seed(6)
     k_cache = torch.zeros(6, 16, 2, 64, dtype=torch.bfloat16)
