@@ -37,6 +37,6 @@ setup(
     license="MIT",
     python_requires=">=3.9",
     packages=["flashcpu"],
-    package_data={"flashcpu": ["libflashcpu.so*", "_native_attention.cpp"]},
+    package_data={"flashcpu": ["libflashcpu.so*", "_native_attention.cpp", "_native_backend.h"]},
     cmdclass={"build_py": build_py_with_library},
 )

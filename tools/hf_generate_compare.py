@@ -17,7 +17,9 @@ second), and reports medians over them:
   generate s         the whole generate()
   attention s        time inside the attention function during generate()
   decode call us     its mean per call of one query row (the new tokens)
-  library us         of that, the flashcpu library call (flashcpu only)
+  library us         of that, the flashcpu library call (flashcpu only; with
+                     flashcpu.native built, timed inside the compiled
+                     function, which also reports its own time)
 and the bound that this model puts on any attention: sdpa's generate() time
 over its time less the time in its attention (what generate() would gain
 if attention took no time at all), the same for prefill; and checks that
@@ -209,8 +211,12 @@ def main():
     # The package's library call, timed apart inside flashcpu's decode calls.
     library = LibraryTimer()
     wrap_library_calls(flashcpu, library.timed)
+    # The function register() installs: compiled where flashcpu.native is
+    # built, which then times its own library calls.
+    function = backend.function()
+    compiled = None if function is backend.attention_forward else flashcpu.native.available()
     timers = {"sdpa": AttentionTimer(sdpa_attention_forward),
-              ours: AttentionTimer(backend.attention_forward, library)}
+              ours: AttentionTimer(function, library)}
     for name in ("sdpa", ours):
         AttentionInterface.register(name + "_timed", timers[name])
         AttentionMaskInterface.register(name + "_timed", sdpa_mask)
@@ -237,6 +243,8 @@ def main():
         clock = StepClock()
         timers[name].reset()
         library.reset()
+        if compiled is not None:
+            compiled.set_backend_timing(name == ours)
         start = time.perf_counter()
         out = model.generate(prompt, max_new_tokens=args.new_tokens,
                              min_new_tokens=args.new_tokens, do_sample=False,
@@ -251,7 +259,12 @@ def main():
                "attention_s": timer.seconds,
                "prefill_attention_s": timer.seconds - timer.decode_seconds,
                "decode_call_us": 1e6 * timer.decode_seconds / max(timer.decode_calls, 1)}
-        if name == ours:
+        if name == ours and compiled is not None:
+            calls, whole_ns, library_ns = compiled.backend_times()
+            compiled.set_backend_timing(False)
+            run["library_us"] = library_ns / 1e3 / max(calls, 1)
+            run["function_us"] = whole_ns / 1e3 / max(calls, 1)  # inside the C++ function
+        elif name == ours:
             run["library_us"] = 1e6 * library.decode_seconds / max(library.decode_calls, 1)
         return out, run
 
@@ -285,6 +298,8 @@ def main():
         results[name] = r
         if name == ours:
             r["library_us"] = median([run["library_us"] for run in runs[name]])
+            if "function_us" in runs[name][0]:
+                r["function_us"] = median([run["function_us"] for run in runs[name]])
     for name, r in results.items():
         if r["attention_s"] <= 0.0:
             sys.exit(f"the {name} attention function was never called: the model did not "
@@ -309,6 +324,11 @@ def main():
         print(f"{name:10s} {r['prefill_tokens_per_s']:14.1f} {r['decode_tokens_per_s']:13.2f} "
               f"{r['generate_s']:11.2f} {r['attention_s']:12.2f} {r['decode_call_us']:15.1f} "
               f"{lib}")
+    if "function_us" in results[ours]:
+        r = results[ours]
+        print(f"{ours}'s compiled function: {r['function_us']:.1f} us a decode call inside "
+              f"it, {r['function_us'] - r['library_us']:.1f} us of it outside the library "
+              f"call; the Python timer around it adds its own cost to \"decode call us\"")
     ratios = {
         "prefill": results[ours]["prefill_tokens_per_s"] / results["sdpa"]["prefill_tokens_per_s"],
         "decode": results[ours]["decode_tokens_per_s"] / results["sdpa"]["decode_tokens_per_s"],

@@ -142,6 +142,7 @@ class Context:
     def close(self):
         # getattr: __init__ may have raised before setting it
         if getattr(self, "_ctx", None) is not None:
+            changed()  # before the handle goes: no cached address outlives it
             _lib.flashcpu_context_destroy(self._ctx)
             self._ctx = None
 
@@ -163,6 +164,19 @@ class Context:
 
 
 _local = threading.local()
+# Called when a default context is made or any context closed (the compiled
+# backend caches each thread's default context address until then).
+change_hooks = []
+
+
+def changed():
+    for hook in change_hooks:
+        hook()
+
+
+def default_address():
+    """This thread's default context's handle as an int."""
+    return default_context().handle.value
 
 
 def resolve(context):
@@ -190,4 +204,5 @@ def default_context():
             # (it closes when the last reference goes).
         ctx = Context()
         _local.context = ctx
+        changed()
     return ctx

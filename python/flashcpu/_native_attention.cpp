@@ -5,6 +5,8 @@
 // Built by flashcpu.native.build() with torch.utils.cpp_extension.
 #include <torch/extension.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <tuple>
 
@@ -168,12 +170,19 @@ std::tuple<int64_t, at::Tensor> attention_new(const at::Tensor &q,
   return {0, out};
 }
 
+#include "_native_backend.h"
+
 } // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_functions", &set_functions);
   m.def("attention_into", &attention_into);
   m.def("attention_new", &attention_new);
+  m.def("set_backend", &set_backend);
+  m.def("bump_context_generation", &bump_context_generation);
+  m.def("backend_forward", &backend_forward);
+  m.def("set_backend_timing", &set_backend_timing);
+  m.def("backend_times", &backend_times);
   m.def("attention_paged_into", &attention_paged_into);
   m.def("kv_append_into", &kv_append_into);
 }

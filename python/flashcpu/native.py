@@ -23,17 +23,22 @@ import importlib.util
 import os
 import sys
 
-from . import _api
+from . import _api, _context
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native_attention.cpp")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.join(_HERE, "_native_attention.cpp")
+_FILES = (SOURCE, os.path.join(_HERE, "_native_backend.h"))  # what the build reads
 _module = None  # the loaded extension; False once loading failed or is off
 
 
 def _folder():
     """The build folder for this torch and this source."""
     import torch
-    with open(SOURCE, "rb") as source:
-        digest = hashlib.sha256(source.read()).hexdigest()[:12]
+    digest = hashlib.sha256()
+    for path in _FILES:
+        with open(path, "rb") as source:
+            digest.update(source.read())
+    digest = digest.hexdigest()[:12]
     tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{digest}"
     root = os.environ.get("FLASHCPU_NATIVE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "flashcpu", "native")
@@ -50,6 +55,9 @@ def _attach(module):
     module.set_functions(*(ctypes.cast(_api._lib[name], ctypes.c_void_p).value
                            for name in ("flashcpu_attention", "flashcpu_attention_paged",
                                         "flashcpu_kv_append")))
+    hook = module.bump_context_generation
+    if hook not in _context.change_hooks:
+        _context.change_hooks.append(hook)
     _module = module
     return module
 

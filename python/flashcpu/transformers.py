@@ -21,7 +21,7 @@ import weakref
 
 import torch
 
-from . import _api, _model_call, errors
+from . import _api, _context, _model_call, errors, native
 
 NAME = "fcpu"
 
@@ -146,6 +146,18 @@ def attention_forward(module, query, key, value, attention_mask, scaling=None, d
     return out, None
 
 
+def function():
+    """The attention function to register: the compiled one where
+    flashcpu.native is built (the common call in C++, everything else
+    through attention_forward), else attention_forward."""
+    compiled = native.available()
+    if compiled and hasattr(compiled, "backend_forward"):
+        compiled.set_backend(attention_forward, _api.plain_params_address,
+                             _context.default_address)
+        return compiled.backend_forward
+    return attention_forward
+
+
 def register(name=NAME):
     """Registers the attention function (and sdpa's mask function) under
     name; returns the name."""
@@ -155,6 +167,6 @@ def register(name=NAME):
             "routes such names to its flash-attention loader")
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
-    AttentionInterface.register(name, attention_forward)
+    AttentionInterface.register(name, function())
     AttentionMaskInterface.register(name, sdpa_mask)
     return name

@@ -207,3 +207,56 @@ def test_paged_and_append(compiled):
     import ctypes
     assert compiled.attention_paged_into(q, direct, ctypes.addressof(kv._struct), handle.value,
                                          plan.context.handle.value, params[1]) == 0
+
+
+class _Attention:
+    """What transformers passes as the module: is_causal, training."""
+
+    def __init__(self, **fields):
+        self.training = False
+        self.__dict__.update(fields)
+
+
+def test_the_compiled_backend_function(compiled):
+    import flashcpu.transformers as backend
+    native._module = compiled
+    function = backend.function()
+    assert function is compiled.backend_forward
+    torch.manual_seed(8)
+    q = torch.randn(2, 8, 3, 64, dtype=torch.bfloat16)  # [B, H, L, D]
+    k = torch.randn(2, 2, 30, 64, dtype=torch.bfloat16)
+    v = torch.randn(2, 2, 30, 64, dtype=torch.bfloat16)
+    mask = torch.ones(2, 1, 3, 30, dtype=torch.bool)
+    mask[1, :, :, 25:] = False
+    cases = [
+        (_Attention(is_causal=True), None, dict(dropout=0.0, scaling=0.1, position_ids=None)),
+        (_Attention(), None, dict(scaling=None)),  # no is_causal: causal
+        (_Attention(is_causal=True), None, dict(is_causal=False)),
+        (_Attention(is_causal=True), mask, dict(dropout=0.0)),  # the Python path
+        (_Attention(is_causal=True), None, dict(sliding_window=4)),
+        (_Attention(is_causal=True), None, dict(softcap=5.0, dropout=0)),
+    ]
+    for module, attention_mask, options in cases:
+        out, weights = function(module, q, k, v, attention_mask, **options)
+        expected, _ = backend.attention_forward(module, q, k, v, attention_mask, **options)
+        assert weights is None and out.shape == (2, 3, 8, 64)
+        assert torch.equal(out.view(torch.int16), expected.view(torch.int16)), options
+    with pytest.raises(flashcpu.Error, match="heads"):  # the library's message
+        function(_Attention(is_causal=True), q, k[:, :1].expand(2, 3, 30, 64), v, None)
+
+
+def test_the_compiled_backend_follows_the_default_context(compiled):
+    import flashcpu.transformers as backend
+    from flashcpu import _context
+    native._module = compiled
+    function = backend.function()
+    q = torch.randn(1, 4, 1, 32)
+    k = torch.randn(1, 2, 9, 32)
+    v = torch.randn(1, 2, 9, 32)
+    first, _ = function(_Attention(is_causal=True), q, k, v, None)
+    _context.default_context().close()
+    with pytest.raises(flashcpu.InvalidArgumentError, match="closed"):
+        function(_Attention(is_causal=True), q, k, v, None)
+    del _context._local.context  # the next call makes a new default context
+    again, _ = function(_Attention(is_causal=True), q, k, v, None)
+    assert torch.equal(first, again)
