@@ -11,6 +11,11 @@ own --threads cores, llama3-8b heads (32 query, 8 KV, head_dim 128), bf16.
           on the whole prompt (alone with --one-process-only).
   link    ping-pong between ranks 0 and 1 (8 B to 64 MiB): the transport's
           latency and bandwidth, the model's two parameters.
+  cores   every rank runs the same causal prefill of --prompt rows on its
+          own cores at once, no communication: each rank's median time.
+          A ring's static split waits for its slowest rank; where the
+          ranks' cores differ in speed (a shared or virtualised host), this
+          shows by how much.
 
 --turns N (MPI, more than one rank) adds N turns of the sharded call and of
 flashcpu.attention on the whole problem in rank 0 alone on all the ranks'
@@ -80,6 +85,9 @@ class Mpi:
     def ring(self, *args, **kwargs):
         return self.module.ring_attention(*args, self.comm, **kwargs)
 
+    def gather(self, value):
+        return self.comm.gather(value, root=0)
+
 
 class Gloo:
     def __init__(self, store):
@@ -106,6 +114,11 @@ class Gloo:
 
     def ring(self, *args, **kwargs):
         return self.module.ring_attention(*args, **kwargs)
+
+    def gather(self, value):
+        values = [None] * self.size
+        self.dist.all_gather_object(values, value)
+        return values if self.rank == 0 else None
 
 
 def timed(group, reps, call, warm=True):
@@ -228,6 +241,25 @@ def ring(group, args, flashcpu, context):
         yield row
 
 
+def cores(group, args, flashcpu, context):
+    """The same causal prefill on every rank's cores at once."""
+    for prompt in args.prompt:
+        q, k, v = (flashcpu.bf16(bf16_rows(prompt, heads, seed))
+                   for heads, seed in ((HEADS, 10), (KV_HEADS, 20), (KV_HEADS, 30)))
+        flashcpu.attention(q, k, v, causal=True, context=context)  # warm
+        times = []
+        for _ in range(args.ring_reps):
+            group.barrier()
+            start = time.perf_counter()
+            flashcpu.attention(q, k, v, causal=True, context=context)
+            times.append((time.perf_counter() - start) * 1e3)
+        each = group.gather(statistics.median(times))
+        if group.rank == 0:
+            yield {"case": "cores", "prompt": prompt, "ranks": group.size,
+                   "threads": args.threads, "rank_ms": each,
+                   "slowest_over_fastest": max(each) / min(each)}
+
+
 def ping_pong(comm, rank, buffer, reps):
     """reps round trips of buffer between ranks 0 and 1."""
     for _ in range(reps):
@@ -260,7 +292,8 @@ def link(group, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1, help="cores per rank")
-    parser.add_argument("--case", choices=("decode", "ring", "link"), default="decode")
+    parser.add_argument("--case", choices=("decode", "ring", "link", "cores"),
+                        default="decode")
     parser.add_argument("--kv", default="131072,524288,1048576")
     parser.add_argument("--prompt", default="32768")
     parser.add_argument("--chunk-keys", type=int, default=16384)
@@ -288,7 +321,8 @@ def main():
     args.turns_ctx = Turns(group, args, flashcpu)
     cases = {"decode": lambda: decode(group, args, flashcpu, context),
              "ring": lambda: ring(group, args, flashcpu, context),
-             "link": lambda: link(group, args)}[args.case]()
+             "link": lambda: link(group, args),
+             "cores": lambda: cores(group, args, flashcpu, context)}[args.case]()
     for row in cases:
         if group.rank == 0:
             print(json.dumps(row), flush=True)
