@@ -14,7 +14,11 @@ torch and source version under FLASHCPU_NATIVE_DIR (default
 ~/.cache/flashcpu/native). Once built it loads on first use in any process
 with the same torch; FLASHCPU_NATIVE=0 turns it off. Without it every call
 takes the ctypes path, with the same results: both call the same library
-function on the same views."""
+function on the same views.
+
+Loaded, it also serves torch.ops.flashcpu.attention on CPU tensors: the
+kernel is registered in C++ (flashcpu.torch_ops.use_native), so that the
+dispatcher calls the library with no Python frame in between."""
 
 import ctypes
 import hashlib
@@ -27,7 +31,9 @@ from . import _api, _context
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "_native_attention.cpp")
-_FILES = (SOURCE, os.path.join(_HERE, "_native_backend.h"))  # what the build reads
+# Every file the build reads (the source includes the headers): the build
+# folder's name hashes them all.
+_FILES = (SOURCE, os.path.join(_HERE, "_native_backend.h"), os.path.join(_HERE, "_native_op.h"))
 _module = None  # the loaded extension; False once loading failed or is off
 
 
@@ -59,6 +65,9 @@ def _attach(module):
     if hook not in _context.change_hooks:
         _context.change_hooks.append(hook)
     _module = module
+    ops = sys.modules.get("flashcpu.torch_ops")
+    if ops is not None:  # defined already: its CPU kernel moves to C++ now
+        ops.use_native(module)
     return module
 
 

@@ -1,19 +1,21 @@
 """torch.ops.flashcpu.attention, attention_paged and kv_append: flashcpu's
 functions as torch operators, with fake (meta) implementations so that
 torch.compile and torch.export trace models that call them. Imported by
-`import flashcpu.torch_ops` (needs torch 2.4 or later).
+`import flashcpu.torch_ops` (torch 1.13 or later; torch.compile needs 2.4
+or later, whose torch.library.register_fake registers the fakes: before,
+they are the Meta kernels).
 
 They are defined with torch.library.Library (schema, CPU kernel, fake)
 rather than torch.library.custom_op, whose checks around each call cost
-more than the call itself on a short decode."""
+more than the call itself on a short decode. Where flashcpu.native is
+built, attention's CPU kernel is the extension's C++ one (use_native):
+the dispatcher then calls the library with no Python frame between, and
+the C++ kernel hands what it does not take to the Python kernel here."""
 
 import torch
 
-from . import _api, _paged, errors
-
-if not hasattr(torch.library, "register_fake"):
-    raise ImportError("flashcpu.torch_ops needs torch 2.4 or later (torch.library.register_fake); "
-                      f"this is torch {torch.__version__}")
+from . import _api, _context, _paged, errors, native
+from ._library import AttentionParams, FLAG_CAUSAL
 
 _OPTIONS = ("bool causal=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
             "float? scale=None")
@@ -76,11 +78,68 @@ def _kv_append_fake(k_new, v_new, slot_mapping, k_cache, v_cache, layout="nhd"):
     return None
 
 
-for _name, _kernel, _fake in (("attention", _attention, _attention_fake),
+for _name, _kernel, _fake in (("attention", None, _attention_fake),
                               ("attention_paged", _attention_paged, _attention_paged_fake),
                               ("kv_append", _kv_append, _kv_append_fake)):
-    _lib.impl(_name, _kernel, "CPU")
-    torch.library.register_fake(f"flashcpu::{_name}", _fake, lib=_lib)
+    if _kernel is not None:
+        _lib.impl(_name, _kernel, "CPU")
+    if hasattr(torch.library, "register_fake"):
+        torch.library.register_fake(f"flashcpu::{_name}", _fake, lib=_lib)
+    else:  # before torch 2.4: the fake is the Meta kernel
+        _lib.impl(_name, _fake, "Meta")
+
+_python_kernel = None  # the Library holding attention's Python CPU kernel while it serves
+_native_module = None  # the extension whose C++ kernel serves instead
+
+
+def _context_address():
+    """This thread's default context handle (the C++ kernel's context)."""
+    return _context.default_context().handle.value
+
+
+def use_native(module):
+    """Makes the loaded flashcpu.native extension's C++ kernel serve
+    attention on CPU (flashcpu.native does it when it loads)."""
+    global _python_kernel, _native_module
+    if _native_module is module:
+        return
+    if _native_module is not None:
+        _native_module.deregister_ops()
+        _native_module = None
+    lib, _python_kernel = _python_kernel, None
+    if lib is not None:  # one CPU kernel at a time: torch warns on an override
+        getattr(lib, "_destroy", lambda: None)()  # torch 2.x; before, dropping it does
+        del lib
+    offsets = [getattr(AttentionParams, field).offset
+               for field in ("scale", "flags", "window_left", "window_right", "softcap")]
+    module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, _context_address,
+                        _attention)
+    _native_module = module
+
+
+def use_python():
+    """Makes the Python kernel serve attention on CPU (the path without the
+    extension; the results are the same)."""
+    global _python_kernel, _native_module
+    if _native_module is not None:
+        _native_module.deregister_ops()
+        _native_module = None
+    if _python_kernel is None:
+        lib = torch.library.Library("flashcpu", "IMPL")
+        lib.impl("attention", _attention, "CPU")
+        _python_kernel = lib
+
+
+def compiled():
+    """True where attention's CPU kernel is the extension's C++ one."""
+    return _native_module is not None
+
+
+_module = native.available()  # loading it registers the C++ kernel too
+if _module:
+    use_native(_module)
+else:
+    use_python()
 
 attention = torch.ops.flashcpu.attention
 attention_paged = torch.ops.flashcpu.attention_paged
