@@ -1,13 +1,14 @@
-// torch.ops.flashcpu.attention's CPU kernel in C++, so that the dispatcher
-// calls the library with no Python frame in between. Included once, by
-// _native_attention.cpp (it uses that file's views and function pointers).
+// torch.ops.flashcpu.attention's and kv_append's CPU kernels in C++, so that
+// the dispatcher calls the library with no Python frame in between. Included
+// once, by _native_attention.cpp (it uses that file's views and function
+// pointers).
 //
 // The package defines the operator (schema and fake kernel, torch_ops.py)
 // and then calls register_ops, which registers this kernel at run time,
 // after the schema exists, and deregister_ops takes it back (the Python
-// kernel then serves again). The common call runs here; anything else
-// (sinks, ALiBi slopes, quantized codes, a status other than 0, a bad
-// argument) goes to the Python kernel, which takes it or raises the
+// kernels then serve again). The common call runs here; anything else
+// (sinks, ALiBi slopes, quantized codes, other dtypes, a status other than
+// 0, a bad argument) goes to the Python kernel, which takes it or raises the
 // flashcpu.Error that it raises without the extension: the same results
 // and the same messages on both paths.
 
@@ -18,13 +19,26 @@ struct OpState {
   std::vector<unsigned char> defaults; // AttentionParams, library defaults
   size_t scale_at, flags_at, left_at, right_at, softcap_at;
   uint32_t causal_flag;
-  PyObject *context_address; // () -> the thread's default context handle
-  PyObject *python_kernel;   // the Python kernel, for everything else
+  PyObject *context_address;  // () -> the thread's default context handle
+  PyObject *python_attention; // the Python kernels, for everything else
+  PyObject *python_kv_append;
 };
 OpState op_state;
 std::unique_ptr<torch::Library> op_library;
 
-constexpr size_t kAttentionArgs = 11; // the schema's arguments
+constexpr size_t kAttentionArgs = 11; // the schemas' arguments
+constexpr size_t kAppendArgs = 6;
+
+// flashcpu_paged_kv's layout (include/flashcpu/flashcpu.h).
+struct PagedKV {
+  size_t struct_size;
+  void *k, *v;
+  int32_t k_dtype, v_dtype;
+  int64_t num_pages, page_size, kv_heads, head_dim, v_head_dim;
+  int64_t k_strides[3], v_strides[3];
+  const void *k_scales, *v_scales;
+};
+static_assert(sizeof(PagedKV) == 136, "flashcpu_paged_kv is 136 bytes on LP64");
 
 template <typename T> void put(unsigned char *params, size_t at, T value) {
   std::memcpy(params + at, &value, sizeof value);
@@ -70,6 +84,16 @@ void *default_context() {
   return handle;
 }
 
+// Runs call(context) on this thread's default context, without the GIL.
+template <typename Call> int with_default_context(Call call) {
+  void *context = default_context();
+  if (PyGILState_Check()) {
+    pybind11::gil_scoped_release unlocked;
+    return call(context);
+  }
+  return call(context);
+}
+
 // The common call: the new output, or an undefined tensor where the call
 // is anything else or the library refused it.
 at::Tensor attention_common(const c10::IValue *args) {
@@ -88,21 +112,72 @@ at::Tensor attention_common(const c10::IValue *args) {
   if (!view_of(q, bhsd, &views[0]) || !view_of(k, bhsd, &views[1]) ||
       !view_of(v, bhsd, &views[2]))
     return {};
-  at::Tensor out =
-      at::empty({q.size(0), q.size(1), q.size(2), v.size(3)},
-                at::TensorOptions().dtype(q.scalar_type()));
+  at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)},
+                             at::TensorOptions().dtype(q.scalar_type()));
   if (!view_of(out, bhsd, &views[3])) return {};
-  void *context = default_context();
-  int status;
-  if (PyGILState_Check()) {
-    pybind11::gil_scoped_release unlocked;
-    status = attention_fn(context, &views[0], &views[1], &views[2], &views[3],
-                          nullptr, params);
-  } else {
-    status = attention_fn(context, &views[0], &views[1], &views[2], &views[3],
-                          nullptr, params);
-  }
+  const int status = with_default_context([&](void *context) {
+    return attention_fn(context, &views[0], &views[1], &views[2], &views[3],
+                        nullptr, params);
+  });
   return status == 0 ? out : at::Tensor();
+}
+
+// One side of a PagedKV of an unquantized torch cache, as the package's
+// PagedKV sets it: dims [num_pages, page_size, Hkv, D]; false for anything
+// else (the Python kernel then takes it).
+bool cache_side(const at::Tensor &cache, bool hnd, void **data, int32_t *dtype,
+                int64_t strides[3], int64_t dims[4]) {
+  if (!cache.defined() || cache.dim() != 4 || !cache.device().is_cpu() ||
+      cache.layout() != at::kStrided)
+    return false;
+  const int code = dtype_code(cache.scalar_type());
+  const auto sizes = cache.sizes();
+  const auto given = cache.strides();
+  if (code < 0 || (sizes[3] > 1 && given[3] != 1) || !cache.data_ptr())
+    return false;
+  const int order[4] = {0, hnd ? 2 : 1, hnd ? 1 : 2, 3};
+  for (int i = 0; i < 4; i++) {
+    if (given[i] < 0) return false;
+    dims[i] = sizes[order[i]];
+    if (i < 3) strides[i] = given[order[i]];
+  }
+  *data = cache.data_ptr();
+  *dtype = code;
+  return true;
+}
+
+// kv_append's common call: true when the library wrote the rows.
+bool kv_append_common(const c10::IValue *args) {
+  if (!append_fn || !args[5].isString()) return false;
+  const std::string &layout = args[5].toStringRef();
+  const bool hnd = layout == "hnd";
+  if (!hnd && layout != "nhd") return false;
+  PagedKV kv{};
+  kv.struct_size = sizeof kv;
+  int64_t k_dims[4], v_dims[4];
+  if (!cache_side(args[3].toTensor(), hnd, &kv.k, &kv.k_dtype, kv.k_strides,
+                  k_dims) ||
+      !cache_side(args[4].toTensor(), hnd, &kv.v, &kv.v_dtype, kv.v_strides,
+                  v_dims) ||
+      k_dims[0] != v_dims[0] || k_dims[1] != v_dims[1] ||
+      k_dims[2] != v_dims[2])
+    return false;
+  kv.num_pages = k_dims[0], kv.page_size = k_dims[1], kv.kv_heads = k_dims[2];
+  kv.head_dim = k_dims[3], kv.v_head_dim = v_dims[3];
+  const at::Tensor &slots = args[2].toTensor();
+  Tensor rows[2];
+  if (!rows_of(args[0].toTensor(), &rows[0]) ||
+      !rows_of(args[1].toTensor(), &rows[1]) || !slots.defined() ||
+      slots.dim() != 1 || !slots.device().is_cpu() ||
+      slots.scalar_type() != at::kLong ||
+      (slots.numel() > 1 && slots.stride(0) != 1) ||
+      slots.numel() != rows[0].dims[1])
+    return false;
+  static const int64_t none = 0;
+  const int64_t *at = slots.numel() ? slots.data_ptr<int64_t>() : &none;
+  return with_default_context([&](void *context) {
+           return append_fn(context, &rows[0], &rows[1], at, &kv);
+         }) == 0;
 }
 
 pybind11::object python_of(const c10::IValue &value) {
@@ -114,34 +189,50 @@ pybind11::object python_of(const c10::IValue &value) {
   return pybind11::str(value.toStringRef());
 }
 
-// The Python kernel on the same arguments: its result, or its exception.
-at::Tensor attention_in_python(const c10::IValue *args) {
-  pybind11::gil_scoped_acquire locked;
-  pybind11::tuple given(kAttentionArgs);
-  for (size_t i = 0; i < kAttentionArgs; i++) given[i] = python_of(args[i]);
-  pybind11::object result =
-      pybind11::reinterpret_borrow<pybind11::object>(op_state.python_kernel)(
-          *given);
-  return result.cast<at::Tensor>();
+// A Python kernel on the same arguments: its result, or its exception.
+pybind11::object in_python(PyObject *kernel, const c10::IValue *args,
+                           size_t count) {
+  pybind11::tuple given(count);
+  for (size_t i = 0; i < count; i++) given[i] = python_of(args[i]);
+  return pybind11::reinterpret_borrow<pybind11::object>(kernel)(*given);
 }
 
 void attention_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   const c10::IValue *args = stack->data() + stack->size() - kAttentionArgs;
   at::Tensor out = attention_common(args);
-  if (!out.defined()) out = attention_in_python(args);
+  if (!out.defined()) {
+    pybind11::gil_scoped_acquire locked;
+    out = in_python(op_state.python_attention, args, kAttentionArgs)
+              .cast<at::Tensor>();
+  }
   stack->erase(stack->end() - kAttentionArgs, stack->end());
   stack->emplace_back(std::move(out));
 }
 
-// Registers attention_op as flashcpu::attention's CPU kernel (the schema
-// defined already). defaults: AttentionParams' bytes at the library's
-// defaults; offsets: of scale, flags, window_left, window_right and
-// softcap in it.
+void kv_append_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
+  const c10::IValue *args = stack->data() + stack->size() - kAppendArgs;
+  if (!kv_append_common(args)) {
+    pybind11::gil_scoped_acquire locked;
+    in_python(op_state.python_kv_append, args, kAppendArgs);
+  }
+  stack->erase(stack->end() - kAppendArgs, stack->end());
+}
+
+// Registers attention_op and kv_append_op as the CPU kernels of
+// flashcpu::attention and flashcpu::kv_append (the schemas defined
+// already). defaults: AttentionParams' bytes at the library's defaults;
+// offsets: of scale, flags, window_left, window_right and softcap in it;
+// paged_kv_size: the package's size of flashcpu_paged_kv.
 void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
-                  int64_t causal_flag, pybind11::object context_address,
-                  pybind11::object python_kernel) {
+                  int64_t causal_flag, int64_t paged_kv_size,
+                  pybind11::object context_address,
+                  pybind11::object python_attention,
+                  pybind11::object python_kv_append) {
   if (offsets.size() != 5)
     throw std::invalid_argument("register_ops: 5 offsets expected");
+  if (paged_kv_size != static_cast<int64_t>(sizeof(PagedKV)))
+    throw std::invalid_argument(
+        "register_ops: flashcpu_paged_kv's size differs");
   const std::string bytes = defaults;
   OpState state;
   state.defaults.assign(bytes.begin(), bytes.end());
@@ -154,7 +245,8 @@ void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
   state.causal_flag = static_cast<uint32_t>(causal_flag);
   // Kept for the life of the process: a kernel may run on any thread.
   state.context_address = context_address.release().ptr();
-  state.python_kernel = python_kernel.release().ptr();
+  state.python_attention = python_attention.release().ptr();
+  state.python_kv_append = python_kv_append.release().ptr();
   op_library.reset();
   op_state = std::move(state);
   op_library = std::make_unique<torch::Library>(
@@ -162,6 +254,8 @@ void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
       __LINE__);
   op_library->impl("attention",
                    torch::CppFunction::makeFromBoxedFunction<&attention_op>());
+  op_library->impl("kv_append",
+                   torch::CppFunction::makeFromBoxedFunction<&kv_append_op>());
 }
 
 void deregister_ops() { op_library.reset(); }

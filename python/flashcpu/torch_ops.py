@@ -12,10 +12,12 @@ built, attention's CPU kernel is the extension's C++ one (use_native):
 the dispatcher then calls the library with no Python frame between, and
 the C++ kernel hands what it does not take to the Python kernel here."""
 
+import ctypes
+
 import torch
 
 from . import _api, _context, _paged, errors, native
-from ._library import AttentionParams, FLAG_CAUSAL
+from ._library import AttentionParams, FLAG_CAUSAL, PagedKV
 
 _OPTIONS = ("bool causal=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
             "float? scale=None")
@@ -78,9 +80,10 @@ def _kv_append_fake(k_new, v_new, slot_mapping, k_cache, v_cache, layout="nhd"):
     return None
 
 
+# attention's and kv_append's CPU kernels: use_native or use_python.
 for _name, _kernel, _fake in (("attention", None, _attention_fake),
                               ("attention_paged", _attention_paged, _attention_paged_fake),
-                              ("kv_append", _kv_append, _kv_append_fake)):
+                              ("kv_append", None, _kv_append_fake)):
     if _kernel is not None:
         _lib.impl(_name, _kernel, "CPU")
     if hasattr(torch.library, "register_fake"):
@@ -88,7 +91,7 @@ for _name, _kernel, _fake in (("attention", None, _attention_fake),
     else:  # before torch 2.4: the fake is the Meta kernel
         _lib.impl(_name, _fake, "Meta")
 
-_python_kernel = None  # the Library holding attention's Python CPU kernel while it serves
+_python_kernels = None  # the Library of attention's and kv_append's Python CPU kernels
 _native_module = None  # the extension whose C++ kernel serves instead
 
 
@@ -98,40 +101,42 @@ def _context_address():
 
 
 def use_native(module):
-    """Makes the loaded flashcpu.native extension's C++ kernel serve
-    attention on CPU (flashcpu.native does it when it loads)."""
-    global _python_kernel, _native_module
+    """Makes the loaded flashcpu.native extension's C++ kernels serve
+    attention and kv_append on CPU (flashcpu.native does it when it loads)."""
+    global _python_kernels, _native_module
     if _native_module is module:
         return
     if _native_module is not None:
         _native_module.deregister_ops()
         _native_module = None
-    lib, _python_kernel = _python_kernel, None
+    lib, _python_kernels = _python_kernels, None
     if lib is not None:  # one CPU kernel at a time: torch warns on an override
         getattr(lib, "_destroy", lambda: None)()  # torch 2.x; before, dropping it does
         del lib
     offsets = [getattr(AttentionParams, field).offset
                for field in ("scale", "flags", "window_left", "window_right", "softcap")]
-    module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, _context_address,
-                        _attention)
+    module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, ctypes.sizeof(PagedKV),
+                        _context_address, _attention, _kv_append)
     _native_module = module
 
 
 def use_python():
-    """Makes the Python kernel serve attention on CPU (the path without the
-    extension; the results are the same)."""
-    global _python_kernel, _native_module
+    """Makes the Python kernels serve attention and kv_append on CPU (the
+    path without the extension; the results are the same)."""
+    global _python_kernels, _native_module
     if _native_module is not None:
         _native_module.deregister_ops()
         _native_module = None
-    if _python_kernel is None:
+    if _python_kernels is None:
         lib = torch.library.Library("flashcpu", "IMPL")
         lib.impl("attention", _attention, "CPU")
-        _python_kernel = lib
+        lib.impl("kv_append", _kv_append, "CPU")
+        _python_kernels = lib
 
 
 def compiled():
-    """True where attention's CPU kernel is the extension's C++ one."""
+    """True where attention's and kv_append's CPU kernels are the
+    extension's C++ ones."""
     return _native_module is not None
 
 
