@@ -73,8 +73,12 @@ bool params_of(const c10::IValue *args, unsigned char *params) {
 }
 
 // This thread's default context handle (the package makes it on first
-// use), through the package: it is per Python thread.
+// use), through the package: it is per Python thread. NULL on a thread
+// without a Python thread state: one made for the lookup would take the
+// context with it when it goes, so the Python kernel (which holds the
+// context while it calls) takes such calls.
 void *default_context() {
+  if (!PyGILState_GetThisThreadState()) return nullptr;
   pybind11::gil_scoped_acquire locked;
   PyObject *address = PyObject_CallObject(op_state.context_address, nullptr);
   if (!address) throw pybind11::error_already_set();
@@ -84,9 +88,11 @@ void *default_context() {
   return handle;
 }
 
-// Runs call(context) on this thread's default context, without the GIL.
+// call(context)'s status on this thread's default context, without the
+// GIL; -1 where there is no context to take.
 template <typename Call> int with_default_context(Call call) {
   void *context = default_context();
+  if (!context) return -1;
   if (PyGILState_Check()) {
     pybind11::gil_scoped_release unlocked;
     return call(context);

@@ -160,10 +160,12 @@ def test_errors_the_same_on_both_kernels(compiled, case):
 
 
 def test_meta_tensors_take_the_fake(compiled):
-    q = torch.empty(2, 5, 8, 64, device="meta")
-    k = torch.empty(2, 40, 2, 64, device="meta")
-    v = torch.empty(2, 40, 2, 32, device="meta")
-    out = torch.ops.flashcpu.attention(q, k, v, True)
+    # Inference tensors: torch 1.13 has no autograd fallthrough for Meta.
+    with torch.inference_mode():
+        q = torch.empty(2, 5, 8, 64, device="meta")
+        k = torch.empty(2, 40, 2, 64, device="meta")
+        v = torch.empty(2, 40, 2, 32, device="meta")
+        out = torch.ops.flashcpu.attention(q, k, v, True)
     assert out.device.type == "meta" and out.shape == (2, 5, 8, 32)
 
 
@@ -191,3 +193,55 @@ def test_without_the_extension_the_python_kernel_serves():
             "print(o.compiled(), n.available() is None)")
     empty = os.path.join(os.environ["FLASHCPU_NATIVE_DIR"], "empty")
     assert _in_a_new_process(code, FLASHCPU_NATIVE_DIR=empty) == ["False", "True"]
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+def test_kv_append_same_bytes_and_errors(compiled, layout):
+    torch.manual_seed(10)
+    shape = (6, 16, 2, 64) if layout == "nhd" else (6, 2, 16, 64)
+    k_new = torch.randn(20, 2, 64)  # float32 rows into bf16 / f16 caches
+    v_new = torch.randn(20, 2, 64)
+    slots = torch.tensor([5 * 16 + i for i in range(16)] + [-1, 3, 40, 79])
+    expected_k = torch.zeros(shape, dtype=torch.bfloat16)
+    expected_v = torch.zeros(shape, dtype=torch.float16)
+    flashcpu.kv_append(k_new, v_new, slots, flashcpu.PagedKV(expected_k, expected_v, layout))
+
+    def call():
+        k_cache = torch.zeros(shape, dtype=torch.bfloat16)
+        v_cache = torch.zeros(shape, dtype=torch.float16)
+        torch.ops.flashcpu.kv_append(k_new, v_new, slots, k_cache, v_cache, layout)
+        return k_cache, v_cache
+    for k_cache, v_cache in both_kernels(compiled, call):
+        assert torch.equal(bits(k_cache), bits(expected_k))
+        assert torch.equal(bits(v_cache), bits(expected_v))
+    assert expected_k.abs().sum() > 0
+
+    def bad(slot_mapping, rows=k_new):
+        k_cache = torch.full(shape, 7.0, dtype=torch.bfloat16)
+        v_cache = torch.full(shape, 7.0, dtype=torch.float16)
+        error = _error(lambda: torch.ops.flashcpu.kv_append(rows, rows, slot_mapping, k_cache,
+                                                            v_cache, layout))
+        assert (k_cache == 7).all() and (v_cache == 7).all()  # nothing written
+        return error
+    for slot_mapping, rows in ((torch.tensor([96]), k_new[:1]),  # past the pool
+                               (slots[:3], k_new),               # 3 slots, 20 rows
+                               (slots.float(), k_new)):          # not integers
+        in_cpp, in_python = both_kernels(compiled, lambda: bad(slot_mapping, rows))
+        assert in_cpp == in_python and in_cpp[1]
+
+
+def test_a_thread_without_python(compiled):
+    # torch.jit.fork runs the scripted call on torch's inter-op pool, a
+    # thread with no Python thread state: the Python kernel takes it.
+    @torch.jit.script
+    def call(q, k):
+        return torch.ops.flashcpu.attention(q, k, k, True)
+
+    @torch.jit.script
+    def forked(q, k):
+        return torch.jit.wait(torch.jit.fork(call, q, k))
+    torch.manual_seed(11)
+    q, k = torch.randn(1, 3, 8, 64), torch.randn(1, 30, 2, 64)
+    expected = flashcpu.attention(q, k, k, causal=True)
+    for out in both_kernels(compiled, lambda: forked(q, k)):
+        assert torch.equal(out, expected)
