@@ -4,8 +4,8 @@
 // pointers).
 //
 // The package defines the operator (schema and fake kernel, torch_ops.py)
-// and then calls register_ops, which registers this kernel at run time,
-// after the schema exists, and deregister_ops takes it back (the Python
+// and then calls register_ops, which registers these kernels at run time,
+// after the schemas exist, and deregister_ops takes them back (the Python
 // kernels then serve again). The common call runs here; anything else
 // (sinks, ALiBi slopes, quantized codes, other dtypes, a status other than
 // 0, a bad argument) goes to the Python kernel, which takes it or raises the

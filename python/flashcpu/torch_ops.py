@@ -8,9 +8,10 @@ they are the Meta kernels).
 They are defined with torch.library.Library (schema, CPU kernel, fake)
 rather than torch.library.custom_op, whose checks around each call cost
 more than the call itself on a short decode. Where flashcpu.native is
-built, attention's CPU kernel is the extension's C++ one (use_native):
-the dispatcher then calls the library with no Python frame between, and
-the C++ kernel hands what it does not take to the Python kernel here."""
+built, attention's and kv_append's CPU kernels are the extension's C++
+ones (use_native): the dispatcher then calls the library with no Python
+frame between, and the C++ kernels hand what they do not take to the
+Python kernels here."""
 
 import ctypes
 
@@ -102,7 +103,8 @@ def _context_address():
 
 def use_native(module):
     """Makes the loaded flashcpu.native extension's C++ kernels serve
-    attention and kv_append on CPU (flashcpu.native does it when it loads)."""
+    attention and kv_append on CPU (flashcpu.native does it when it loads).
+    Not while another thread calls the ops."""
     global _python_kernels, _native_module
     if _native_module is module:
         return
@@ -122,7 +124,8 @@ def use_native(module):
 
 def use_python():
     """Makes the Python kernels serve attention and kv_append on CPU (the
-    path without the extension; the results are the same)."""
+    path without the extension; the results are the same). Not while
+    another thread calls the ops."""
     global _python_kernels, _native_module
     if _native_module is not None:
         _native_module.deregister_ops()
