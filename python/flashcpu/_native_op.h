@@ -7,17 +7,18 @@
 // and then calls register_ops, which registers these kernels at run time,
 // after the schemas exist, and deregister_ops takes them back (the Python
 // kernels then serve again). The common call runs here; anything else
-// (sinks, ALiBi slopes, quantized codes, other dtypes, a status other than
-// 0, a bad argument) goes to the Python kernel, which takes it or raises the
-// flashcpu.Error that it raises without the extension: the same results
-// and the same messages on both paths.
+// (ALiBi slopes, sinks not a float vector [Hq], quantized codes, other dtypes,
+// a status other than 0, a bad argument) goes to the Python kernel, which takes
+// it or raises the flashcpu.Error that it raises without the extension: the
+// same results and the same messages on both paths.
 
 namespace {
 
 // What the kernel needs from the package, given by register_ops.
 struct OpState {
   std::vector<unsigned char> defaults; // AttentionParams, library defaults
-  size_t scale_at, flags_at, left_at, right_at, softcap_at;
+  size_t scale_at, flags_at, left_at, right_at, softcap_at, sinks_at,
+      sinks_dtype_at;
   uint32_t causal_flag;
   PyObject *context_address;  // () -> the thread's default context handle
   PyObject *python_attention; // the Python kernels, for everything else
@@ -100,11 +101,25 @@ template <typename Call> int with_default_context(Call call) {
   return call(context);
 }
 
+// Sinks [heads] of a float dtype, contiguous, into params, as the
+// Python kernel passes them in place; false for anything else.
+bool sinks_of(const at::Tensor &sinks, int64_t heads, unsigned char *params) {
+  if (!sinks.device().is_cpu() || sinks.layout() != at::kStrided ||
+      sinks.dim() != 1 || sinks.size(0) != heads ||
+      (heads > 1 && sinks.stride(0) != 1) || !sinks.data_ptr())
+    return false;
+  const int code = dtype_code(sinks.scalar_type());
+  if (code < 0) return false;
+  put(params, op_state.sinks_at, sinks.data_ptr());
+  put(params, op_state.sinks_dtype_at, static_cast<int32_t>(code));
+  return true;
+}
+
 // The common call: the new output, or an undefined tensor where the call
 // is anything else or the library refused it.
 at::Tensor attention_common(const c10::IValue *args) {
-  if (!attention_fn || !args[9].isNone() || !args[10].isNone() ||
-      !args[8].isString())
+  if (!attention_fn || !args[10].isNone() || !args[8].isString() ||
+      !(args[9].isNone() || args[9].isTensor()))
     return {};
   const std::string &layout = args[8].toStringRef();
   const bool bhsd = layout == "bhsd";
@@ -120,7 +135,10 @@ at::Tensor attention_common(const c10::IValue *args) {
     return {};
   at::Tensor out = at::empty({q.size(0), q.size(1), q.size(2), v.size(3)},
                              at::TensorOptions().dtype(q.scalar_type()));
-  if (!view_of(out, bhsd, &views[3])) return {};
+  if (!view_of(out, bhsd, &views[3]) ||
+      (args[9].isTensor() &&
+       !sinks_of(args[9].toTensor(), views[0].dims[2], params)))
+    return {};
   const int status = with_default_context([&](void *context) {
     return attention_fn(context, &views[0], &views[1], &views[2], &views[3],
                         nullptr, params);
@@ -227,15 +245,16 @@ void kv_append_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
 // Registers attention_op and kv_append_op as the CPU kernels of
 // flashcpu::attention and flashcpu::kv_append (the schemas defined
 // already). defaults: AttentionParams' bytes at the library's defaults;
-// offsets: of scale, flags, window_left, window_right and softcap in it;
+// offsets: of scale, flags, window_left, window_right, softcap, sinks and
+// sinks_dtype in it;
 // paged_kv_size: the package's size of flashcpu_paged_kv.
 void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
                   int64_t causal_flag, int64_t paged_kv_size,
                   pybind11::object context_address,
                   pybind11::object python_attention,
                   pybind11::object python_kv_append) {
-  if (offsets.size() != 5)
-    throw std::invalid_argument("register_ops: 5 offsets expected");
+  if (offsets.size() != 7)
+    throw std::invalid_argument("register_ops: 7 offsets expected");
   if (paged_kv_size != static_cast<int64_t>(sizeof(PagedKV)))
     throw std::invalid_argument(
         "register_ops: flashcpu_paged_kv's size differs");
@@ -247,7 +266,8 @@ void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
       throw std::invalid_argument("register_ops: an offset past the params");
   state.scale_at = offsets[0], state.flags_at = offsets[1];
   state.left_at = offsets[2], state.right_at = offsets[3];
-  state.softcap_at = offsets[4];
+  state.softcap_at = offsets[4], state.sinks_at = offsets[5];
+  state.sinks_dtype_at = offsets[6];
   state.causal_flag = static_cast<uint32_t>(causal_flag);
   // Kept for the life of the process: a kernel may run on any thread.
   state.context_address = context_address.release().ptr();

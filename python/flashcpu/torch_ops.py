@@ -116,7 +116,8 @@ def use_native(module):
         getattr(lib, "_destroy", lambda: None)()  # torch 2.x; before, dropping it does
         del lib
     offsets = [getattr(AttentionParams, field).offset
-               for field in ("scale", "flags", "window_left", "window_right", "softcap")]
+               for field in ("scale", "flags", "window_left", "window_right", "softcap",
+                             "sinks", "sinks_dtype")]
     module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, ctypes.sizeof(PagedKV),
                         _context_address, _attention, _kv_append)
     _native_module = module

@@ -67,6 +67,7 @@ def test_the_op_runs_no_python_kernel(compiled):
         sys.setprofile(profile)
         try:
             torch.ops.flashcpu.attention(q, k, k, True)
+            torch.ops.flashcpu.attention(q, k, k, sinks=torch.zeros(8, dtype=torch.bfloat16))
         finally:
             sys.setprofile(None)
         return set(called)
@@ -90,7 +91,9 @@ def test_same_bytes_as_flashcpu_attention(compiled, dtype, layout):
     for options in ({}, {"causal": True},
                     {"causal": True, "window_left": 9, "window_right": 0, "softcap": 15.0,
                      "scale": 0.2},
-                    {"sinks": torch.linspace(-1, 1, 8)}):
+                    {"sinks": torch.linspace(-1, 1, 8)},
+                    {"sinks": torch.linspace(-1, 1, 16).to(dtype)[::2]},  # strided: Python
+                    {"sinks": torch.linspace(-1, 1, 8).double()}):        # float64: Python
         expected = torch.full(shape[:3] + (32,), float("nan"), dtype=dtype)
         flashcpu.attention(q, k, v, out=expected, layout=layout,
                            causal=options.get("causal", False),
