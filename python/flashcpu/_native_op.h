@@ -23,12 +23,15 @@ struct OpState {
   PyObject *context_address;  // () -> the thread's default context handle
   PyObject *python_attention; // the Python kernels, for everything else
   PyObject *python_kv_append;
+  PyObject *python_paged;
+  PyObject *plan_handles; // (plan id, dtypes) -> (plan, C plan, context)
 };
 OpState op_state;
 std::unique_ptr<torch::Library> op_library;
 
 constexpr size_t kAttentionArgs = 11; // the schemas' arguments
 constexpr size_t kAppendArgs = 6;
+constexpr size_t kPagedArgs = 12;
 
 // flashcpu_paged_kv's layout (include/flashcpu/flashcpu.h).
 struct PagedKV {
@@ -57,18 +60,19 @@ bool float32_of(double value, float *out) {
   return true;
 }
 
-// The params of a call with these options (no arrays), or false.
-bool params_of(const c10::IValue *args, unsigned char *params) {
+// The params of a call with these options (no arrays), or false. options:
+// causal, window_left, window_right, softcap and scale, in that order.
+bool params_of(const c10::IValue *options, unsigned char *params) {
   const OpState &s = op_state;
   float scale = 0.0f, softcap = 0.0f;
-  if (!args[7].isNone() && !float32_of(args[7].toDouble(), &scale))
+  if (!options[4].isNone() && !float32_of(options[4].toDouble(), &scale))
     return false;
-  if (!float32_of(args[6].toDouble(), &softcap)) return false;
+  if (!float32_of(options[3].toDouble(), &softcap)) return false;
   std::memcpy(params, s.defaults.data(), s.defaults.size());
   put(params, s.scale_at, scale);
-  put(params, s.flags_at, args[3].toBool() ? s.causal_flag : 0u);
-  put(params, s.left_at, static_cast<int64_t>(args[4].toInt()));
-  put(params, s.right_at, static_cast<int64_t>(args[5].toInt()));
+  put(params, s.flags_at, options[0].toBool() ? s.causal_flag : 0u);
+  put(params, s.left_at, static_cast<int64_t>(options[1].toInt()));
+  put(params, s.right_at, static_cast<int64_t>(options[2].toInt()));
   put(params, s.softcap_at, softcap);
   return true;
 }
@@ -125,7 +129,7 @@ at::Tensor attention_common(const c10::IValue *args) {
   const bool bhsd = layout == "bhsd";
   if (!bhsd && layout != "bshd") return {};
   alignas(16) unsigned char params[512];
-  if (op_state.defaults.size() > sizeof params || !params_of(args, params))
+  if (op_state.defaults.size() > sizeof params || !params_of(args + 3, params))
     return {};
   const at::Tensor &q = args[0].toTensor(), &k = args[1].toTensor(),
                    &v = args[2].toTensor();
@@ -170,24 +174,77 @@ bool cache_side(const at::Tensor &cache, bool hnd, void **data, int32_t *dtype,
   return true;
 }
 
-// kv_append's common call: true when the library wrote the rows.
-bool kv_append_common(const c10::IValue *args) {
-  if (!append_fn || !args[5].isString()) return false;
-  const std::string &layout = args[5].toStringRef();
+// The PagedKV of two unquantized torch caches and a layout, or false.
+bool paged_kv_of(const c10::IValue &k_cache, const c10::IValue &v_cache,
+                 const c10::IValue &layout_name, PagedKV *kv) {
+  if (!layout_name.isString()) return false;
+  const std::string &layout = layout_name.toStringRef();
   const bool hnd = layout == "hnd";
   if (!hnd && layout != "nhd") return false;
-  PagedKV kv{};
-  kv.struct_size = sizeof kv;
+  *kv = PagedKV{};
+  kv->struct_size = sizeof *kv;
   int64_t k_dims[4], v_dims[4];
-  if (!cache_side(args[3].toTensor(), hnd, &kv.k, &kv.k_dtype, kv.k_strides,
+  if (!cache_side(k_cache.toTensor(), hnd, &kv->k, &kv->k_dtype, kv->k_strides,
                   k_dims) ||
-      !cache_side(args[4].toTensor(), hnd, &kv.v, &kv.v_dtype, kv.v_strides,
+      !cache_side(v_cache.toTensor(), hnd, &kv->v, &kv->v_dtype, kv->v_strides,
                   v_dims) ||
       k_dims[0] != v_dims[0] || k_dims[1] != v_dims[1] ||
       k_dims[2] != v_dims[2])
     return false;
-  kv.num_pages = k_dims[0], kv.page_size = k_dims[1], kv.kv_heads = k_dims[2];
-  kv.head_dim = k_dims[3], kv.v_head_dim = v_dims[3];
+  kv->num_pages = k_dims[0], kv->page_size = k_dims[1];
+  kv->kv_heads = k_dims[2], kv->head_dim = k_dims[3];
+  kv->v_head_dim = v_dims[3];
+  return true;
+}
+
+// attention_paged's common call: the new output, or an undefined tensor.
+// The step's plan comes from the package (it is a Python object, held
+// while the call runs); one it has not yet made for these dtypes is made
+// by the Python kernel, which the call then goes to.
+at::Tensor paged_common(const c10::IValue *args) {
+  alignas(16) unsigned char params[512];
+  PagedKV kv;
+  Tensor views[2];
+  if (!paged_fn || !args[11].isNone() ||
+      !(args[10].isNone() || args[10].isTensor()) ||
+      op_state.defaults.size() > sizeof params ||
+      !params_of(args + 5, params) ||
+      !paged_kv_of(args[1], args[2], args[4], &kv) ||
+      !rows_of(args[0].toTensor(), &views[0]))
+    return {};
+  const at::Tensor &q = args[0].toTensor(), &plan = args[3].toTensor();
+  if (!plan.device().is_cpu() || plan.dim() != 1 || plan.numel() != 1 ||
+      plan.scalar_type() != at::kLong)
+    return {};
+  at::Tensor out = at::empty({q.size(0), q.size(1), kv.v_head_dim},
+                             at::TensorOptions().dtype(q.scalar_type()));
+  if (!rows_of(out, &views[1]) ||
+      (args[10].isTensor() &&
+       !sinks_of(args[10].toTensor(), views[0].dims[2], params)))
+    return {};
+  pybind11::gil_scoped_acquire locked;
+  const int code = views[0].dtype;
+  pybind11::object found =
+      pybind11::reinterpret_borrow<pybind11::object>(op_state.plan_handles)(
+          *plan.data_ptr<int64_t>(), code, code, kv.k_dtype, kv.v_dtype);
+  if (found.is_none()) return {};
+  const pybind11::tuple held = found;
+  void *c_plan = PyLong_AsVoidPtr(held[1].ptr());
+  void *context = PyLong_AsVoidPtr(held[2].ptr());
+  if (PyErr_Occurred()) throw pybind11::error_already_set();
+  int status;
+  {
+    pybind11::gil_scoped_release unlocked;
+    status =
+        paged_fn(context, c_plan, &views[0], &kv, &views[1], nullptr, params);
+  }
+  return status == 0 ? out : at::Tensor();
+}
+
+// kv_append's common call: true when the library wrote the rows.
+bool kv_append_common(const c10::IValue *args) {
+  PagedKV kv;
+  if (!append_fn || !paged_kv_of(args[3], args[4], args[5], &kv)) return false;
   const at::Tensor &slots = args[2].toTensor();
   Tensor rows[2];
   if (!rows_of(args[0].toTensor(), &rows[0]) ||
@@ -233,6 +290,17 @@ void attention_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   stack->emplace_back(std::move(out));
 }
 
+void paged_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
+  const c10::IValue *args = stack->data() + stack->size() - kPagedArgs;
+  at::Tensor out = paged_common(args);
+  if (!out.defined()) {
+    pybind11::gil_scoped_acquire locked;
+    out = in_python(op_state.python_paged, args, kPagedArgs).cast<at::Tensor>();
+  }
+  stack->erase(stack->end() - kPagedArgs, stack->end());
+  stack->emplace_back(std::move(out));
+}
+
 void kv_append_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   const c10::IValue *args = stack->data() + stack->size() - kAppendArgs;
   if (!kv_append_common(args)) {
@@ -252,7 +320,9 @@ void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
                   int64_t causal_flag, int64_t paged_kv_size,
                   pybind11::object context_address,
                   pybind11::object python_attention,
-                  pybind11::object python_kv_append) {
+                  pybind11::object python_kv_append,
+                  pybind11::object python_paged,
+                  pybind11::object plan_handles) {
   if (offsets.size() != 7)
     throw std::invalid_argument("register_ops: 7 offsets expected");
   if (paged_kv_size != static_cast<int64_t>(sizeof(PagedKV)))
@@ -273,6 +343,8 @@ void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
   state.context_address = context_address.release().ptr();
   state.python_attention = python_attention.release().ptr();
   state.python_kv_append = python_kv_append.release().ptr();
+  state.python_paged = python_paged.release().ptr();
+  state.plan_handles = plan_handles.release().ptr();
   op_library.reset();
   op_state = std::move(state);
   op_library = std::make_unique<torch::Library>(
@@ -280,6 +352,8 @@ void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
       __LINE__);
   op_library->impl("attention",
                    torch::CppFunction::makeFromBoxedFunction<&attention_op>());
+  op_library->impl("attention_paged",
+                   torch::CppFunction::makeFromBoxedFunction<&paged_op>());
   op_library->impl("kv_append",
                    torch::CppFunction::makeFromBoxedFunction<&kv_append_op>());
 }

@@ -8,10 +8,9 @@ they are the Meta kernels).
 They are defined with torch.library.Library (schema, CPU kernel, fake)
 rather than torch.library.custom_op, whose checks around each call cost
 more than the call itself on a short decode. Where flashcpu.native is
-built, attention's and kv_append's CPU kernels are the extension's C++
-ones (use_native): the dispatcher then calls the library with no Python
-frame between, and the C++ kernels hand what they do not take to the
-Python kernels here."""
+built, their CPU kernels are the extension's C++ ones (use_native): the
+dispatcher then calls the library with no Python frame between, and the
+C++ kernels hand what they do not take to the Python kernels here."""
 
 import ctypes
 
@@ -81,29 +80,44 @@ def _kv_append_fake(k_new, v_new, slot_mapping, k_cache, v_cache, layout="nhd"):
     return None
 
 
-# attention's and kv_append's CPU kernels: use_native or use_python.
-for _name, _kernel, _fake in (("attention", None, _attention_fake),
-                              ("attention_paged", _attention_paged, _attention_paged_fake),
-                              ("kv_append", None, _kv_append_fake)):
-    if _kernel is not None:
-        _lib.impl(_name, _kernel, "CPU")
+# The CPU kernels: use_native or use_python, below.
+_KERNELS = (("attention", _attention), ("attention_paged", _attention_paged),
+            ("kv_append", _kv_append))
+for _name, _fake in (("attention", _attention_fake),
+                     ("attention_paged", _attention_paged_fake),
+                     ("kv_append", _kv_append_fake)):
     if hasattr(torch.library, "register_fake"):
         torch.library.register_fake(f"flashcpu::{_name}", _fake, lib=_lib)
     else:  # before torch 2.4: the fake is the Meta kernel
         _lib.impl(_name, _fake, "Meta")
 
-_python_kernels = None  # the Library of attention's and kv_append's Python CPU kernels
+_python_kernels = None  # the Library of the Python CPU kernels while they serve
 _native_module = None  # the extension whose C++ kernel serves instead
 
 
 def _context_address():
-    """This thread's default context handle (the C++ kernel's context)."""
+    """This thread's default context handle (the C++ kernels' context)."""
     return _context.default_context().handle.value
 
 
+def _plan_handles(plan_id, q_code, out_code, k_dtype, v_dtype):
+    """(the Plan as_tensor() named, its C plan for these dtypes on
+    unquantized caches, its context handle) for the C++ attention_paged
+    kernel, or None where the Python kernel is to take the call (the plan
+    is gone or closed, or has no C plan for these dtypes yet: the Python
+    kernel makes it)."""
+    plan = _paged._live_plans.get(plan_id)
+    if plan is None or plan._handle is None or plan.context._ctx is None:
+        return None
+    handle = plan._handles.get((q_code, out_code, (k_dtype, v_dtype, None, None)))
+    if handle is None:
+        return None
+    return plan, handle.value, plan.context._ctx.value
+
+
 def use_native(module):
-    """Makes the loaded flashcpu.native extension's C++ kernels serve
-    attention and kv_append on CPU (flashcpu.native does it when it loads).
+    """Makes the loaded flashcpu.native extension's C++ kernels serve the
+    ops on CPU (flashcpu.native does it when it loads).
     Not while another thread calls the ops."""
     global _python_kernels, _native_module
     if _native_module is module:
@@ -119,12 +133,13 @@ def use_native(module):
                for field in ("scale", "flags", "window_left", "window_right", "softcap",
                              "sinks", "sinks_dtype")]
     module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, ctypes.sizeof(PagedKV),
-                        _context_address, _attention, _kv_append)
+                        _context_address, _attention, _kv_append, _attention_paged,
+                        _plan_handles)
     _native_module = module
 
 
 def use_python():
-    """Makes the Python kernels serve attention and kv_append on CPU (the
+    """Makes the Python kernels serve the ops on CPU (the
     path without the extension; the results are the same). Not while
     another thread calls the ops."""
     global _python_kernels, _native_module
@@ -133,14 +148,13 @@ def use_python():
         _native_module = None
     if _python_kernels is None:
         lib = torch.library.Library("flashcpu", "IMPL")
-        lib.impl("attention", _attention, "CPU")
-        lib.impl("kv_append", _kv_append, "CPU")
+        for name, kernel in _KERNELS:
+            lib.impl(name, kernel, "CPU")
         _python_kernels = lib
 
 
 def compiled():
-    """True where attention's and kv_append's CPU kernels are the
-    extension's C++ ones."""
+    """True where the ops' CPU kernels are the extension's C++ ones."""
     return _native_module is not None
 
 

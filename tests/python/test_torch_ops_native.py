@@ -248,3 +248,41 @@ def test_a_thread_without_python(compiled):
     expected = flashcpu.attention(q, k, k, causal=True)
     for out in both_kernels(compiled, lambda: forked(q, k)):
         assert torch.equal(out, expected)
+
+
+def test_attention_paged_on_both_kernels(compiled):
+    torch.manual_seed(12)
+    k_cache = torch.randn(6, 16, 2, 64, dtype=torch.bfloat16)
+    v_cache = torch.randn(6, 16, 2, 64, dtype=torch.bfloat16)
+    kv = flashcpu.PagedKV(k_cache, v_cache)
+    plan = flashcpu.Plan([0, 3, 4], [40, 20], [[5, 2, 4], [2, 5, 0]], num_heads=8, kv=kv)
+    named = plan.as_tensor()
+    q = torch.randn(4, 8, 64, dtype=torch.bfloat16)
+    sinks = torch.linspace(-1, 1, 8)
+    for options in ({"causal": True}, {"causal": True, "sinks": sinks},
+                    {"window_left": 5, "softcap": 10.0, "scale": 0.1}):
+        expected = flashcpu.attention_paged(
+            q, kv, plan, causal=options.get("causal", False),
+            window=(options.get("window_left", -1), -1), softcap=options.get("softcap", 0.0),
+            scale=options.get("scale"), sinks=options.get("sinks"))
+        for out in both_kernels(compiled, lambda: torch.ops.flashcpu.attention_paged(
+                q, k_cache, v_cache, named, "nhd", **options)):
+            assert torch.equal(bits(out), bits(expected))
+    called = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            called.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, named, "nhd", True)
+    finally:
+        sys.setprofile(None)
+    assert "_attention_paged" not in called and "_plan_handles" in called
+    # A plan tensor that names no plan, and a closed plan: the same errors.
+    for plan_tensor in (torch.tensor([10 ** 9]), named):
+        if plan_tensor is named:
+            plan.close()
+        in_cpp, in_python = both_kernels(compiled, lambda: _error(
+            lambda: torch.ops.flashcpu.attention_paged(q, k_cache, v_cache, plan_tensor)))
+        assert in_cpp == in_python and issubclass(in_cpp[0], flashcpu.InvalidArgumentError)
