@@ -16,9 +16,9 @@ with the same torch; FLASHCPU_NATIVE=0 turns it off. Without it every call
 takes the ctypes path, with the same results: both call the same library
 function on the same views.
 
-Loaded, it also serves torch.ops.flashcpu.attention on CPU tensors: the
-kernel is registered in C++ (flashcpu.torch_ops.use_native), so that the
-dispatcher calls the library with no Python frame in between."""
+Loaded, it also serves the torch ops (torch.ops.flashcpu.*) on CPU
+tensors: their kernels are registered in C++ (flashcpu.torch_ops.use_native),
+so that the dispatcher calls the library with no Python frame in between."""
 
 import ctypes
 import hashlib
