@@ -78,18 +78,27 @@ bool params_of(const c10::IValue *options, unsigned char *params) {
 }
 
 // This thread's default context handle (the package makes it on first
-// use), through the package: it is per Python thread. NULL on a thread
-// without a Python thread state: one made for the lookup would take the
-// context with it when it goes, so the Python kernel (which holds the
-// context while it calls) takes such calls.
+// use), looked up through the package (it is per Python thread) and kept
+// until the package makes or closes a context (context_generation,
+// _native_backend.h): the common call takes neither the GIL nor a Python
+// step for it. NULL on a thread without a Python thread state: one made
+// for the lookup would take the context with it when it goes, so the
+// Python kernel (which holds the context while it calls) takes such calls.
+thread_local int64_t op_context_generation = -1;
+thread_local void *op_context = nullptr;
+
 void *default_context() {
   if (!PyGILState_GetThisThreadState()) return nullptr;
+  const int64_t now = context_generation.load();
+  if (op_context_generation == now && op_context) return op_context;
   pybind11::gil_scoped_acquire locked;
   PyObject *address = PyObject_CallObject(op_state.context_address, nullptr);
   if (!address) throw pybind11::error_already_set();
   void *handle = PyLong_AsVoidPtr(address);
   Py_DECREF(address);
   if (!handle && PyErr_Occurred()) throw pybind11::error_already_set();
+  op_context = handle;
+  op_context_generation = now;
   return handle;
 }
 

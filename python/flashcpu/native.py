@@ -90,11 +90,18 @@ def build(verbose=False):
 
 
 def _built_path():
-    path = os.path.join(_folder(), _name() + importlib.machinery.EXTENSION_SUFFIXES[0])
-    if os.path.exists(path):
-        return path
-    plain = os.path.join(_folder(), _name() + ".so")
-    return plain if os.path.exists(plain) else None
+    """The newest build in the folder, or None. torch.utils.cpp_extension
+    names a second build of the same name in one process NAME_v1 and so on
+    (the module's name is the file's)."""
+    folder = _folder()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES) + (".so",)
+    found = [os.path.join(folder, n) for n in names
+             if n.startswith(_name()) and n.endswith(suffixes)]
+    return max(found, key=os.path.getmtime) if found else None
 
 
 def available():
@@ -110,7 +117,8 @@ def available():
         path = _built_path()
         if path is None:
             return None
-        spec = importlib.util.spec_from_file_location(_name(), path)
+        spec = importlib.util.spec_from_file_location(
+            os.path.basename(path).split(".")[0], path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return _attach(module)

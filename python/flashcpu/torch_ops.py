@@ -95,11 +95,6 @@ _python_kernels = None  # the Library of the Python CPU kernels while they serve
 _native_module = None  # the extension whose C++ kernel serves instead
 
 
-def _context_address():
-    """This thread's default context handle (the C++ kernels' context)."""
-    return _context.default_context().handle.value
-
-
 def _plan_handles(plan_id, q_code, out_code, k_dtype, v_dtype):
     """(the Plan as_tensor() named, its C plan for these dtypes on
     unquantized caches, its context handle) for the C++ attention_paged
@@ -133,7 +128,7 @@ def use_native(module):
                for field in ("scale", "flags", "window_left", "window_right", "softcap",
                              "sinks", "sinks_dtype")]
     module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, ctypes.sizeof(PagedKV),
-                        _context_address, _attention, _kv_append, _attention_paged,
+                        _context.default_address, _attention, _kv_append, _attention_paged,
                         _plan_handles)
     _native_module = module
 
