@@ -8,7 +8,8 @@ keys and on a 1-key cache (the floor, where the call's own work is least):
                     (through the compiled extension where it is built:
                     --native builds it; "attention out= ctypes" without it)
   attention         flashcpu.attention, a new output each call
-  torch op          torch.ops.flashcpu.attention (torch 2.4 or later)
+  torch op          torch.ops.flashcpu.attention (its C++ kernel where the
+                    extension is built; "torch op Python kernel" without it)
   backend           flashcpu.transformers.attention_forward (what a model calls)
   sdpa              transformers' sdpa_attention_forward, for comparison
 and, at --kv, the library call and attention out= right after a torch bf16
@@ -48,6 +49,8 @@ def main():
         help="the folder holding the flashcpu package to measure")
     parser.add_argument("--rotate", type=int, default=1,
                         help="K/V caches the calls at --kv cycle through")
+    parser.add_argument("--floor", action="store_true",
+                        help="only the 1-key floor rows (no --kv rows, no matmuls)")
     parser.add_argument("--native", action="store_true",
                         help="build flashcpu.native first (torch.utils.cpp_extension)")
     parser.add_argument("--layout", choices=["bhsd", "bshd"], default="bhsd",
@@ -89,12 +92,18 @@ def main():
     floors = measure(args, 1, torch, flashcpu, backend, sdpa_attention_forward, _api,
                      _arrays, ctx)
     report(args, 1, floors)
+    floor_lib = statistics.median(floors["library call"])
+    for name in ("torch op", "torch op Python kernel"):
+        if name in floors:
+            print(f"  {name} over C: floor "
+                  f"{statistics.median(floors[name]) - floor_lib:+.1f} us")
+    if args.floor:
+        return
     medians = measure(args, args.kv, torch, flashcpu, backend, sdpa_attention_forward, _api,
                       _arrays, ctx)
     report(args, args.kv, medians)
     lib, fast = (statistics.median(medians[n]) for n in ("library call", "attention out="))
-    floor_lib, floor_fast = (statistics.median(floors[n])
-                             for n in ("library call", "attention out="))
+    floor_fast = statistics.median(floors["attention out="])
     print(f"  package over C: floor {floor_fast - floor_lib:+.1f} us, "
           f"kv {args.kv} {fast / lib:.3f}x")
     for name, before in (("library call", "matmul"), ("attention out=", "matmul"),
@@ -162,10 +171,18 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
         "attention": (lambda: flashcpu.attention(q, *caches[next_cache()], causal=True,
                                                  layout=args.layout), None),
     }
+    switches = {}  # case -> a function run with True before its calls, False after
     try:
-        import flashcpu.torch_ops  # noqa: F401  (torch 2.4 or later)
-        cases["torch op"] = (lambda: torch.ops.flashcpu.attention(
-            q, *caches[next_cache()], True, layout=args.layout), None)
+        import flashcpu.torch_ops as ops  # an older version: torch 2.4 or later
+
+        def op_call():
+            return torch.ops.flashcpu.attention(q, *caches[next_cache()], True,
+                                                layout=args.layout)
+        cases["torch op"] = (op_call, None)
+        if getattr(ops, "compiled", lambda: False)():
+            cases["torch op Python kernel"] = (op_call, None)
+            switches["torch op Python kernel"] = (
+                lambda python: ops.use_python() if python else ops.use_native(compiled))
     except ImportError:
         pass
     if backend is not None and bhsd:  # transformers passes [B, H, S, D]
@@ -181,17 +198,28 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
     medians = {name: [] for name in cases}
     for _ in range(args.rounds):
         for name, (call, before) in cases.items():
-            for _ in range(20):
-                call()
-            times = []
-            for _ in range(args.calls if before is None else args.calls // 4):
-                if before is not None:
-                    before()
-                start = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - start)
-            medians[name].append(1e6 * statistics.median(times))
+            switch = switches.get(name, lambda entering: None)
+            switch(True)
+            try:
+                medians[name].append(time_calls(args, call, before))
+            finally:
+                switch(False)
     return medians
+
+
+def time_calls(args, call, before):
+    """The median of --calls calls (a quarter as many with a call before
+    each), in microseconds."""
+    for _ in range(20):
+        call()
+    times = []
+    for _ in range(args.calls if before is None else args.calls // 4):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1e6 * statistics.median(times)
 
 
 def _context_check(_api, ctx, status):

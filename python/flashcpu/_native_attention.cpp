@@ -2,13 +2,18 @@
 // tensors: reads the four tensors' geometry in C++ and calls
 // flashcpu_attention, whose address the package passes in (so that this
 // module links against torch only, not against a copy of libflashcpu).
-// Built by flashcpu.native.build() with torch.utils.cpp_extension.
+// Built by flashcpu.native.build() with torch.utils.cpp_extension. It also
+// serves torch.ops.flashcpu.attention on CPU (_native_op.h).
 #include <torch/extension.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <tuple>
+#include <vector>
 
 namespace {
 
@@ -174,6 +179,8 @@ std::tuple<int64_t, at::Tensor> attention_new(const at::Tensor &q,
 
 } // namespace
 
+#include "_native_op.h"
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_functions", &set_functions);
   m.def("attention_into", &attention_into);
@@ -185,4 +192,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backend_times", &backend_times);
   m.def("attention_paged_into", &attention_paged_into);
   m.def("kv_append_into", &kv_append_into);
+  m.def("register_ops", &register_ops);
+  m.def("deregister_ops", &deregister_ops);
+  m.def("ops_registered", [] { return op_library != nullptr; });
 }

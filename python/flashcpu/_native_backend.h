@@ -119,8 +119,7 @@ bool zero_or_absent(PyObject *value) {
 
 // The backend's result (out [B, L, H, Dv], None) of the common call, or an
 // undefined tensor where it is not one.
-at::Tensor backend_call(PyObject *args, PyObject *kwargs,
-                        int64_t *library_ns) {
+at::Tensor backend_call(PyObject *args, PyObject *kwargs, int64_t *library_ns) {
   static PyObject *const k_dropout = interned("dropout");
   static PyObject *const k_scaling = interned("scaling");
   static PyObject *const k_window = interned("sliding_window");

@@ -14,7 +14,11 @@ torch and source version under FLASHCPU_NATIVE_DIR (default
 ~/.cache/flashcpu/native). Once built it loads on first use in any process
 with the same torch; FLASHCPU_NATIVE=0 turns it off. Without it every call
 takes the ctypes path, with the same results: both call the same library
-function on the same views."""
+function on the same views.
+
+Loaded, it also serves the torch ops (torch.ops.flashcpu.*) on CPU
+tensors: their kernels are registered in C++ (flashcpu.torch_ops.use_native),
+so that the dispatcher calls the library with no Python frame in between."""
 
 import ctypes
 import hashlib
@@ -27,7 +31,9 @@ from . import _api, _context
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "_native_attention.cpp")
-_FILES = (SOURCE, os.path.join(_HERE, "_native_backend.h"))  # what the build reads
+# Every file the build reads (the source includes the headers): the build
+# folder's name hashes them all.
+_FILES = (SOURCE, os.path.join(_HERE, "_native_backend.h"), os.path.join(_HERE, "_native_op.h"))
 _module = None  # the loaded extension; False once loading failed or is off
 
 
@@ -59,6 +65,9 @@ def _attach(module):
     if hook not in _context.change_hooks:
         _context.change_hooks.append(hook)
     _module = module
+    ops = sys.modules.get("flashcpu.torch_ops")
+    if ops is not None:  # defined already: its CPU kernel moves to C++ now
+        ops.use_native(module)
     return module
 
 
@@ -81,11 +90,18 @@ def build(verbose=False):
 
 
 def _built_path():
-    path = os.path.join(_folder(), _name() + importlib.machinery.EXTENSION_SUFFIXES[0])
-    if os.path.exists(path):
-        return path
-    plain = os.path.join(_folder(), _name() + ".so")
-    return plain if os.path.exists(plain) else None
+    """The newest build in the folder, or None. torch.utils.cpp_extension
+    names a second build of the same name in one process NAME_v1 and so on
+    (the module's name is the file's)."""
+    folder = _folder()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES) + (".so",)
+    found = [os.path.join(folder, n) for n in names
+             if n.startswith(_name()) and n.endswith(suffixes)]
+    return max(found, key=os.path.getmtime) if found else None
 
 
 def available():
@@ -101,7 +117,8 @@ def available():
         path = _built_path()
         if path is None:
             return None
-        spec = importlib.util.spec_from_file_location(_name(), path)
+        spec = importlib.util.spec_from_file_location(
+            os.path.basename(path).split(".")[0], path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return _attach(module)

@@ -1,19 +1,23 @@
 """torch.ops.flashcpu.attention, attention_paged and kv_append: flashcpu's
 functions as torch operators, with fake (meta) implementations so that
 torch.compile and torch.export trace models that call them. Imported by
-`import flashcpu.torch_ops` (needs torch 2.4 or later).
+`import flashcpu.torch_ops` (torch 1.13 or later; torch.compile needs 2.4
+or later, whose torch.library.register_fake registers the fakes: before,
+they are the Meta kernels).
 
 They are defined with torch.library.Library (schema, CPU kernel, fake)
 rather than torch.library.custom_op, whose checks around each call cost
-more than the call itself on a short decode."""
+more than the call itself on a short decode. Where flashcpu.native is
+built, their CPU kernels are the extension's C++ ones (use_native): the
+dispatcher then calls the library with no Python frame between, and the
+C++ kernels hand what they do not take to the Python kernels here."""
+
+import ctypes
 
 import torch
 
-from . import _api, _paged, errors
-
-if not hasattr(torch.library, "register_fake"):
-    raise ImportError("flashcpu.torch_ops needs torch 2.4 or later (torch.library.register_fake); "
-                      f"this is torch {torch.__version__}")
+from . import _api, _context, _paged, errors, native
+from ._library import AttentionParams, FLAG_CAUSAL, PagedKV
 
 _OPTIONS = ("bool causal=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
             "float? scale=None")
@@ -76,11 +80,84 @@ def _kv_append_fake(k_new, v_new, slot_mapping, k_cache, v_cache, layout="nhd"):
     return None
 
 
-for _name, _kernel, _fake in (("attention", _attention, _attention_fake),
-                              ("attention_paged", _attention_paged, _attention_paged_fake),
-                              ("kv_append", _kv_append, _kv_append_fake)):
-    _lib.impl(_name, _kernel, "CPU")
-    torch.library.register_fake(f"flashcpu::{_name}", _fake, lib=_lib)
+# The CPU kernels: use_native or use_python, below.
+_KERNELS = (("attention", _attention), ("attention_paged", _attention_paged),
+            ("kv_append", _kv_append))
+for _name, _fake in (("attention", _attention_fake),
+                     ("attention_paged", _attention_paged_fake),
+                     ("kv_append", _kv_append_fake)):
+    if hasattr(torch.library, "register_fake"):
+        torch.library.register_fake(f"flashcpu::{_name}", _fake, lib=_lib)
+    else:  # before torch 2.4: the fake is the Meta kernel
+        _lib.impl(_name, _fake, "Meta")
+
+_python_kernels = None  # the Library of the Python CPU kernels while they serve
+_native_module = None  # the extension whose C++ kernel serves instead
+
+
+def _plan_handles(plan_id, q_code, out_code, k_dtype, v_dtype):
+    """(the Plan as_tensor() named, its C plan for these dtypes on
+    unquantized caches, its context handle) for the C++ attention_paged
+    kernel, or None where the Python kernel is to take the call (the plan
+    is gone or closed, or has no C plan for these dtypes yet: the Python
+    kernel makes it)."""
+    plan = _paged._live_plans.get(plan_id)
+    if plan is None or plan._handle is None or plan.context._ctx is None:
+        return None
+    handle = plan._handles.get((q_code, out_code, (k_dtype, v_dtype, None, None)))
+    if handle is None:
+        return None
+    return plan, handle.value, plan.context._ctx.value
+
+
+def use_native(module):
+    """Makes the loaded flashcpu.native extension's C++ kernels serve the
+    ops on CPU (flashcpu.native does it when it loads).
+    Not while another thread calls the ops."""
+    global _python_kernels, _native_module
+    if _native_module is module:
+        return
+    if _native_module is not None:
+        _native_module.deregister_ops()
+        _native_module = None
+    lib, _python_kernels = _python_kernels, None
+    if lib is not None:  # one CPU kernel at a time: torch warns on an override
+        getattr(lib, "_destroy", lambda: None)()  # torch 2.x; before, dropping it does
+        del lib
+    offsets = [getattr(AttentionParams, field).offset
+               for field in ("scale", "flags", "window_left", "window_right", "softcap",
+                             "sinks", "sinks_dtype")]
+    module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, ctypes.sizeof(PagedKV),
+                        _context.default_address, _attention, _kv_append, _attention_paged,
+                        _plan_handles)
+    _native_module = module
+
+
+def use_python():
+    """Makes the Python kernels serve the ops on CPU (the
+    path without the extension; the results are the same). Not while
+    another thread calls the ops."""
+    global _python_kernels, _native_module
+    if _native_module is not None:
+        _native_module.deregister_ops()
+        _native_module = None
+    if _python_kernels is None:
+        lib = torch.library.Library("flashcpu", "IMPL")
+        for name, kernel in _KERNELS:
+            lib.impl(name, kernel, "CPU")
+        _python_kernels = lib
+
+
+def compiled():
+    """True where the ops' CPU kernels are the extension's C++ ones."""
+    return _native_module is not None
+
+
+_module = native.available()  # loading it registers the C++ kernel too
+if _module:
+    use_native(_module)
+else:
+    use_python()
 
 attention = torch.ops.flashcpu.attention
 attention_paged = torch.ops.flashcpu.attention_paged

@@ -12,7 +12,7 @@ import reference  # noqa: E402
 
 needs_custom_op = pytest.mark.skipif(
     not hasattr(torch.library, "custom_op"),
-    reason=f"flashcpu.torch_ops needs torch 2.4 or later, not {torch.__version__}")
+    reason=f"torch.library.opcheck needs torch 2.4 or later, not {torch.__version__}")
 
 
 def test_torch_tensors_in_and_out():
