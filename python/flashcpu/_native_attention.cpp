@@ -190,6 +190,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backend_forward", &backend_forward);
   m.def("set_backend_timing", &set_backend_timing);
   m.def("backend_times", &backend_times);
+  m.def("backend_stage_times", &backend_stage_times);
   m.def("attention_paged_into", &attention_paged_into);
   m.def("kv_append_into", &kv_append_into);
   m.def("register_ops", &register_ops);

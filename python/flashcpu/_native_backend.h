@@ -35,6 +35,18 @@ int backend_params_count = 0;
 // function and the library call inside it took, in nanoseconds.
 bool backend_timing = false;
 int64_t timed_calls = 0, timed_whole_ns = 0, timed_library_ns = 0;
+// Where the rest goes: the arguments and params, the context, the output,
+// the library call with the GIL's release, the result tuple.
+enum {
+  kStageArguments,
+  kStageContext,
+  kStageOutput,
+  kStageCall,
+  kStageResult,
+  kStages
+};
+int64_t timed_stage_ns[kStages];
+int64_t stage_mark[kStages + 1];
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -45,10 +57,19 @@ int64_t now_ns() {
 void set_backend_timing(bool on) {
   backend_timing = on;
   timed_calls = timed_whole_ns = timed_library_ns = 0;
+  for (int64_t &t : timed_stage_ns) t = 0;
 }
 
 std::tuple<int64_t, int64_t, int64_t> backend_times() {
   return {timed_calls, timed_whole_ns, timed_library_ns};
+}
+
+std::vector<int64_t> backend_stage_times() {
+  return std::vector<int64_t>(timed_stage_ns, timed_stage_ns + kStages);
+}
+
+void mark(int stage) {
+  if (backend_timing) stage_mark[stage] = now_ns();
 }
 
 PyObject *interned(const char *name) {
@@ -114,7 +135,9 @@ bool absent_or_none(PyObject *value) { return !value || value == Py_None; }
 bool zero_or_absent(PyObject *value) {
   if (absent_or_none(value)) return true;
   if (PyFloat_CheckExact(value)) return PyFloat_AS_DOUBLE(value) == 0.0;
-  return PyLong_CheckExact(value) && Py_SIZE(value) == 0; // the int 0
+  if (!PyLong_CheckExact(value)) return false;
+  int overflow = 0; // Py_SIZE no longer reads an int's size on Python 3.12
+  return PyLong_AsLongLongAndOverflow(value, &overflow) == 0 && !overflow;
 }
 
 // The backend's result (out [B, L, H, Dv], None) of the common call, or an
@@ -167,19 +190,23 @@ at::Tensor backend_call(PyObject *args, PyObject *kwargs, int64_t *library_ns) {
       q.scalar_type() != v.scalar_type() || !view_of(q, true, &views[0]) ||
       !view_of(k, true, &views[1]) || !view_of(v, true, &views[2]))
     return at::Tensor();
+  mark(kStageContext);
   const int64_t context = backend_context_address();
+  mark(kStageOutput);
   at::Tensor out =
       at::empty({q.size(0), q.size(2), q.size(1), v.size(3)}, q.options());
   if (!view_of(out, false, &views[3])) return at::Tensor();
+  mark(kStageCall);
   int status;
-  const int64_t start = backend_timing ? now_ns() : 0;
   {
     pybind11::gil_scoped_release unlocked;
+    const int64_t start = backend_timing ? now_ns() : 0;
     status = attention_fn(reinterpret_cast<void *>(context), &views[0],
                           &views[1], &views[2], &views[3], nullptr,
                           reinterpret_cast<const void *>(params));
+    if (backend_timing) *library_ns = now_ns() - start;
   }
-  if (backend_timing) *library_ns = now_ns() - start;
+  mark(kStageResult);
   return status == 0 ? out : at::Tensor();
 }
 
@@ -187,14 +214,19 @@ at::Tensor backend_call(PyObject *args, PyObject *kwargs, int64_t *library_ns) {
 // attention_mask, **options) -> (out, None).
 pybind11::object backend_forward(pybind11::args args, pybind11::kwargs kwargs) {
   const int64_t start = backend_timing ? now_ns() : 0;
+  stage_mark[kStageArguments] = start;
   int64_t library_ns = 0;
   at::Tensor out = backend_call(args.ptr(), kwargs.ptr(), &library_ns);
   if (out.defined()) {
     pybind11::object result = pybind11::make_tuple(out, pybind11::none());
     if (backend_timing && out.size(1) == 1) {
+      const int64_t end = now_ns();
+      stage_mark[kStages] = end;
       timed_calls++;
-      timed_whole_ns += now_ns() - start;
+      timed_whole_ns += end - start;
       timed_library_ns += library_ns;
+      for (int i = 0; i < kStages; i++)
+        timed_stage_ns[i] += stage_mark[i + 1] - stage_mark[i];
     }
     return result;
   }
