@@ -52,7 +52,8 @@ enum {
   PACK = 4,   /* chunks whose scores share one product */
   COLUMNS = PACK * CHUNK,   /* slots of a scores tile */
   PLANE = 16 * COLUMNS * 2, /* q's B tile of a step: 16 pairs x 16 slots */
-  OUT_ROWS = 4 * CHUNK,     /* hi's even, odd, lo's even, odd columns */
+  HALF = 32,                /* keys of a weights tile (16 pairs) */
+  W_ROWS = 3 * CHUNK,       /* weights and outputs: hi, lo, lo2 of 4 slots */
   CODES = 128               /* table entries: the codes without the sign */
 };
 _Static_assert(CHUNK == 4 && BLOCK == 16, "tile shapes assume 4 x 16");
@@ -60,8 +61,8 @@ _Static_assert(CHUNK == 4 && BLOCK == 16, "tile shapes assume 4 x 16");
 #define AMX_ELEMENT_BYTES 1
 /* A skipped head's lines are swept as if read: the sweep keeps its pace. */
 #define AMX_SWEEPS_SKIPPED_HEADS 1
-/* hi's and lo's sums: twice the vector kernels' o. */
-#define AMX_O_FLOATS(dim) (2 * CHUNK * (dim))
+/* A unit's outputs: W_ROWS rows of 16 per 16 columns (64 at a time). */
+#define AMX_O_FLOATS(dim) (W_ROWS * ((dim) + 63) / 64 * 64)
 
 /* A dtype's codes 0..127 as bf16 (low and high bytes), and the order
  * widen64 takes codes in. */
@@ -100,9 +101,10 @@ static size_t plane_bytes(const amx_args *a, int team_size) {
          sizeof(uint16_t);
 }
 
-/* Per unit u: o at u * AMX_O_FLOATS(dim) ([step][OUT_ROWS][16]); planes
- * as the bf16 AMX kernel's; K's and V's codes widened in k_stage and
- * v_stage ([key][dim] bf16). */
+/* Per unit u: o at u * AMX_O_FLOATS(dim) ([tile][W_ROWS][16]); planes
+ * as the bf16 AMX kernel's; K's codes widened in k_stage ([key][dim]
+ * bf16), V's in v_stage ([half][tile][16 key pairs][16 columns], two
+ * keys' bf16 a dword). */
 #define AMX_ARRAYS(X)                                                          \
   X(units, amx_unit, units * sizeof(amx_unit))                                 \
   X(o, float, units *AMX_O_FLOATS(dim) * sizeof(float))                        \
@@ -111,9 +113,9 @@ static size_t plane_bytes(const amx_args *a, int team_size) {
   X(planes, uint16_t, plane_bytes(a, team_size))                               \
   X(k_pack, char, BLOCK *dim)                                                  \
   X(k_stage, uint16_t, BLOCK *dim * sizeof(uint16_t))                          \
-  X(v_stage, uint16_t, GROUP *dim * sizeof(uint16_t))                          \
-  /* [GROUP / BLOCK][2 tiles][OUT_ROWS][BLOCK] bf16 pairs */                   \
-  X(weights, uint32_t, GROUP / BLOCK * 2 * OUT_ROWS * BLOCK * sizeof(uint32_t))\
+  X(v_stage, uint32_t, GROUP *((dim) + 63) / 64 * 64 * sizeof(uint16_t))      \
+  /* [GROUP / HALF][W_ROWS][HALF] bf16 */                                      \
+  X(weights, uint16_t, GROUP / HALF * W_ROWS * HALF * sizeof(uint16_t))        \
   X(score_sums, float, 2 * BLOCK * COLUMNS * sizeof(float))                    \
   /* a slot's o in column order */                                             \
   X(natural, float, dim * sizeof(float))
@@ -183,17 +185,23 @@ static ALWAYS_INLINE void widen_row(const f8_widen *w, const char *row,
   }
 }
 
-/* One configuration for both passes, every tile 16 rows x 64 bytes.
- * Scores: 0/1 the sums of even/odd blocks; 2..5 K's steps; 6/7 q's
- * planes. Values: 0..3 the outputs of the steps; 4/5 the weights (hi and
- * lo, then lo2); 6/7 V's even/odd steps. */
-static void configure_tiles(void) {
+/* Scores: 0/1 the sums of even/odd blocks (16 keys x 16 slots); 2..5
+ * K's steps (16 keys x 32 elements); 6/7 q's planes of even/odd steps. */
+static void configure_scores(void) {
   static const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
   static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
   fc_amx_load_config(rows, bytes);
 }
 
-static void amx_configure_values(void) {}
+/* Values: 0..3 the outputs of 4 V tiles (W_ROWS x 16 columns); 4/5 the
+ * weights of a group's halves (W_ROWS x 32 keys); 6/7 V's tiles (16 key
+ * pairs x 16 columns). */
+static void amx_configure_values(void) {
+  static const unsigned char rows[8] = {W_ROWS, W_ROWS, W_ROWS, W_ROWS,
+                                        W_ROWS, W_ROWS, 16,     16};
+  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+  fc_amx_load_config(rows, bytes);
+}
 
 /* The unit's q (bf16, as it lies) into its pack's B tiles at column
  * `column`, as the bf16 AMX kernel makes them. */
@@ -229,10 +237,7 @@ static void amx_prepare_scores(const amx_args *a, const amx_thread *th,
                 th->planes + (h * packs + i / PACK) * a->steps * PLANE,
                 (int)(i % PACK));
   }
-  /* lo2's tiles: rows 0..7 (hi's outputs) stay zero. */
-  memset(th->weights, 0,
-         GROUP / BLOCK * 2 * OUT_ROWS * BLOCK * sizeof(uint32_t));
-  configure_tiles();
+  configure_scores();
 }
 
 static void amx_load_k(const amx_pass *pass, const char *rows, long stride) {
@@ -363,71 +368,92 @@ static void amx_head_scores(const amx_pass *pass, const key_block *block,
   }
 }
 
-/* A part of a weight rounded to bf16 into its tile's rows (even: (w, 0),
- * odd: (0, w)); returns what is left of w. */
-static ALWAYS_INLINE __m512 weight_part(__m512 w, uint32_t *even,
-                                        uint32_t *odd) {
-  const __m512i wide = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(w));
-  const __m512i high = _mm512_slli_epi32(wide, 16);
-  _mm512_store_si512(even, wide);
-  _mm512_store_si512(odd, high);
-  return _mm512_sub_ps(w, _mm512_castsi512_ps(high));
-}
-
-/* The unit's weights of the group's blocks, each times its row's scale
- * (scales[i]), as two A tiles per block: rows s and CHUNK + s of the
- * first hi's, rows 2 CHUNK + s and 3 CHUNK + s lo's; of the second lo2's
- * (0 where the slot does not see the key or the block is past the
- * split). */
+/* The unit's weights of the group, each times its row's scale (scales[i]
+ * for block i), as the A tiles of its two halves of 32 keys: row 4 part +
+ * s holds slot s's part (0: hi, 1: lo, 2: lo2) of each key's weight in
+ * bf16, in key order (0 where the slot does not see the key or the block
+ * is past the split). */
 static void group_weights(const amx_args *a, const amx_thread *th,
                           const fc_splitkv_tile *t, int64_t u, int64_t g0,
                           const __m512 *scales) {
   const amx_unit *unit = &th->units[u];
-  for (int i = 0; i < GROUP / BLOCK; i++) {
-    uint32_t *hi_lo = th->weights + 2 * i * OUT_ROWS * BLOCK;
-    uint32_t *lo2 = hi_lo + OUT_ROWS * BLOCK;
-    const int64_t at = g0 + BLOCK * i - t->begin;
+  for (int half = 0; half < GROUP / HALF; half++) {
+    uint16_t *tile = th->weights + half * W_ROWS * HALF;
     for (int s = 0; s < CHUNK; s++) {
-      __m512 w = _mm512_setzero_ps();
-      if (unit->active[s] && g0 + BLOCK * i < t->end)
-        w = _mm512_maskz_mul_ps(
-            th->seen[(u * CHUNK + s) * (a->keys / BLOCK) + at / BLOCK],
-            _mm512_loadu_ps(th->p + (u * CHUNK + s) * a->keys + at),
-            scales[i]);
-      w = weight_part(w, hi_lo + s * BLOCK, hi_lo + (CHUNK + s) * BLOCK);
-      w = weight_part(w, hi_lo + (2 * CHUNK + s) * BLOCK,
-                      hi_lo + (3 * CHUNK + s) * BLOCK);
-      weight_part(w, lo2 + (2 * CHUNK + s) * BLOCK,
-                  lo2 + (3 * CHUNK + s) * BLOCK);
+      __m512 w[2];
+      for (int k = 0; k < 2; k++) {
+        const int i = 2 * half + k;
+        const int64_t at = g0 + BLOCK * i - t->begin;
+        w[k] = _mm512_setzero_ps();
+        if (unit->active[s] && g0 + BLOCK * i < t->end)
+          w[k] = _mm512_maskz_mul_ps(
+              th->seen[(u * CHUNK + s) * (a->keys / BLOCK) + at / BLOCK],
+              _mm512_loadu_ps(th->p + (u * CHUNK + s) * a->keys + at),
+              scales[i]);
+      }
+      for (int part = 0; part < 3; part++) {
+        const __m512i row = (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0]);
+        _mm512_store_si512(tile + (CHUNK * part + s) * HALF, row);
+        const __m512 first = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm512_castsi512_si256(row)), 16));
+        const __m512 second = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(row, 1)), 16));
+        w[0] = _mm512_sub_ps(w[0], first);
+        w[1] = _mm512_sub_ps(w[1], second);
+      }
     }
   }
 }
 
-/* One block's products for a unit: hi and lo (tile 4) and lo2 (tile 5)
- * times V's steps, from the staged rows, into the output tiles 0..3. */
-#define VALUE_STEP(c, v, at)                                                   \
-  do {                                                                         \
-    _tile_loadd(v, (at), bytes);                                               \
-    _tile_dpbf16ps(c, 4, v);                                                   \
-    _tile_dpbf16ps(c, 5, v);                                                   \
-  } while (0)
+/* Keys 2 r and 2 r + 1 of a group's half (rows a and b) into row r of its
+ * V tiles: tile 4 m + q holds, per 64 columns m, columns 64 m + 16 L + 4 q
+ * + i (L, i < 4) at dword 4 L + i, each dword the two keys' bf16. */
+static ALWAYS_INLINE void widen_pair(const f8_widen *w, const char *row_a,
+                                     const char *row_b, int64_t dim,
+                                     uint32_t *tiles, int r) {
+  const __m512i sign = _mm512_set1_epi8((char)0x80);
+  for (int64_t m = 0; 64 * m < dim; m++) {
+    const __mmask64 bytes = dim - 64 * m >= 64 ? ~(__mmask64)0 : 0xffffffffu;
+    const __m512i a = _mm512_maskz_loadu_epi8(bytes, row_a + 64 * m);
+    const __m512i b = _mm512_maskz_loadu_epi8(bytes, row_b + 64 * m);
+    const __m512i la = _mm512_permutex2var_epi8(w->lo0, a, w->lo1);
+    const __m512i lb = _mm512_permutex2var_epi8(w->lo0, b, w->lo1);
+    const __m512i ha = _mm512_ternarylogic_epi32(
+        _mm512_permutex2var_epi8(w->hi0, a, w->hi1), a, sign, 0xf8);
+    const __m512i hb = _mm512_ternarylogic_epi32(
+        _mm512_permutex2var_epi8(w->hi0, b, w->hi1), b, sign, 0xf8);
+    const __m512i x0 = _mm512_unpacklo_epi8(la, ha);
+    const __m512i x1 = _mm512_unpackhi_epi8(la, ha);
+    const __m512i y0 = _mm512_unpacklo_epi8(lb, hb);
+    const __m512i y1 = _mm512_unpackhi_epi8(lb, hb);
+    uint32_t *at = tiles + (4 * m * BLOCK + r) * 16;
+    _mm512_store_si512(at, _mm512_unpacklo_epi16(x0, y0));
+    _mm512_store_si512(at + BLOCK * 16, _mm512_unpackhi_epi16(x0, y0));
+    _mm512_store_si512(at + 2 * BLOCK * 16, _mm512_unpacklo_epi16(x1, y1));
+    _mm512_store_si512(at + 3 * BLOCK * 16, _mm512_unpackhi_epi16(x1, y1));
+  }
+}
 
-#define VALUE_TILES(rows)                                                      \
+/* A half's products for a quad of V tiles (q0 ..): weights tile wt times
+ * each V tile into output tiles 0..3. */
+#define VALUE_TILES(wt, v)                                                     \
   do {                                                                         \
-    _tile_loadd(4, hi_lo, 64);                                                 \
-    _tile_loadd(5, hi_lo + OUT_ROWS * BLOCK, 64);                              \
-    VALUE_STEP(0, 6, rows);                                                    \
-    if (steps > 1) VALUE_STEP(1, 7, (rows) + 32);                              \
-    if (steps > 2) VALUE_STEP(2, 6, (rows) + 64);                              \
-    if (steps > 3) VALUE_STEP(3, 7, (rows) + 96);                              \
+    _tile_loadd(6, (v), 64);                                                   \
+    _tile_dpbf16ps(0, wt, 6);                                                  \
+    _tile_loadd(7, (v) + BLOCK * 16, 64);                                      \
+    _tile_dpbf16ps(1, wt, 7);                                                  \
+    _tile_loadd(6, (v) + 2 * BLOCK * 16, 64);                                  \
+    _tile_dpbf16ps(2, wt, 6);                                                  \
+    _tile_loadd(7, (v) + 3 * BLOCK * 16, 64);                                  \
+    _tile_dpbf16ps(3, wt, 7);                                                  \
   } while (0)
 
 #define OUTPUT_TILES(op, o)                                                    \
   do {                                                                         \
     op(0, (o), 64);                                                            \
-    if (steps > 1) op(1, (o) + OUT_ROWS * 16, 64);                             \
-    if (steps > 2) op(2, (o) + 2 * OUT_ROWS * 16, 64);                         \
-    if (steps > 3) op(3, (o) + 3 * OUT_ROWS * 16, 64);                         \
+    op(1, (o) + W_ROWS * 16, 64);                                              \
+    op(2, (o) + 2 * W_ROWS * 16, 64);                                          \
+    op(3, (o) + 3 * W_ROWS * 16, 64);                                          \
   } while (0)
 
 static void amx_head_values(const amx_pass *pass, const row_walk *walk,
@@ -436,23 +462,30 @@ static void amx_head_values(const amx_pass *pass, const row_walk *walk,
   const amx_args *a = pass->a;
   const amx_thread *th = pass->th;
   const fc_splitkv_tile *t = pass->t;
-  const int64_t steps = pass->shape.steps, per_head = pass->per_head;
-  const int64_t dim = a->dim, first = h * per_head;
+  const int64_t per_head = pass->per_head, dim = a->dim;
+  const int64_t first = h * per_head, quads = (dim + 63) / 64;
   const int64_t row_bytes = pass->row_bytes;
-  const long bytes = (long)(2 * dim);
+  const int halves = (blocks + 1) / 2;
   const f8_widen w = widen_of(&a->v_codes);
   __m512 scales[GROUP / BLOCK];
-  for (int i = 0; i < GROUP / BLOCK; i++) {
+  for (int i = 0; i < 2 * halves; i++) {
+    uint32_t *tiles = th->v_stage + (i / 2) * quads * 4 * BLOCK * 16;
+    const int r0 = (i % 2) * (BLOCK / 2);
     scales[i] = _mm512_setzero_ps();
-    if (i >= blocks) continue;
+    if (i >= blocks) { /* past the split: zeros, not stale rows */
+      for (int64_t tile = 0; tile < 4 * quads; tile++)
+        memset(tiles + (tile * BLOCK + r0) * 16, 0, BLOCK / 2 * 64);
+      continue;
+    }
     key_block block;
     block_at(&a->shared, walk, t, g0 + BLOCK * i, false, &block);
     scales[i] = block.scale;
-    uint16_t *stage = th->v_stage + i * BLOCK * dim;
-    for (int j = 0; j < BLOCK; j++) {
+    for (int r = 0; r < BLOCK / 2; r++) {
       /* a line per line read */
-      sweep_lines(sweep, (j + 1) * row_bytes / 64 - j * row_bytes / 64);
-      widen_row(&w, row_of(&block, j), dim, stage + j * dim);
+      sweep_lines(sweep, ((2 * r + 2) * row_bytes) / 64 -
+                             ((2 * r) * row_bytes) / 64);
+      widen_pair(&w, row_of(&block, 2 * r), row_of(&block, 2 * r + 1), dim,
+                 tiles, r0 + r);
     }
   }
   for (int64_t u = first; u < first + per_head; u++) {
@@ -460,14 +493,16 @@ static void amx_head_values(const amx_pass *pass, const row_walk *walk,
     for (int s = 0; s < CHUNK; s++) active = active || th->units[u].active[s];
     if (!active) continue;
     group_weights(a, th, t, u, g0, scales);
-    float *o = th->o + u * AMX_O_FLOATS(dim);
-    OUTPUT_TILES(_tile_loadd, o);
-    for (int i = 0; i < blocks; i++) {
-      const uint32_t *hi_lo = th->weights + 2 * i * OUT_ROWS * BLOCK;
-      const uint16_t *rows = th->v_stage + i * BLOCK * dim;
-      VALUE_TILES(rows);
+    _tile_loadd(4, th->weights, 64);
+    if (halves > 1) _tile_loadd(5, th->weights + W_ROWS * HALF, 64);
+    for (int64_t quad = 0; quad < quads; quad++) {
+      float *o = th->o + u * AMX_O_FLOATS(dim) + quad * 4 * W_ROWS * 16;
+      const uint32_t *v = th->v_stage + quad * 4 * BLOCK * 16;
+      OUTPUT_TILES(_tile_loadd, o);
+      VALUE_TILES(4, v);
+      if (halves > 1) VALUE_TILES(5, v + quads * 4 * BLOCK * 16);
+      OUTPUT_TILES(_tile_stored, o);
     }
-    OUTPUT_TILES(_tile_stored, o);
   }
 }
 
@@ -476,10 +511,10 @@ static bool amx_unit_on_tiles(const amx_unit *unit) {
   return true;
 }
 
-/* Where column d of slot s lies in a unit's o (hi's rows). */
+/* Where column d of slot s lies in a unit's o (hi's row). */
 static int64_t out_index(int s, int64_t d) {
-  const int64_t r = d % STEP;
-  return (d / STEP * OUT_ROWS + (r % 2) * CHUNK + s) * 16 + r / 2;
+  const int64_t m = d / 64, c = d % 64;
+  return ((4 * m + c % 16 / 4) * W_ROWS + s) * 16 + 4 * (c / 16) + c % 4;
 }
 
 /* A unit's outputs stand where they are all finite. */
@@ -501,27 +536,25 @@ static void amx_add_row_f32(const amx_args *a, float *o, int s, const char *row,
     o[out_index(s, d)] += weight * (fc_quant_code(dtype, row, d) * scale);
 }
 
-/* Slot s's o back in column order: hi's and lo's rows added, even and
- * odd columns interleaved. */
+/* Slot s's o back in column order: its three parts' rows added, each
+ * 4-column piece to its place. */
 static float *amx_slot_o(const amx_args *a, const amx_thread *th, int64_t u,
                          int s, bool work) {
-  const __m512i first_half =
-      _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i second_half =
-      _mm512_add_epi32(first_half, _mm512_set1_epi32(8));
   const float *o = th->o + u * AMX_O_FLOATS(a->dim);
-  for (int64_t step = 0; work && step < a->steps; step++) {
-    const float *rows = o + step * OUT_ROWS * 16;
-    const __m512 even =
-        _mm512_add_ps(_mm512_load_ps(rows + s * 16),
-                      _mm512_load_ps(rows + (2 * CHUNK + s) * 16));
-    const __m512 odd =
-        _mm512_add_ps(_mm512_load_ps(rows + (CHUNK + s) * 16),
-                      _mm512_load_ps(rows + (3 * CHUNK + s) * 16));
-    _mm512_storeu_ps(th->natural + step * STEP,
-                     _mm512_permutex2var_ps(even, first_half, odd));
-    _mm512_storeu_ps(th->natural + step * STEP + 16,
-                     _mm512_permutex2var_ps(even, second_half, odd));
+  float sum[64];
+  for (int64_t m = 0; work && 64 * m < a->dim; m++) {
+    for (int q = 0; q < 4; q++) {
+      const float *rows = o + (4 * m + q) * W_ROWS * 16;
+      const __m512 all = _mm512_add_ps(
+          _mm512_add_ps(_mm512_load_ps(rows + s * 16),
+                        _mm512_load_ps(rows + (CHUNK + s) * 16)),
+          _mm512_load_ps(rows + (2 * CHUNK + s) * 16));
+      _mm512_storeu_ps(sum + 16 * q, all);
+    }
+    const int64_t columns = a->dim - 64 * m < 64 ? a->dim - 64 * m : 64;
+    for (int64_t c = 0; c < columns; c += 4)
+      memcpy(th->natural + 64 * m + c, sum + 16 * (c % 16 / 4) + 4 * (c / 16),
+             4 * sizeof(float));
   }
   return th->natural;
 }
