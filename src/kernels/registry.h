@@ -23,8 +23,8 @@ typedef enum fc_cpu_need {
   FC_NEED_NONE,
   FC_NEED_AVX512_BF16,
   FC_NEED_AVX512_VNNI,
-  FC_NEED_AMX_BF16, /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
-  FC_NEED_AMX_INT8, /* AMX-INT8 tiles granted by the OS, and AVX512-VNNI */
+  FC_NEED_AMX_BF16,     /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
+  FC_NEED_AMX_INT8,     /* AMX-INT8 tiles granted by the OS, and AVX512-VNNI */
   FC_NEED_AMX_BF16_VBMI /* FC_NEED_AMX_BF16, and AVX512-VBMI's byte shuffles */
 } fc_cpu_need;
 

@@ -56,9 +56,10 @@ bool KernelRunsHere(Kernel kernel, std::string *why) {
     if (cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16 &&
         cpu->avx512_vbmi)
       return true;
-    *why = !cpu->amx_bf16        ? "this CPU (or its OS) lacks AMX-BF16"
-           : !cpu->avx512_vbmi   ? "this CPU (or its OS) lacks AVX512-VBMI"
-                                 : "the OS did not grant this process AMX tile data";
+    *why = !cpu->amx_bf16 ? "this CPU (or its OS) lacks AMX-BF16"
+           : !cpu->avx512_vbmi
+               ? "this CPU (or its OS) lacks AVX512-VBMI"
+               : "the OS did not grant this process AMX tile data";
     return false;
   }
   *why = "a CPU need the tester does not know (" +

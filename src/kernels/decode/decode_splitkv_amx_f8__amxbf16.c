@@ -82,6 +82,7 @@ typedef struct amx_args {
 
 typedef struct amx_unit {
   int64_t kv_head, chunk;
+  float q_unit[CHUNK]; /* the power of 2 slot s's q was divided by */
   float m[CHUNK], l[CHUNK];
   bool valid[CHUNK], nan[CHUNK], active[CHUNK];
 } amx_unit;
@@ -113,7 +114,7 @@ static size_t plane_bytes(const amx_args *a, int team_size) {
   X(planes, uint16_t, plane_bytes(a, team_size))                               \
   X(k_pack, char, BLOCK *dim)                                                  \
   X(k_stage, uint16_t, BLOCK *dim * sizeof(uint16_t))                          \
-  X(v_stage, uint32_t, GROUP *((dim) + 63) / 64 * 64 * sizeof(uint16_t))      \
+  X(v_stage, uint32_t, GROUP *((dim) + 63) / 64 * 64 * sizeof(uint16_t))       \
   /* [GROUP / HALF][W_ROWS][HALF] bf16 */                                      \
   X(weights, uint16_t, GROUP / HALF * W_ROWS * HALF * sizeof(uint16_t))        \
   X(score_sums, float, 2 * BLOCK * COLUMNS * sizeof(float))                    \
@@ -149,10 +150,9 @@ typedef struct f8_widen {
 } f8_widen;
 
 static ALWAYS_INLINE f8_widen widen_of(const f8_tables *t) {
-  const f8_widen w = {
-      _mm512_loadu_si512(t->lo), _mm512_loadu_si512(t->lo + 64),
-      _mm512_loadu_si512(t->hi), _mm512_loadu_si512(t->hi + 64),
-      _mm512_loadu_si512(t->order)};
+  const f8_widen w = {_mm512_loadu_si512(t->lo), _mm512_loadu_si512(t->lo + 64),
+                      _mm512_loadu_si512(t->hi), _mm512_loadu_si512(t->hi + 64),
+                      _mm512_loadu_si512(t->order)};
   return w;
 }
 
@@ -179,8 +179,7 @@ static ALWAYS_INLINE void widen_row(const f8_widen *w, const char *row,
   }
   if (d < dim) {
     __m512i first, second;
-    widen64(w, _mm512_maskz_loadu_epi8(0xffffffffu, row + d), &first,
-            &second);
+    widen64(w, _mm512_maskz_loadu_epi8(0xffffffffu, row + d), &first, &second);
     _mm512_storeu_si512(out + d, first);
   }
 }
@@ -203,24 +202,35 @@ static void amx_configure_values(void) {
   fc_amx_load_config(rows, bytes);
 }
 
-/* The unit's q (bf16, as it lies) into its pack's B tiles at column
- * `column`, as the bf16 AMX kernel makes them. */
+/* The unit's q into its pack's B tiles at column `column`, as the bf16
+ * AMX kernel makes them, each slot's divided by a power of 2 that brings
+ * its largest element to [1, 2): the tiles flush subnormal inputs and
+ * sums to zero, which the key's scale, after the sum, would magnify. */
 static void make_planes(const amx_args *a, const amx_thread *th,
                         const fc_splitkv_tile *t, int64_t u, uint16_t *planes,
                         int column) {
   const fc_problem *p = a->p;
-  const amx_unit *unit = &th->units[u];
+  amx_unit *unit = &th->units[u];
   uint32_t *plane = (uint32_t *)planes + column * CHUNK;
   for (int s = 0; s < CHUNK; s++) {
     const int64_t slot = unit->chunk * CHUNK + s;
-    const char *q =
-        unit->valid[s] ? fc_view_row(&p->q, t->b, slot / p->group,
-                                     unit->kv_head * p->group + slot % p->group)
-                       : NULL;
+    const uint16_t *q = unit->valid[s]
+                            ? (const uint16_t *)fc_view_row(
+                                  &p->q, t->b, slot / p->group,
+                                  unit->kv_head * p->group + slot % p->group)
+                            : NULL;
+    float largest = 0.0f;
+    for (int64_t d = 0; q && d < a->dim; d++)
+      largest = fmaxf(largest, fabsf(fc_bf16_to_f32(q[d])));
+    int exponent = 0;
+    if (largest > 0.0f && largest <= FLT_MAX) frexpf(largest, &exponent);
+    unit->q_unit[s] = ldexpf(1.0f, exponent - 1);
     for (int64_t pair = 0; pair < a->dim / 2; pair++) {
-      uint32_t two = 0;
-      if (q) memcpy(&two, q + 4 * pair, sizeof two);
-      plane[pair * COLUMNS + s] = two;
+      uint16_t two[2] = {0, 0};
+      for (int e = 0; q && e < 2; e++)
+        two[e] = fc_f32_to_bf16(
+            ldexpf(fc_bf16_to_f32(q[2 * pair + e]), 1 - exponent));
+      memcpy(&plane[pair * COLUMNS + s], two, sizeof two);
     }
   }
 }
@@ -294,13 +304,17 @@ finish_block_scores(const amx_args *a, const amx_thread *th,
   fc512_transpose_128x4(grouped, slot);
   const __mmask16 lanes = fc512_tail_mask(n);
   const __m512 factor = _mm512_set1_ps(a->shared.q_factor);
+  const amx_unit *unit = &th->units[u];
   float *p = th->p + u * CHUNK * a->keys + (j0 - t->begin);
-  for (int s = 0; s < CHUNK; s++)
-    _mm512_storeu_ps(p + s * a->keys,
-                     _mm512_mask_mov_ps(
-                         _mm512_set1_ps(-INFINITY), lanes,
-                         fc512_saturate(_mm512_mul_ps(
-                             _mm512_mul_ps(slot[s], scale), factor))));
+  for (int s = 0; s < CHUNK; s++) {
+    /* q . k as the vector F8 kernel sums it, then the key's scale */
+    const __m512 sum = _mm512_mul_ps(
+        _mm512_mul_ps(slot[s], _mm512_set1_ps(unit->q_unit[s])), scale);
+    _mm512_storeu_ps(
+        p + s * a->keys,
+        _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), lanes,
+                           fc512_saturate(_mm512_mul_ps(sum, factor))));
+  }
 }
 
 /* A unit's scores of a block in f32, each element its code times its
@@ -316,12 +330,11 @@ static void block_scores_in_f32(const amx_args *a, const amx_thread *th,
   for (int s = 0; s < CHUNK; s++) {
     float *out = th->p + (u * CHUNK + s) * a->keys + (j0 - t->begin);
     const int64_t slot = unit->chunk * CHUNK + s;
-    const uint16_t *q =
-        unit->valid[s]
-            ? (const uint16_t *)fc_view_row(&p->q, t->b, slot / p->group,
-                                            unit->kv_head * p->group +
-                                                slot % p->group)
-            : NULL;
+    const uint16_t *q = unit->valid[s]
+                            ? (const uint16_t *)fc_view_row(
+                                  &p->q, t->b, slot / p->group,
+                                  unit->kv_head * p->group + slot % p->group)
+                            : NULL;
     for (int j = 0; j < BLOCK; j++) {
       const char *row = row_of(block, j);
       float sum = 0.0f;
@@ -343,7 +356,8 @@ static void amx_head_scores(const amx_pass *pass, const key_block *block,
                          _CMP_LE_OQ) == 0xffff;
   for (int64_t pack = 0; pack < packs; pack++) {
     const int64_t u0 = first + pack * PACK;
-    const int64_t u1 = u0 + PACK < first + per_head ? u0 + PACK : first + per_head;
+    const int64_t u1 =
+        u0 + PACK < first + per_head ? u0 + PACK : first + per_head;
     if (finite) {
       const uint16_t *planes = th->planes + (h * packs + pack) * steps * PLANE;
       float *sums = th->score_sums + *parity * BLOCK * COLUMNS;
@@ -482,8 +496,8 @@ static void amx_head_values(const amx_pass *pass, const row_walk *walk,
     scales[i] = block.scale;
     for (int r = 0; r < BLOCK / 2; r++) {
       /* a line per line read */
-      sweep_lines(sweep, ((2 * r + 2) * row_bytes) / 64 -
-                             ((2 * r) * row_bytes) / 64);
+      sweep_lines(sweep,
+                  ((2 * r + 2) * row_bytes) / 64 - ((2 * r) * row_bytes) / 64);
       widen_pair(&w, row_of(&block, 2 * r), row_of(&block, 2 * r + 1), dim,
                  tiles, r0 + r);
     }
@@ -545,10 +559,10 @@ static float *amx_slot_o(const amx_args *a, const amx_thread *th, int64_t u,
   for (int64_t m = 0; work && 64 * m < a->dim; m++) {
     for (int q = 0; q < 4; q++) {
       const float *rows = o + (4 * m + q) * W_ROWS * 16;
-      const __m512 all = _mm512_add_ps(
-          _mm512_add_ps(_mm512_load_ps(rows + s * 16),
-                        _mm512_load_ps(rows + (CHUNK + s) * 16)),
-          _mm512_load_ps(rows + (2 * CHUNK + s) * 16));
+      const __m512 all =
+          _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(rows + s * 16),
+                                      _mm512_load_ps(rows + (CHUNK + s) * 16)),
+                        _mm512_load_ps(rows + (2 * CHUNK + s) * 16));
       _mm512_storeu_ps(sum + 16 * q, all);
     }
     const int64_t columns = a->dim - 64 * m < 64 ? a->dim - 64 * m : 64;
