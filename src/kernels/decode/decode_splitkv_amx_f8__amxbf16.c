@@ -54,7 +54,8 @@ enum {
   PLANE = 16 * COLUMNS * 2, /* q's B tile of a step: 16 pairs x 16 slots */
   HALF = 32,                /* keys of a weights tile (16 pairs) */
   W_ROWS = 3 * CHUNK,       /* weights and outputs: hi, lo, lo2 of 4 slots */
-  CODES = 128               /* table entries: the codes without the sign */
+  CODES = 128,              /* table entries: the codes without the sign */
+  W_BYTES = GROUP / HALF * W_ROWS * HALF * 2 /* a unit's weights tiles */
 };
 _Static_assert(CHUNK == 4 && BLOCK == 16, "tile shapes assume 4 x 16");
 
@@ -115,8 +116,8 @@ static size_t plane_bytes(const amx_args *a, int team_size) {
   X(k_pack, char, BLOCK *dim)                                                  \
   X(k_stage, uint16_t, BLOCK *dim * sizeof(uint16_t))                          \
   X(v_stage, uint32_t, GROUP *((dim) + 63) / 64 * 64 * sizeof(uint16_t))       \
-  /* [GROUP / HALF][W_ROWS][HALF] bf16 */                                      \
-  X(weights, uint16_t, GROUP / HALF * W_ROWS * HALF * sizeof(uint16_t))        \
+  /* [unit][GROUP / HALF][W_ROWS][HALF] bf16 */                                \
+  X(weights, uint16_t, units *W_BYTES)                                         \
   X(score_sums, float, 2 * BLOCK * COLUMNS * sizeof(float))                    \
   /* a slot's o in column order */                                             \
   X(natural, float, dim * sizeof(float))
@@ -202,6 +203,12 @@ static void amx_configure_values(void) {
   fc_amx_load_config(rows, bytes);
 }
 
+/* 16 bf16 values as f32. */
+static ALWAYS_INLINE __m512 bf16x16(const uint16_t *at) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)at)), 16));
+}
+
 /* The unit's q into its pack's B tiles at column `column`, as the bf16
  * AMX kernel makes them, each slot's divided by a power of 2 that brings
  * its largest element to [1, 2): the tiles flush subnormal inputs and
@@ -219,18 +226,28 @@ static void make_planes(const amx_args *a, const amx_thread *th,
                                   &p->q, t->b, slot / p->group,
                                   unit->kv_head * p->group + slot % p->group)
                             : NULL;
-    float largest = 0.0f;
-    for (int64_t d = 0; q && d < a->dim; d++)
-      largest = fmaxf(largest, fabsf(fc_bf16_to_f32(q[d])));
-    int exponent = 0;
+    if (!q) { /* a slot past the batch: zeros (the planes are cleared) */
+      unit->q_unit[s] = 1.0f;
+      continue;
+    }
+    __m512 top = _mm512_setzero_ps();
+    for (int64_t d = 0; d < a->dim; d += 16)
+      top = _mm512_max_ps(top, _mm512_abs_ps(bf16x16(q + d)));
+    const float largest = _mm512_reduce_max_ps(top);
+    int exponent = 1; /* 0, inf or NaN: q as it is */
     if (largest > 0.0f && largest <= FLT_MAX) frexpf(largest, &exponent);
     unit->q_unit[s] = ldexpf(1.0f, exponent - 1);
-    for (int64_t pair = 0; pair < a->dim / 2; pair++) {
-      uint16_t two[2] = {0, 0};
-      for (int e = 0; q && e < 2; e++)
-        two[e] = fc_f32_to_bf16(
-            ldexpf(fc_bf16_to_f32(q[2 * pair + e]), 1 - exponent));
-      memcpy(&plane[pair * COLUMNS + s], two, sizeof two);
+    /* 2^(1 - exponent) in two factors: one could overflow */
+    const __m512 up = _mm512_set1_ps(ldexpf(1.0f, (1 - exponent) / 2));
+    const __m512 up2 =
+        _mm512_set1_ps(ldexpf(1.0f, 1 - exponent - (1 - exponent) / 2));
+    for (int64_t d = 0; d < a->dim; d += 32) {
+      uint32_t pairs[16];
+      const __m512 first = _mm512_mul_ps(_mm512_mul_ps(bf16x16(q + d), up), up2);
+      const __m512 second =
+          _mm512_mul_ps(_mm512_mul_ps(bf16x16(q + d + 16), up), up2);
+      _mm512_storeu_si512(pairs, (__m512i)_mm512_cvtne2ps_pbh(second, first));
+      for (int i = 0; i < 16; i++) plane[(d / 2 + i) * COLUMNS + s] = pairs[i];
     }
   }
 }
@@ -392,7 +409,7 @@ static void group_weights(const amx_args *a, const amx_thread *th,
                           const __m512 *scales) {
   const amx_unit *unit = &th->units[u];
   for (int half = 0; half < GROUP / HALF; half++) {
-    uint16_t *tile = th->weights + half * W_ROWS * HALF;
+    uint16_t *tile = th->weights + u * (W_BYTES / 2) + half * W_ROWS * HALF;
     for (int s = 0; s < CHUNK; s++) {
       __m512 w[2];
       for (int k = 0; k < 2; k++) {
@@ -470,6 +487,11 @@ static ALWAYS_INLINE void widen_pair(const f8_widen *w, const char *row_a,
     op(3, (o) + 3 * W_ROWS * 16, 64);                                          \
   } while (0)
 
+static ALWAYS_INLINE bool unit_active(const amx_unit *unit) {
+  return unit->active[0] || unit->active[1] || unit->active[2] ||
+         unit->active[3];
+}
+
 static void amx_head_values(const amx_pass *pass, const row_walk *walk,
                             int64_t h, int64_t g0, int blocks,
                             fc_prefetch_sweep *sweep) {
@@ -481,34 +503,39 @@ static void amx_head_values(const amx_pass *pass, const row_walk *walk,
   const int64_t row_bytes = pass->row_bytes;
   const int halves = (blocks + 1) / 2;
   const f8_widen w = widen_of(&a->v_codes);
+  key_block group[GROUP / BLOCK];
   __m512 scales[GROUP / BLOCK];
+  for (int i = 0; i < GROUP / BLOCK; i++) {
+    scales[i] = _mm512_setzero_ps();
+    if (i >= blocks) continue;
+    block_at(&a->shared, walk, t, g0 + BLOCK * i, false, &group[i]);
+    scales[i] = group[i].scale;
+  }
+  /* The weights first: their stores are done by the time the tiles load
+   * them. */
+  for (int64_t u = first; u < first + per_head; u++)
+    if (unit_active(&th->units[u])) group_weights(a, th, t, u, g0, scales);
   for (int i = 0; i < 2 * halves; i++) {
     uint32_t *tiles = th->v_stage + (i / 2) * quads * 4 * BLOCK * 16;
     const int r0 = (i % 2) * (BLOCK / 2);
-    scales[i] = _mm512_setzero_ps();
     if (i >= blocks) { /* past the split: zeros, not stale rows */
       for (int64_t tile = 0; tile < 4 * quads; tile++)
         memset(tiles + (tile * BLOCK + r0) * 16, 0, BLOCK / 2 * 64);
       continue;
     }
-    key_block block;
-    block_at(&a->shared, walk, t, g0 + BLOCK * i, false, &block);
-    scales[i] = block.scale;
     for (int r = 0; r < BLOCK / 2; r++) {
       /* a line per line read */
-      sweep_lines(sweep,
-                  ((2 * r + 2) * row_bytes) / 64 - ((2 * r) * row_bytes) / 64);
-      widen_pair(&w, row_of(&block, 2 * r), row_of(&block, 2 * r + 1), dim,
-                 tiles, r0 + r);
+      sweep_lines(sweep, ((2 * r + 2) * row_bytes) / 64 -
+                             ((2 * r) * row_bytes) / 64);
+      widen_pair(&w, row_of(&group[i], 2 * r), row_of(&group[i], 2 * r + 1),
+                 dim, tiles, r0 + r);
     }
   }
   for (int64_t u = first; u < first + per_head; u++) {
-    bool active = false;
-    for (int s = 0; s < CHUNK; s++) active = active || th->units[u].active[s];
-    if (!active) continue;
-    group_weights(a, th, t, u, g0, scales);
-    _tile_loadd(4, th->weights, 64);
-    if (halves > 1) _tile_loadd(5, th->weights + W_ROWS * HALF, 64);
+    if (!unit_active(&th->units[u])) continue;
+    const uint16_t *weights = th->weights + u * (W_BYTES / 2);
+    _tile_loadd(4, weights, 64);
+    if (halves > 1) _tile_loadd(5, weights + W_ROWS * HALF, 64);
     for (int64_t quad = 0; quad < quads; quad++) {
       float *o = th->o + u * AMX_O_FLOATS(dim) + quad * 4 * W_ROWS * 16;
       const uint32_t *v = th->v_stage + quad * 4 * BLOCK * 16;
