@@ -125,7 +125,7 @@ bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
 bool fc_wants_splitkv_bf16_dot(const fc_problem *p, const fc_kernel_settings *s,
                                char *why, size_t size);
 /* Decode shapes with two chunks or more per kv head (q_len x group >= 8,
- * e.g. speculative decoding's verify): the AMX-BF16 decode kernel shares
+ * e.g. speculative decoding's verify): the AMX-BF16 decode kernels share
  * each K and V tile between them. */
 bool fc_wants_splitkv_amx_bf16(const fc_problem *p, const fc_kernel_settings *s,
                                char *why, size_t size);

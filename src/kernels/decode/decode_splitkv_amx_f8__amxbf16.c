@@ -243,7 +243,8 @@ static void make_planes(const amx_args *a, const amx_thread *th,
         _mm512_set1_ps(ldexpf(1.0f, 1 - exponent - (1 - exponent) / 2));
     for (int64_t d = 0; d < a->dim; d += 32) {
       uint32_t pairs[16];
-      const __m512 first = _mm512_mul_ps(_mm512_mul_ps(bf16x16(q + d), up), up2);
+      const __m512 first =
+          _mm512_mul_ps(_mm512_mul_ps(bf16x16(q + d), up), up2);
       const __m512 second =
           _mm512_mul_ps(_mm512_mul_ps(bf16x16(q + d + 16), up), up2);
       _mm512_storeu_si512(pairs, (__m512i)_mm512_cvtne2ps_pbh(second, first));
@@ -525,8 +526,8 @@ static void amx_head_values(const amx_pass *pass, const row_walk *walk,
     }
     for (int r = 0; r < BLOCK / 2; r++) {
       /* a line per line read */
-      sweep_lines(sweep, ((2 * r + 2) * row_bytes) / 64 -
-                             ((2 * r) * row_bytes) / 64);
+      sweep_lines(sweep,
+                  ((2 * r + 2) * row_bytes) / 64 - ((2 * r) * row_bytes) / 64);
       widen_pair(&w, row_of(&group[i], 2 * r), row_of(&group[i], 2 * r + 1),
                  dim, tiles, r0 + r);
     }
