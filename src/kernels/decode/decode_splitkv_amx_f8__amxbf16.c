@@ -1,24 +1,23 @@
 /* Split-KV decode of bf16 q on F8_E4M3 and F8_E5M2 K and V caches (one
- * scale per row) on AMX-BF16 tiles, for CPUs that have them (head_dim =
- * v_head_dim, a multiple of 32 up to 128): the tile products of the AMX
- * decode driver (splitkv_amx_driver.inc).
+ * scale per row) on AMX-BF16 tiles, for CPUs that have them and
+ * AVX512-VBMI (head_dim = v_head_dim, a multiple of 32 up to 128): the
+ * tile products of the AMX decode driver (splitkv_amx_driver.inc).
  *
  * The vector F8 kernel widens each code to f32 and does an FMA per
- * element and query head: on an Intel Xeon its instructions, not the
- * bytes, bound it. Every E4M3 and E5M2 value (subnormals, zero, inf and
- * NaN included) is exact in bf16, so here each 16-key block's codes are
- * widened to bf16 by two 128-entry byte tables (the value's high and low
- * byte, the sign ORed in), four shuffles and an OR per 64 codes, into a
- * staging block the tiles read; the row's scale multiplies the block's
- * scores and weights, not its elements.
- *   scores: as the bf16 AMX kernel's (K's staged block the A operand, q
- *      the B operand; q is bf16, exact), times the key's scale and
- *      q_factor; a block with a scale not finite is scored in f32;
- *   values: each weight times its row's scale, split exactly into bf16
- *      hi + lo + lo2 (8 bits each: the f32 weight), hi's products summed
- *      in rows 0..7 of an output tile and lo's and lo2's in rows 8..15
- *      (2^-8 of them: their rounding is lost), added at the end. The
- *      weights keep f32 accuracy for two more tile products per block.
+ * element and query head. Every E4M3 and E5M2 value is exact in bf16, so
+ * here a block's codes are widened to bf16 by byte tables
+ * (splitkv_amx_f8_codes.h) into a staging block the tiles read, and the
+ * row's scale multiplies each key's sums and weights, not its elements.
+ *   scores: as the bf16 AMX kernel's, each slot's q scaled to [1, 2) by
+ *      a power of 2 (the tiles flush subnormals, which the scale would
+ *      magnify); a block whose scales are not all finite is scored in f32;
+ *   values: V staged two keys a dword (16 columns a tile); each weight
+ *      times its row's scale split exactly into bf16 hi + lo + lo2, rows
+ *      0..11 of one A tile (3 parts x 4 slots): f32 accuracy.
+ * With two chunks or more per kv head the tiles serve them all: 1.3-1.5x
+ * the vector F8 kernel on an Intel Xeon core; with one, each block's chain
+ * of tile products (8 tile registers, not renamed) costs what the
+ * widening saves, so it is not wanted there.
  * A NaN or inf code or scale reaches the tiles' outputs; a unit whose
  * outputs are not all finite does not stand, and the driver computes its
  * values again in f32 (only the keys each slot sees counting). */
@@ -29,12 +28,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "common/dtype_convert.h"
-#include "common/quant.h"
 #include "common/score.h"
 #include "kernels/decode/decode_splitkv.h"
-#include "kernels/decode/prefetch_sweep.h"
 #include "kernels/decode/splitkv_amx_common.h"
+#include "kernels/decode/splitkv_amx_f8_codes.h"
 #include "kernels/decode/splitkv_amx_rows.h"
 #include "kernels/decode/splitkv_common.h"
 #include "kernels/kernel_support.h"
@@ -54,7 +51,6 @@ enum {
   PLANE = 16 * COLUMNS * 2, /* q's B tile of a step: 16 pairs x 16 slots */
   HALF = 32,                /* keys of a weights tile (16 pairs) */
   W_ROWS = 3 * CHUNK,       /* weights and outputs: hi, lo, lo2 of 4 slots */
-  CODES = 128,              /* table entries: the codes without the sign */
   W_BYTES = GROUP / HALF * W_ROWS * HALF * 2 /* a unit's weights tiles */
 };
 _Static_assert(CHUNK == 4 && BLOCK == 16, "tile shapes assume 4 x 16");
@@ -64,12 +60,6 @@ _Static_assert(CHUNK == 4 && BLOCK == 16, "tile shapes assume 4 x 16");
 #define AMX_SWEEPS_SKIPPED_HEADS 1
 /* A unit's outputs: W_ROWS rows of 16 per 16 columns (64 at a time). */
 #define AMX_O_FLOATS(dim) (W_ROWS * ((dim) + 63) / 64 * 64)
-
-/* A dtype's codes 0..127 as bf16 (low and high bytes), and the order
- * widen64 takes codes in. */
-typedef struct f8_tables {
-  uint8_t lo[CODES], hi[CODES], order[64];
-} f8_tables;
 
 typedef struct amx_args {
   fc_splitkv_shared shared;
@@ -92,9 +82,8 @@ typedef struct amx_shape {
   int64_t steps;
 } amx_shape;
 
-static int64_t packs_of(int64_t per_head) {
-  return (per_head + PACK - 1) / PACK;
-}
+/* Packs of PACK units for a thread with `per_head` units a head. */
+static int64_t packs_of(int64_t per_head) { return (per_head + 3) / PACK; }
 
 static size_t plane_bytes(const amx_args *a, int team_size) {
   return (size_t)(a->shared.heads_per_tile *
@@ -103,10 +92,11 @@ static size_t plane_bytes(const amx_args *a, int team_size) {
          sizeof(uint16_t);
 }
 
-/* Per unit u: o at u * AMX_O_FLOATS(dim) ([tile][W_ROWS][16]); planes
- * as the bf16 AMX kernel's; K's codes widened in k_stage ([key][dim]
- * bf16), V's in v_stage ([half][tile][16 key pairs][16 columns], two
- * keys' bf16 a dword). */
+/* Per unit u: o at u * AMX_O_FLOATS(dim) ([tile][W_ROWS][16]), weights
+ * at u * W_BYTES ([GROUP / HALF][W_ROWS][HALF] bf16); planes as the bf16
+ * AMX kernel's; K's codes widened in k_stage ([key][dim] bf16), V's in
+ * v_stage ([half][tile][16 key pairs][16 columns], two keys a dword);
+ * natural: a slot's o in column order. */
 #define AMX_ARRAYS(X)                                                          \
   X(units, amx_unit, units * sizeof(amx_unit))                                 \
   X(o, float, units *AMX_O_FLOATS(dim) * sizeof(float))                        \
@@ -116,73 +106,14 @@ static size_t plane_bytes(const amx_args *a, int team_size) {
   X(k_pack, char, BLOCK *dim)                                                  \
   X(k_stage, uint16_t, BLOCK *dim * sizeof(uint16_t))                          \
   X(v_stage, uint32_t, GROUP *((dim) + 63) / 64 * 64 * sizeof(uint16_t))       \
-  /* [unit][GROUP / HALF][W_ROWS][HALF] bf16 */                                \
   X(weights, uint16_t, units *W_BYTES)                                         \
   X(score_sums, float, 2 * BLOCK * COLUMNS * sizeof(float))                    \
-  /* a slot's o in column order */                                             \
   X(natural, float, dim * sizeof(float))
 
 #include "kernels/decode/splitkv_amx_driver.inc"
 
 static amx_shape amx_shape_of(const amx_args *a) {
-  const amx_shape shape = {a->steps};
-  return shape;
-}
-
-static void make_tables(flashcpu_dtype dtype, f8_tables *t) {
-  for (int code = 0; code < CODES; code++) {
-    const float value = fc_quant_code(dtype, (const char *)&(uint8_t){code}, 0);
-    const uint32_t bits = fc_f32_bits(value) >> 16;
-    t->lo[code] = (uint8_t)(bits & 0xffu);
-    t->hi[code] = (uint8_t)(bits >> 8);
-  }
-  /* Byte 16 L + j of the codes reordered from code 8 L + j (j < 8) and
-   * 32 + 8 L + j - 8 (j >= 8): the unpacks then give codes 0..31 and
-   * 32..63 in order. */
-  for (int at = 0; at < 64; at++) {
-    const int lane = at / 16, j = at % 16;
-    t->order[at] = (uint8_t)(j < 8 ? 8 * lane + j : 32 + 8 * lane + j - 8);
-  }
-}
-
-/* The tables in registers. */
-typedef struct f8_widen {
-  __m512i lo0, lo1, hi0, hi1, order;
-} f8_widen;
-
-static ALWAYS_INLINE f8_widen widen_of(const f8_tables *t) {
-  const f8_widen w = {_mm512_loadu_si512(t->lo), _mm512_loadu_si512(t->lo + 64),
-                      _mm512_loadu_si512(t->hi), _mm512_loadu_si512(t->hi + 64),
-                      _mm512_loadu_si512(t->order)};
-  return w;
-}
-
-/* 64 codes (the last 32 zero where only 32 remain) to 2 x 32 bf16. */
-static ALWAYS_INLINE void widen64(const f8_widen *w, __m512i codes,
-                                  __m512i *first, __m512i *second) {
-  const __m512i c = _mm512_permutexvar_epi8(w->order, codes);
-  const __m512i lo = _mm512_permutex2var_epi8(w->lo0, c, w->lo1);
-  __m512i hi = _mm512_permutex2var_epi8(w->hi0, c, w->hi1);
-  hi = _mm512_ternarylogic_epi32(hi, c, _mm512_set1_epi8((char)0x80), 0xf8);
-  *first = _mm512_unpacklo_epi8(lo, hi);
-  *second = _mm512_unpackhi_epi8(lo, hi);
-}
-
-/* A row of dim codes to bf16. */
-static ALWAYS_INLINE void widen_row(const f8_widen *w, const char *row,
-                                    int64_t dim, uint16_t *out) {
-  int64_t d = 0;
-  for (; d + 64 <= dim; d += 64) {
-    __m512i first, second;
-    widen64(w, _mm512_loadu_si512(row + d), &first, &second);
-    _mm512_storeu_si512(out + d, first);
-    _mm512_storeu_si512(out + d + 32, second);
-  }
-  if (d < dim) {
-    __m512i first, second;
-    widen64(w, _mm512_maskz_loadu_epi8(0xffffffffu, row + d), &first, &second);
-    _mm512_storeu_si512(out + d, first);
-  }
+  return (amx_shape){a->steps};
 }
 
 /* Scores: 0/1 the sums of even/odd blocks (16 keys x 16 slots); 2..5
@@ -201,12 +132,6 @@ static void amx_configure_values(void) {
                                         W_ROWS, W_ROWS, 16,     16};
   static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
   fc_amx_load_config(rows, bytes);
-}
-
-/* 16 bf16 values as f32. */
-static ALWAYS_INLINE __m512 bf16x16(const uint16_t *at) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)at)), 16));
 }
 
 /* The unit's q into its pack's B tiles at column `column`, as the bf16
@@ -423,46 +348,8 @@ static void group_weights(const amx_args *a, const amx_thread *th,
               _mm512_loadu_ps(th->p + (u * CHUNK + s) * a->keys + at),
               scales[i]);
       }
-      for (int part = 0; part < 3; part++) {
-        const __m512i row = (__m512i)_mm512_cvtne2ps_pbh(w[1], w[0]);
-        _mm512_store_si512(tile + (CHUNK * part + s) * HALF, row);
-        const __m512 first = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm512_castsi512_si256(row)), 16));
-        const __m512 second = _mm512_castsi512_ps(_mm512_slli_epi32(
-            _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(row, 1)), 16));
-        w[0] = _mm512_sub_ps(w[0], first);
-        w[1] = _mm512_sub_ps(w[1], second);
-      }
+      fc_amx_bf16_parts(w, tile + s * HALF, CHUNK * HALF);
     }
-  }
-}
-
-/* Keys 2 r and 2 r + 1 of a group's half (rows a and b) into row r of its
- * V tiles: tile 4 m + q holds, per 64 columns m, columns 64 m + 16 L + 4 q
- * + i (L, i < 4) at dword 4 L + i, each dword the two keys' bf16. */
-static ALWAYS_INLINE void widen_pair(const f8_widen *w, const char *row_a,
-                                     const char *row_b, int64_t dim,
-                                     uint32_t *tiles, int r) {
-  const __m512i sign = _mm512_set1_epi8((char)0x80);
-  for (int64_t m = 0; 64 * m < dim; m++) {
-    const __mmask64 bytes = dim - 64 * m >= 64 ? ~(__mmask64)0 : 0xffffffffu;
-    const __m512i a = _mm512_maskz_loadu_epi8(bytes, row_a + 64 * m);
-    const __m512i b = _mm512_maskz_loadu_epi8(bytes, row_b + 64 * m);
-    const __m512i la = _mm512_permutex2var_epi8(w->lo0, a, w->lo1);
-    const __m512i lb = _mm512_permutex2var_epi8(w->lo0, b, w->lo1);
-    const __m512i ha = _mm512_ternarylogic_epi32(
-        _mm512_permutex2var_epi8(w->hi0, a, w->hi1), a, sign, 0xf8);
-    const __m512i hb = _mm512_ternarylogic_epi32(
-        _mm512_permutex2var_epi8(w->hi0, b, w->hi1), b, sign, 0xf8);
-    const __m512i x0 = _mm512_unpacklo_epi8(la, ha);
-    const __m512i x1 = _mm512_unpackhi_epi8(la, ha);
-    const __m512i y0 = _mm512_unpacklo_epi8(lb, hb);
-    const __m512i y1 = _mm512_unpackhi_epi8(lb, hb);
-    uint32_t *at = tiles + (4 * m * BLOCK + r) * 16;
-    _mm512_store_si512(at, _mm512_unpacklo_epi16(x0, y0));
-    _mm512_store_si512(at + BLOCK * 16, _mm512_unpackhi_epi16(x0, y0));
-    _mm512_store_si512(at + 2 * BLOCK * 16, _mm512_unpacklo_epi16(x1, y1));
-    _mm512_store_si512(at + 3 * BLOCK * 16, _mm512_unpackhi_epi16(x1, y1));
   }
 }
 
@@ -488,9 +375,8 @@ static ALWAYS_INLINE void widen_pair(const f8_widen *w, const char *row_a,
     op(3, (o) + 3 * W_ROWS * 16, 64);                                          \
   } while (0)
 
-static ALWAYS_INLINE bool unit_active(const amx_unit *unit) {
-  return unit->active[0] || unit->active[1] || unit->active[2] ||
-         unit->active[3];
+static ALWAYS_INLINE bool unit_active(const amx_unit *u) {
+  return u->active[0] || u->active[1] || u->active[2] || u->active[3];
 }
 
 static void amx_head_values(const amx_pass *pass, const row_walk *walk,
