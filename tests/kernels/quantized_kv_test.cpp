@@ -51,6 +51,12 @@ const QuantCase kCases[] = {
      Scales::kPerHead, Scales::kPerHead, false, 2, 90, 80},
     {"e5m2_tensor_prefill", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2,
      Scales::kPerTensor, Scales::kPerTensor, false, 19, 40, 64},
+    // two chunks or more per kv head (the AMX F8 kernel's default shapes),
+    // and a head_dim of 96 (half a 64-column piece)
+    {"e4m3_head_verify", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3,
+     Scales::kPerHead, Scales::kPerHead, false, 8, 150, 64},
+    {"e5m2_tensor_d96", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2,
+     Scales::kPerTensor, Scales::kPerHead, false, 3, 77, 96},
     {"q8_0_decode", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone,
      Scales::kNone, false, 1, 260, 128},
     {"q8_0_prefill", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone,

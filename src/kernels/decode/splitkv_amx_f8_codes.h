@@ -22,9 +22,11 @@ typedef struct f8_tables {
   uint8_t lo[CODES], hi[CODES], order[64];
 } f8_tables;
 
-static void make_tables(flashcpu_dtype dtype, f8_tables *t) {
+static inline void make_tables(flashcpu_dtype dtype, f8_tables *t) {
   for (int code = 0; code < CODES; code++) {
-    const float value = fc_quant_code(dtype, (const char *)&(uint8_t){code}, 0);
+    const float value = dtype == FLASHCPU_DTYPE_F8_E4M3
+                            ? fc_e4m3_to_f32((uint8_t)code)
+                            : fc_e5m2_to_f32((uint8_t)code);
     const uint32_t bits = fc_f32_bits(value) >> 16;
     t->lo[code] = (uint8_t)(bits & 0xffu);
     t->hi[code] = (uint8_t)(bits >> 8);
@@ -43,7 +45,8 @@ typedef struct f8_widen {
   __m512i lo0, lo1, hi0, hi1, order;
 } f8_widen;
 
-static inline __attribute__((always_inline)) f8_widen widen_of(const f8_tables *t) {
+static inline __attribute__((always_inline)) f8_widen
+widen_of(const f8_tables *t) {
   const f8_widen w = {_mm512_loadu_si512(t->lo), _mm512_loadu_si512(t->lo + 64),
                       _mm512_loadu_si512(t->hi), _mm512_loadu_si512(t->hi + 64),
                       _mm512_loadu_si512(t->order)};
@@ -51,8 +54,8 @@ static inline __attribute__((always_inline)) f8_widen widen_of(const f8_tables *
 }
 
 /* 64 codes (the last 32 zero where only 32 remain) to 2 x 32 bf16. */
-static inline __attribute__((always_inline)) void widen64(const f8_widen *w, __m512i codes,
-                                  __m512i *first, __m512i *second) {
+static inline __attribute__((always_inline)) void
+widen64(const f8_widen *w, __m512i codes, __m512i *first, __m512i *second) {
   const __m512i c = _mm512_permutexvar_epi8(w->order, codes);
   const __m512i lo = _mm512_permutex2var_epi8(w->lo0, c, w->lo1);
   __m512i hi = _mm512_permutex2var_epi8(w->hi0, c, w->hi1);
@@ -62,8 +65,8 @@ static inline __attribute__((always_inline)) void widen64(const f8_widen *w, __m
 }
 
 /* A row of dim codes to bf16. */
-static inline __attribute__((always_inline)) void widen_row(const f8_widen *w, const char *row,
-                                    int64_t dim, uint16_t *out) {
+static inline __attribute__((always_inline)) void
+widen_row(const f8_widen *w, const char *row, int64_t dim, uint16_t *out) {
   int64_t d = 0;
   for (; d + 64 <= dim; d += 64) {
     __m512i first, second;
@@ -79,7 +82,8 @@ static inline __attribute__((always_inline)) void widen_row(const f8_widen *w, c
 }
 
 /* 16 bf16 values as f32. */
-static inline __attribute__((always_inline)) __m512 bf16x16(const uint16_t *at) {
+static inline __attribute__((always_inline)) __m512
+bf16x16(const uint16_t *at) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(
       _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)at)), 16));
 }
@@ -87,29 +91,27 @@ static inline __attribute__((always_inline)) __m512 bf16x16(const uint16_t *at) 
 /* Keys 2 r and 2 r + 1 of a group's half (rows a and b) into row r of its
  * V tiles: tile 4 m + q holds, per 64 columns m, columns 64 m + 16 L + 4 q
  * + i (L, i < 4) at dword 4 L + i, each dword the two keys' bf16. */
-static inline __attribute__((always_inline)) void widen_pair(const f8_widen *w, const char *row_a,
-                                     const char *row_b, int64_t dim,
-                                     uint32_t *tiles, int r) {
+static inline __attribute__((always_inline)) void
+widen_pair(const f8_widen *w, const char *row_a, const char *row_b, int64_t dim,
+           uint32_t *tiles, int r) {
   const __m512i sign = _mm512_set1_epi8((char)0x80);
   for (int64_t m = 0; 64 * m < dim; m++) {
     const __mmask64 bytes = dim - 64 * m >= 64 ? ~(__mmask64)0 : 0xffffffffu;
     const __m512i a = _mm512_maskz_loadu_epi8(bytes, row_a + 64 * m);
     const __m512i b = _mm512_maskz_loadu_epi8(bytes, row_b + 64 * m);
-    const __m512i la = _mm512_permutex2var_epi8(w->lo0, a, w->lo1);
-    const __m512i lb = _mm512_permutex2var_epi8(w->lo0, b, w->lo1);
-    const __m512i ha = _mm512_ternarylogic_epi32(
-        _mm512_permutex2var_epi8(w->hi0, a, w->hi1), a, sign, 0xf8);
-    const __m512i hb = _mm512_ternarylogic_epi32(
-        _mm512_permutex2var_epi8(w->hi0, b, w->hi1), b, sign, 0xf8);
-    const __m512i x0 = _mm512_unpacklo_epi8(la, ha);
-    const __m512i x1 = _mm512_unpackhi_epi8(la, ha);
-    const __m512i y0 = _mm512_unpacklo_epi8(lb, hb);
-    const __m512i y1 = _mm512_unpackhi_epi8(lb, hb);
+    /* the two keys' codes interleaved first: the tables' bytes then
+     * unpack straight into (a, b) dwords */
+    const __m512i ab[2] = {_mm512_unpacklo_epi8(a, b),
+                           _mm512_unpackhi_epi8(a, b)};
     uint32_t *at = tiles + (4 * m * 16 + r) * 16;
-    _mm512_store_si512(at, _mm512_unpacklo_epi16(x0, y0));
-    _mm512_store_si512(at + 16 * 16, _mm512_unpackhi_epi16(x0, y0));
-    _mm512_store_si512(at + 2 * 16 * 16, _mm512_unpacklo_epi16(x1, y1));
-    _mm512_store_si512(at + 3 * 16 * 16, _mm512_unpackhi_epi16(x1, y1));
+    for (int k = 0; k < 2; k++) {
+      const __m512i lo = _mm512_permutex2var_epi8(w->lo0, ab[k], w->lo1);
+      const __m512i hi = _mm512_ternarylogic_epi32(
+          _mm512_permutex2var_epi8(w->hi0, ab[k], w->hi1), ab[k], sign, 0xf8);
+      _mm512_store_si512(at + 2 * k * 16 * 16, _mm512_unpacklo_epi8(lo, hi));
+      _mm512_store_si512(at + (2 * k + 1) * 16 * 16,
+                         _mm512_unpackhi_epi8(lo, hi));
+    }
   }
 }
 
