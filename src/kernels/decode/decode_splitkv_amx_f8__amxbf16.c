@@ -14,7 +14,7 @@
  *   values: V staged two keys a dword (16 columns a tile); each weight
  *      times its row's scale split exactly into bf16 hi + lo + lo2, rows
  *      0..11 of one A tile (3 parts x 4 slots): f32 accuracy.
- * With two chunks or more per kv head the tiles serve them all: 1.3-1.5x
+ * With two chunks or more per kv head the tiles serve them all: 1.3-1.9x
  * the vector F8 kernel on an Intel Xeon core; with one, each block's chain
  * of tile products (8 tile registers, not renamed) costs what the
  * widening saves, so it is not wanted there.
