@@ -77,6 +77,7 @@ static void detect(void) {
     detected.avx512_bf16 = detected.avx512f && (leaf7_1_eax & (1u << 5));
     detected.avx512_fp16 = detected.avx512f && (leaf7_edx & (1u << 23));
     detected.avx512_vnni = detected.avx512f && (leaf7_ecx & (1u << 11));
+    detected.avx512_vbmi = detected.avx512f && (leaf7_ecx & (1u << 1));
   }
   bool amx_tile = leaf7_edx & (1u << 24), amx_bf16 = leaf7_edx & (1u << 22);
   bool amx_int8 = leaf7_edx & (1u << 25);
@@ -119,6 +120,7 @@ size_t fc_cpu_features_describe(const fc_cpu_features *f, char *buffer,
       {f->avx512_bf16, "avx512_bf16"},
       {f->avx512_fp16, "avx512_fp16"},
       {f->avx512_vnni, "avx512_vnni"},
+      {f->avx512_vbmi, "avx512_vbmi"},
       {f->amx_bf16, "amx_bf16"},
       {f->amx_int8, "amx_int8"},
       {f->amx_permitted, "amx_permitted"},

@@ -11,7 +11,7 @@ typedef struct fc_cpu_features {
   /* x86-64 */
   bool avx2, fma, f16c;                       /* YMM state enabled */
   bool avx512f, avx512bw, avx512vl, avx512dq; /* ZMM + opmask state */
-  bool avx512_bf16, avx512_fp16, avx512_vnni;
+  bool avx512_bf16, avx512_fp16, avx512_vnni, avx512_vbmi;
   bool amx_bf16;      /* CPU has AMX-BF16 and AMX-TILE, XCR0 has tile state */
   bool amx_int8;      /* CPU has AMX-INT8 and AMX-TILE, XCR0 has tile state */
   bool amx_permitted; /* Linux granted this process the AMX tile data */

@@ -16,6 +16,9 @@ int fc_kernel_need_met(const fc_cpu_features *cpu, fc_cpu_need need) {
     return cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16;
   case FC_NEED_AMX_INT8:
     return cpu->amx_int8 && cpu->amx_permitted && cpu->avx512_vnni;
+  case FC_NEED_AMX_BF16_VBMI:
+    return cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16 &&
+           cpu->avx512_vbmi;
   }
   return 0;
 }

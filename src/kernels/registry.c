@@ -165,6 +165,25 @@ bool fc_takes_splitkv_amx_bf16(const fc_problem *p, char *why, size_t size) {
   return true;
 }
 
+bool fc_takes_splitkv_amx_f8(const fc_problem *p, char *why, size_t size) {
+  if (!fc_takes_splitkv(p, why, size)) return false;
+  if (p->q.dtype != FLASHCPU_DTYPE_BF16 || !is_f8_by_row(&p->k) ||
+      !is_f8_by_row(&p->v)) {
+    snprintf(why, size,
+             "q is not bf16, or k or v is not f8_e4m3 or f8_e5m2 with one "
+             "scale per row");
+    return false;
+  }
+  if (p->head_dim % 32 != 0 || p->head_dim > 128 ||
+      p->v_head_dim != p->head_dim) {
+    snprintf(why, size,
+             "head dims %lld/%lld are not one multiple of 32 up to 128",
+             (long long)p->head_dim, (long long)p->v_head_dim);
+    return false;
+  }
+  return true;
+}
+
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size) {
   return is_bf16_qkv(p, why, size);
 }

@@ -23,8 +23,9 @@ typedef enum fc_cpu_need {
   FC_NEED_NONE,
   FC_NEED_AVX512_BF16,
   FC_NEED_AVX512_VNNI,
-  FC_NEED_AMX_BF16, /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
-  FC_NEED_AMX_INT8  /* AMX-INT8 tiles granted by the OS, and AVX512-VNNI */
+  FC_NEED_AMX_BF16,     /* AMX-BF16 tiles granted by the OS, and AVX512-BF16 */
+  FC_NEED_AMX_INT8,     /* AMX-INT8 tiles granted by the OS, and AVX512-VNNI */
+  FC_NEED_AMX_BF16_VBMI /* FC_NEED_AMX_BF16, and AVX512-VBMI's byte shuffles */
 } fc_cpu_need;
 
 /* Whether the choice considers a row (kernels.inc). */
@@ -113,6 +114,10 @@ bool fc_takes_splitkv_amx_int8(const fc_problem *p, char *why, size_t size);
 /* bf16 q, K and V with head_dim = v_head_dim a multiple of 32 up to 128
  * (the AMX-BF16 decode kernel). */
 bool fc_takes_splitkv_amx_bf16(const fc_problem *p, char *why, size_t size);
+/* bf16 q, F8_E4M3 or F8_E5M2 K and V whose scales do not vary along a
+ * row, head_dim = v_head_dim a multiple of 32 up to 128 (the AMX-BF16 F8
+ * decode kernel). */
+bool fc_takes_splitkv_amx_f8(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_bf16_dot(const fc_problem *p, char *why, size_t size);
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size);
 bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
@@ -120,7 +125,7 @@ bool fc_wants_splitkv(const fc_problem *p, const fc_kernel_settings *s,
 bool fc_wants_splitkv_bf16_dot(const fc_problem *p, const fc_kernel_settings *s,
                                char *why, size_t size);
 /* Decode shapes with two chunks or more per kv head (q_len x group >= 8,
- * e.g. speculative decoding's verify): the AMX-BF16 decode kernel shares
+ * e.g. speculative decoding's verify): the AMX-BF16 decode kernels share
  * each K and V tile between them. */
 bool fc_wants_splitkv_amx_bf16(const fc_problem *p, const fc_kernel_settings *s,
                                char *why, size_t size);

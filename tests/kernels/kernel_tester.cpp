@@ -52,6 +52,15 @@ bool KernelRunsHere(Kernel kernel, std::string *why) {
     *why = cpu->amx_int8 ? "the OS did not grant this process AMX tile data"
                          : "this CPU (or its OS) lacks AMX-INT8";
     return false;
+  case FC_NEED_AMX_BF16_VBMI:
+    if (cpu->amx_bf16 && cpu->amx_permitted && cpu->avx512_bf16 &&
+        cpu->avx512_vbmi)
+      return true;
+    *why = !cpu->amx_bf16 ? "this CPU (or its OS) lacks AMX-BF16"
+           : !cpu->avx512_vbmi
+               ? "this CPU (or its OS) lacks AVX512-VBMI"
+               : "the OS did not grant this process AMX tile data";
+    return false;
   }
   *why = "a CPU need the tester does not know (" +
          std::to_string(kernel->need) + "): teach KernelRunsHere";

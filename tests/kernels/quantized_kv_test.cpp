@@ -51,6 +51,12 @@ const QuantCase kCases[] = {
      Scales::kPerHead, Scales::kPerHead, false, 2, 90, 80},
     {"e5m2_tensor_prefill", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2,
      Scales::kPerTensor, Scales::kPerTensor, false, 19, 40, 64},
+    // two chunks or more per kv head (the AMX F8 kernel's default shapes),
+    // and a head_dim of 96 (half a 64-column piece)
+    {"e4m3_head_verify", FLASHCPU_DTYPE_F8_E4M3, FLASHCPU_DTYPE_F8_E4M3,
+     Scales::kPerHead, Scales::kPerHead, false, 8, 150, 64},
+    {"e5m2_tensor_d96", FLASHCPU_DTYPE_F8_E5M2, FLASHCPU_DTYPE_F8_E5M2,
+     Scales::kPerTensor, Scales::kPerHead, false, 3, 77, 96},
     {"q8_0_decode", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone,
      Scales::kNone, false, 1, 260, 128},
     {"q8_0_prefill", FLASHCPU_DTYPE_Q8_0, FLASHCPU_DTYPE_Q8_0, Scales::kNone,
@@ -161,7 +167,9 @@ using QuantSuite = KernelSuite<QuantCase>;
 // the call's parameters.
 struct Inputs {
   Side k, v;
-  std::vector<float> q_data;
+  std::vector<float> q_data; // values exact in bf16
+  std::vector<uint16_t> q_bf16;
+  flashcpu_dtype q_dtype = FLASHCPU_DTYPE_F32; // how Run passes q
   int64_t S = 0, D = 0, L = 0;
   int64_t lengths[kBatch] = {0, 0};
   flashcpu_attention_params params{};
@@ -174,7 +182,10 @@ struct Inputs {
     k.Make(context, c.k, c.k_scales, c.zero_points, S, D, rng);
     v.Make(context, c.v, c.v_scales, c.zero_points, S, D, rng);
     q_data.resize(static_cast<size_t>(kBatch * L * kQHeads * D));
-    for (float &x : q_data) x = static_cast<float>(rng.Uniform(-1.0, 1.0));
+    for (float &x : q_data)
+      x = static_cast<float>(
+          RoundToDtype(rng.Uniform(-1.0, 1.0), FLASHCPU_DTYPE_BF16));
+    q_bf16.resize(q_data.size());
     flashcpu_attention_params_init(&params);
     params.flags = FLASHCPU_FLAG_CAUSAL;
     lengths[0] = S;
@@ -190,8 +201,13 @@ struct Inputs {
                       std::vector<float> *out, std::vector<float> *lse) {
     out->assign(OutCount(), NAN);
     lse->assign(static_cast<size_t>(kBatch * kQHeads * L), NAN);
+    if (q_dtype == FLASHCPU_DTYPE_BF16)
+      for (size_t i = 0; i < q_data.size(); i++)
+        StoreAs(&q_bf16[i], FLASHCPU_DTYPE_BF16, q_data[i]);
     const flashcpu_tensor q = flashcpu_tensor_bshd(
-        q_data.data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
+        q_dtype == FLASHCPU_DTYPE_BF16 ? static_cast<void *>(q_bf16.data())
+                                       : static_cast<void *>(q_data.data()),
+        q_dtype, kBatch, L, kQHeads, D);
     const flashcpu_tensor o = flashcpu_tensor_bshd(
         out->data(), FLASHCPU_DTYPE_F32, kBatch, L, kQHeads, D);
     flashcpu_attention_params use = params;
@@ -238,10 +254,15 @@ double WeightCodes(Kernel kernel) {
   return RoundsToBytes(kernel) ? 255.0 : OnAmxTiles(kernel) ? 32639.0 : 32767.0;
 }
 
-// The F8 kernel: F8 rows read before their scale, which multiplies each
+// The F8 kernels: F8 rows read before their scale, which multiplies each
 // key's dot products and weights instead of each element.
 bool ScalesAfterTheSum(Kernel kernel) {
   return std::string(kernel->name).find("_f8__") != std::string::npos;
+}
+// The AMX F8 kernel: bf16 q only (the cases' q values are exact in bf16,
+// and both kernels are given q as bf16 then).
+bool TakesBf16QOnly(Kernel kernel) {
+  return std::string(kernel->name).find("_amx_f8__") != std::string::npos;
 }
 bool HasF8(const QuantCase &c) {
   const auto f8 = [](flashcpu_dtype t) {
@@ -265,6 +286,8 @@ void RunAgainstTheExactKernel(Kernel kernel, flashcpu_context *context,
                               std::vector<float> *want, std::string *skip) {
   flashcpu_context *exact = KernelContext(ExactKernelOf(kernel));
   ASSERT_NE(exact, nullptr);
+  in->q_dtype =
+      TakesBf16QOnly(kernel) ? FLASHCPU_DTYPE_BF16 : FLASHCPU_DTYPE_F32;
   std::vector<float> lse, want_lse;
   const flashcpu_status status = in->Run(context, false, out, &lse);
   if (CannotTake(status, context)) {
@@ -633,7 +656,9 @@ TEST_P(Fp8Suite, HugeScalesGiveTheDequantizedBytes) {
     RunAgainstTheExactKernel(kernel(), context, &in, &out_q, &out_f, &skip);
     if (HasFatalFailure()) return;
     if (!skip.empty()) GTEST_SKIP() << kernel()->name << " " << skip;
-    const bool e4m3 = test_case().k == FLASHCPU_DTYPE_F8_E4M3;
+    /* the AMX F8 kernel reads E4M3 rows before such scales too */
+    const bool e4m3 =
+        test_case().k == FLASHCPU_DTYPE_F8_E4M3 && !TakesBf16QOnly(kernel());
     const double bound = F8Bound(in);
     for (size_t i = 0; i < out_q.size(); i++) {
       ASSERT_TRUE(std::isfinite(out_q[i])) << "element " << i;
