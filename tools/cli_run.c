@@ -308,7 +308,7 @@ static int measure(flashcpu_context *ctx, const run_options *options,
     other->plan = other_plan;
     if (status == FLASHCPU_OK) {
       failed = ctx;
-      const cli_turn_side sides[2] = {{ctx, plan}, *other};
+      const cli_turn_side sides[2] = {{ctx, plan, NULL}, *other};
       timing results[2];
       status = cli_time_in_turns(sides, &workload,
                                  options->reps > 0 ? options->reps
@@ -352,16 +352,96 @@ static bool kv_holds_codes(flashcpu_dtype dtype) {
   return dtype >= FLASHCPU_DTYPE_I8 && dtype <= FLASHCPU_DTYPE_Q8_0;
 }
 
-/* A paged case is followed by the same case on contiguous K/V (built once
- * the paged one is freed, so the two never hold memory together). */
+/* A paged case and the same case on contiguous K/V timed in turns (bursts
+ * of calls, the side that goes first alternating), so that a host whose
+ * speed drifts, and whatever the first calls leave behind, move both
+ * alike; both workloads are held together for it. */
+static int run_paged_in_turns(flashcpu_context *ctx, const run_options *options,
+                              toolkit_workload_spec *spec,
+                              const toolkit_ceilings *ceilings) {
+  toolkit_workload paged, contiguous;
+  memset(&contiguous, 0, sizeof contiguous);
+  char error[256];
+  if (toolkit_workload_build(spec, &paged, error, sizeof error) != 0) {
+    fprintf(stderr, "flashcpu run: %s workload: %s\n",
+            toolkit_phase_name(spec->phase), error);
+    return CLI_EXIT_FAILURE;
+  }
+  spec->page_size = 0;
+  if (toolkit_workload_build(spec, &contiguous, error, sizeof error) != 0) {
+    fprintf(stderr, "flashcpu run: %s workload on contiguous K/V: %s\n",
+            toolkit_phase_name(spec->phase), error);
+    toolkit_workload_free(&paged);
+    return CLI_EXIT_FAILURE;
+  }
+  print_case(&paged);
+  char size[32];
+  toolkit_format_bytes((uint64_t)contiguous.layer_count *
+                           (uint64_t)contiguous.layer_bytes,
+                       size, sizeof size);
+  printf("  contiguous the same step on contiguous K/V: %d kv caches "
+         "rotated, %s in all; the two timed in turns\n",
+         contiguous.layer_count, size);
+  fflush(stdout);
+  int exit_code = CLI_EXIT_OK;
+  flashcpu_plan *plan = NULL;
+  flashcpu_status status = make_plan(ctx, &paged, &plan);
+  timing results[2] = {{0}, {0}};
+  double per_turn = 0.0;
+  if (status == FLASHCPU_OK) {
+    const cli_turn_side sides[2] = {{ctx, plan, &paged},
+                                    {ctx, NULL, &contiguous}};
+    status = cli_time_in_turns(sides, &paged,
+                               options->reps > 0 ? options->reps
+                                                 : CLI_TURN_DEFAULT_REPS,
+                               results, &per_turn);
+  }
+  /* The outputs checked are those of calls on layer 0. */
+  const toolkit_workload *workloads[2] = {&paged, &contiguous};
+  const flashcpu_plan *plans[2] = {plan, NULL};
+  for (int side = 0; side < 2 && status == FLASHCPU_OK; side++) {
+    if (side == 1) printf("  contiguous\n");
+    status = toolkit_workload_call(ctx, workloads[side], plans[side], 0);
+    if (status != FLASHCPU_OK) break;
+    print_timing(workloads[side], &results[side], ceilings,
+                 flashcpu_context_last_kernels(ctx));
+    if (!print_check(workloads[side], 0, options->check_rows))
+      exit_code = CLI_EXIT_FAILURE;
+  }
+  if (status != FLASHCPU_OK) {
+    fprintf(stderr,
+            "flashcpu run: the paged step or its contiguous twin "
+            "failed: %s: %s\n",
+            flashcpu_status_name(status), flashcpu_last_error(ctx));
+    exit_code = CLI_EXIT_FAILURE;
+  } else {
+    printf("  paged      %.3f x the time on contiguous K/V (medians; %.3f "
+           "per turn)\n",
+           results[0].median / results[1].median, 1.0 / per_turn);
+  }
+  flashcpu_plan_destroy(plan);
+  toolkit_workload_free(&contiguous);
+  toolkit_workload_free(&paged);
+  return exit_code;
+}
+
+/* A paged case is followed by the same case on contiguous K/V: in turns
+ * with it where the calls are back to back; else (idle time before each
+ * call, or --against-tune's turns) after it, built once the paged one is
+ * freed. */
 static int run_case(flashcpu_context *ctx, const run_options *options,
                     toolkit_phase phase, const toolkit_ceilings *ceilings,
                     cli_turn_side *other) {
   toolkit_workload_spec spec = make_spec(options, phase);
+  const bool has_twin =
+      spec.page_size > 0 &&
+      !(spec.phase == TOOLKIT_PHASE_SERVE && kv_holds_codes(spec.kv_dtype));
+  if (has_twin && !other && options->idle_us == 0)
+    return run_paged_in_turns(ctx, options, &spec, ceilings);
   double paged = 0.0, contiguous = 0.0;
   int exit_code = measure(ctx, options, &spec, ceilings, false, other, &paged);
   if (exit_code != CLI_EXIT_OK || spec.page_size == 0) return exit_code;
-  if (spec.phase == TOOLKIT_PHASE_SERVE && kv_holds_codes(spec.kv_dtype)) {
+  if (!has_twin) {
     printf("  contiguous none: a serving step on quantized K/V runs on "
            "pages\n");
     return exit_code;
@@ -388,7 +468,7 @@ int cli_run(const run_options *options) {
             flashcpu_status_name(status), flashcpu_last_error(NULL));
     return CLI_EXIT_FAILURE;
   }
-  cli_turn_side against = {NULL, NULL};
+  cli_turn_side against = {NULL, NULL, NULL};
   cli_turn_side *other_ctx = NULL;
   if (options->against_tune) {
     context_options.tune_file = options->against_tune;

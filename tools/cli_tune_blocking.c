@@ -79,7 +79,7 @@ int cli_tune_blocking_race(const toolkit_preset *preset, bool quick,
         failed = 1;
         break;
       }
-      const cli_turn_side sides[2] = {{base, NULL}, {ctx, NULL}};
+      const cli_turn_side sides[2] = {{base, NULL, NULL}, {ctx, NULL, NULL}};
       cli_timing timings[2];
       if (cli_time_in_turns(sides, &workload, quick ? 10 : 20, timings,
                             &race->ratios[i]) != FLASHCPU_OK) {

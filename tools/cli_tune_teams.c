@@ -48,7 +48,7 @@ static flashcpu_context *create(const cli_team_race_spec *spec,
 static int time_shape(flashcpu_context *base, flashcpu_context *ctx,
                       const toolkit_workload *workloads[2], int reps,
                       double ratios[2]) {
-  const cli_turn_side sides[2] = {{base, NULL}, {ctx, NULL}};
+  const cli_turn_side sides[2] = {{base, NULL, NULL}, {ctx, NULL, NULL}};
   for (int w = 0; w < 2; w++) {
     cli_timing timings[2];
     const flashcpu_status status =

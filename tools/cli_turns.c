@@ -30,8 +30,8 @@ static flashcpu_status side_call(const cli_turn_side *side,
                                  const toolkit_workload *workload, int layer,
                                  double *seconds) {
   const double start = toolkit_now_seconds();
-  const flashcpu_status status =
-      toolkit_workload_call(side->ctx, workload, side->plan, layer);
+  const flashcpu_status status = toolkit_workload_call(
+      side->ctx, side->workload ? side->workload : workload, side->plan, layer);
   *seconds = toolkit_now_seconds() - start;
   return status;
 }
@@ -49,7 +49,8 @@ flashcpu_status cli_time_in_turns(const cli_turn_side sides[2],
   int done[2] = {0, 0}, layer = 0;
   flashcpu_status status = FLASHCPU_OK;
   for (int turn = 0; turn < turns && status == FLASHCPU_OK; turn++) {
-    for (int s = 0; s < 2 && status == FLASHCPU_OK; s++) {
+    for (int order = 0; order < 2 && status == FLASHCPU_OK; order++) {
+      const int s = turn % 2 ? 1 - order : order;
       toolkit_sleep_seconds(PAUSE_SECONDS);
       double untimed;
       status = side_call(&sides[s], workload, layer++, &untimed);

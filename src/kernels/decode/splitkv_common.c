@@ -174,6 +174,25 @@ void fc_splitkv_touch_pages(const fc_splitkv_shared *s, int64_t b, int64_t key,
   }
 }
 
+void fc_splitkv_touch_ahead(const fc_splitkv_shared *s,
+                            const fc_splitkv_tile *t,
+                            const fc_splitkv_tile *after, int64_t j0) {
+  if (!s->touches_pages) return;
+  const int64_t key = j0 + 2 * FC_SPLITKV_KEY_BLOCK;
+  if (key < t->end) {
+    fc_splitkv_touch_pages(s, t->b, key, t->end, t->h0);
+    return;
+  }
+  if (!after) return;
+  /* Blocks past t's last, counted into after's. */
+  const int64_t blocks =
+      (t->end - t->begin + FC_SPLITKV_KEY_BLOCK - 1) / FC_SPLITKV_KEY_BLOCK;
+  const int64_t index = (j0 - t->begin) / FC_SPLITKV_KEY_BLOCK + 2 - blocks;
+  const int64_t next = after->begin + index * FC_SPLITKV_KEY_BLOCK;
+  if (next < after->end)
+    fc_splitkv_touch_pages(s, after->b, next, after->end, after->h0);
+}
+
 void fc_splitkv_block_sweeps(const fc_splitkv_shared *s,
                              const fc_splitkv_block_rows *rows, int64_t h0,
                              fc_prefetch_sweep *k_sweep,

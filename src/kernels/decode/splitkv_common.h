@@ -165,6 +165,17 @@ void fc_splitkv_block_rows_fill(const fc_splitkv_shared *s, int64_t b,
 void fc_splitkv_touch_pages(const fc_splitkv_shared *s, int64_t b, int64_t key,
                             int64_t end, int64_t h0);
 
+/* fc_splitkv_touch_pages of the block two after the one at j0 of tile t,
+ * which past t's last block is one of after's first two (after: the tile
+ * the same thread runs next, NULL if none). Each block's 32 page walks
+ * (pages of 1) then start together two blocks before it is read, across
+ * the tiles of a chained team too, rather than when the sweep of the block
+ * before reaches each key (touched one at a time, they took longer: each
+ * holds back retirement for its own walk). */
+void fc_splitkv_touch_ahead(const fc_splitkv_shared *s,
+                            const fc_splitkv_tile *t,
+                            const fc_splitkv_tile *after, int64_t j0);
+
 /* Sweeps over the K and V rows of the tile's heads (from h0) of a block
  * (empty when it has no keys). */
 void fc_splitkv_block_sweeps(const fc_splitkv_shared *s,
