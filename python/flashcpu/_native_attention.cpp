@@ -4,6 +4,7 @@
 // module links against torch only, not against a copy of libflashcpu).
 // Built by flashcpu.native.build() with torch.utils.cpp_extension. It also
 // serves torch.ops.flashcpu.attention on CPU (_native_op.h).
+#include <ATen/EmptyTensor.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
