@@ -14,7 +14,10 @@ mask (left padding, a right-padded prompt, custom or float masks) becomes
 flashcpu's additive mask. A mask is planned once per mask tensor, not per
 layer.
 sliding_window and softcap (Gemma 2) map to flashcpu's window and softcap;
-attention sinks (s_aux, gpt-oss) to flashcpu's sinks."""
+attention sinks (s_aux, gpt-oss) to flashcpu's sinks.
+Where flashcpu.native is built, register() installs its compiled function:
+the call without mask, window, softcap, sinks or dropout in C++, every
+other call through attention_forward."""
 
 import threading
 import weakref
