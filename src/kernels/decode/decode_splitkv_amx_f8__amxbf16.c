@@ -206,25 +206,7 @@ static void amx_load_k(const amx_pass *pass, const char *rows, long stride) {
   if (steps > 3) _tile_loadd(5, stage + 96, bytes);
 }
 
-#define SCORE_TILES(c)                                                         \
-  do {                                                                         \
-    _tile_zero(c);                                                             \
-    _tile_loadd(6, planes, 64);                                                \
-    _tile_dpbf16ps(c, 2, 6);                                                   \
-    if (steps > 1) {                                                           \
-      _tile_loadd(7, planes + PLANE, 64);                                      \
-      _tile_dpbf16ps(c, 3, 7);                                                 \
-    }                                                                          \
-    if (steps > 2) {                                                           \
-      _tile_loadd(6, planes + 2 * PLANE, 64);                                  \
-      _tile_dpbf16ps(c, 4, 6);                                                 \
-    }                                                                          \
-    if (steps > 3) {                                                           \
-      _tile_loadd(7, planes + 3 * PLANE, 64);                                  \
-      _tile_dpbf16ps(c, 5, 7);                                                 \
-    }                                                                          \
-    _tile_stored(c, sums, 64);                                                 \
-  } while (0)
+#define SCORE_TILES(c) FC_AMX_SCORE_TILES(c, planes, PLANE, steps, sums)
 
 /* A unit's scores of a block from its pack's sums: p[s][key - begin] =
  * sum times the key's scale and q_factor (lanes past n -inf). */

@@ -155,4 +155,28 @@ static inline void fc_amx_slot_write(float *record, bool work, bool nan,
   }
 }
 
+/* One 16-key block's bf16 products for a pack into sum tile c: K's steps
+ * (tiles 2..5) times q's planes (B tiles of `plane` elements, through
+ * tiles 6 and 7), stored at sums in 64-byte rows. c is a constant: the
+ * tile instructions take their tile numbers as immediates. */
+#define FC_AMX_SCORE_TILES(c, planes, plane, steps, sums)                      \
+  do {                                                                         \
+    _tile_zero(c);                                                             \
+    _tile_loadd(6, (planes), 64);                                              \
+    _tile_dpbf16ps(c, 2, 6);                                                   \
+    if ((steps) > 1) {                                                         \
+      _tile_loadd(7, (planes) + (plane), 64);                                  \
+      _tile_dpbf16ps(c, 3, 7);                                                 \
+    }                                                                          \
+    if ((steps) > 2) {                                                         \
+      _tile_loadd(6, (planes) + 2 * (plane), 64);                              \
+      _tile_dpbf16ps(c, 4, 6);                                                 \
+    }                                                                          \
+    if ((steps) > 3) {                                                         \
+      _tile_loadd(7, (planes) + 3 * (plane), 64);                              \
+      _tile_dpbf16ps(c, 5, 7);                                                 \
+    }                                                                          \
+    _tile_stored(c, (sums), 64);                                               \
+  } while (0)
+
 #endif
