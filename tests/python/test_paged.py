@@ -150,6 +150,7 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
     fp8_k = "fp8dot" in name or "_f8__" in name
     bf16 = "bf16dot" in name or "amxbf16" in name or fp8_k  # bf16 q (and K)
     int8_v = "amxint8" in name  # int8 K and V, head_dim 64 or 128
+    fp8_v = "amx_f8" in name  # F8 K and V on AMX tiles
     int8_k = "i16dot" in name or "i8dot" in name or int8_v  # int8 or uint8 K
     quantized_k = int8_k or fp8_k
     k_format = "f8_e4m3" if fp8_k else "i8"
@@ -159,8 +160,8 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
     if quantized_k:  # K (and V) pages as codes with a scale per token and head
         step.k = flashcpu.quantize(step.k, k_format, layout="bhsd")
         step.k_values = flashcpu.dequantize(step.k, layout="bhsd").astype(np.float64)
-        if int8_v:
-            step.v = flashcpu.quantize(step.v, "i8", layout="bhsd")
+        if int8_v or fp8_v:
+            step.v = flashcpu.quantize(step.v, "i8" if int8_v else k_format, layout="bhsd")
             step.v_values = flashcpu.dequantize(step.v, layout="bhsd").astype(np.float64)
         step.kv = flashcpu.PagedKV(step.k, step.v, layout="hnd")
     sinks = rng.standard_normal(HEADS).astype(np.float32)
@@ -196,15 +197,15 @@ def test_every_kernel_writes_what_it_writes_on_contiguous_kv(kernel, monkeypatch
                 return reference.gather_pages(flashcpu._arrays.raw(cache), "hnd",
                                               step.block_table[r], step.keys[r],
                                               dtype=None)[None]
-            v = (flashcpu.Quantized(gather(step.v.codes), "i8",
+            v = (flashcpu.Quantized(gather(step.v.codes), "i8" if int8_v else k_format,
                                     scales=gather(step.v.scales))
-                 if int8_v else gather(step.v))
+                 if int8_v or fp8_v else gather(step.v))
             k = (flashcpu.Quantized(gather(step.k.codes), k_format,
                                     scales=gather(step.k.scales))
                  if quantized_k else gather(step.k))
             expected, expected_lse = flashcpu.attention(
                 wrap(flashcpu._arrays.raw(step.q)[None, rows]),
-                k if quantized_k else wrap(k), v if int8_v else wrap(v),
+                k if quantized_k else wrap(k), v if int8_v or fp8_v else wrap(v),
                 alibi_slopes=slopes[r], return_lse=True, context=context, **options)
             np.testing.assert_array_equal(out[rows], expected[0])
             np.testing.assert_array_equal(lse[:, rows], expected_lse[0])
