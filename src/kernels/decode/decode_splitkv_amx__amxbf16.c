@@ -117,20 +117,13 @@ static amx_shape amx_shape_of(const amx_args *a) {
 /* Scores: 0/1 the sums of even/odd products (16 keys x 16 slots); 2..5
  * K's steps (16 keys x 32 elements); 6/7 q's planes of even/odd steps (16
  * pairs x 16 slots). */
-static void configure_scores(void) {
-  static const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
-  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-  fc_amx_load_config(rows, bytes);
-}
+static void configure_scores(void) { fc_amx_configure_bf16_scores(); }
 
 /* Values: 0..3 the outputs of the steps (8 rows x 16 columns); 4/5 the
  * weights of even/odd blocks (8 rows x 16 key pairs); 6/7 V's even/odd
  * steps (16 keys x 32 elements). */
 static void amx_configure_values(void) {
-  static const unsigned char rows[8] = {OUT_ROWS, OUT_ROWS, OUT_ROWS, OUT_ROWS,
-                                        OUT_ROWS, OUT_ROWS, 16,       16};
-  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-  fc_amx_load_config(rows, bytes);
+  fc_amx_configure_bf16_values(OUT_ROWS);
 }
 
 /* The unit's q into its pack's B tiles at column `column` (of PACK):

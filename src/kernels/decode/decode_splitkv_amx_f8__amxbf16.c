@@ -118,21 +118,12 @@ static amx_shape amx_shape_of(const amx_args *a) {
 
 /* Scores: 0/1 the sums of even/odd blocks (16 keys x 16 slots); 2..5
  * K's steps (16 keys x 32 elements); 6/7 q's planes of even/odd steps. */
-static void configure_scores(void) {
-  static const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
-  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-  fc_amx_load_config(rows, bytes);
-}
+static void configure_scores(void) { fc_amx_configure_bf16_scores(); }
 
 /* Values: 0..3 the outputs of 4 V tiles (W_ROWS x 16 columns); 4/5 the
  * weights of a group's halves (W_ROWS x 32 keys); 6/7 V's tiles (16 key
  * pairs x 16 columns). */
-static void amx_configure_values(void) {
-  static const unsigned char rows[8] = {W_ROWS, W_ROWS, W_ROWS, W_ROWS,
-                                        W_ROWS, W_ROWS, 16,     16};
-  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
-  fc_amx_load_config(rows, bytes);
-}
+static void amx_configure_values(void) { fc_amx_configure_bf16_values(W_ROWS); }
 
 /* The unit's q into its pack's B tiles at column `column`, as the bf16
  * AMX kernel makes them, each slot's divided by a power of 2 that brings

@@ -59,6 +59,23 @@ static inline void fc_amx_load_config(const unsigned char rows[8],
   _tile_loadconfig(&c);
 }
 
+/* The bf16 decode kernels' score shapes: every tile 16 rows of 64 bytes
+ * (0/1 the sums of even/odd blocks, 2..5 K's steps, 6/7 q's planes). */
+static inline void fc_amx_configure_bf16_scores(void) {
+  static const unsigned char rows[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+  fc_amx_load_config(rows, bytes);
+}
+
+/* The bf16 decode kernels' value shapes: tiles 0..5 (outputs and weights)
+ * out_rows rows, 6/7 (V) 16, every row 64 bytes. */
+static inline void fc_amx_configure_bf16_values(unsigned char out_rows) {
+  const unsigned char rows[8] = {out_rows, out_rows, out_rows, out_rows,
+                                 out_rows, out_rows, 16,       16};
+  static const unsigned short bytes[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+  fc_amx_load_config(rows, bytes);
+}
+
 /* How many of a tile's chunks thread `rank` of `size` computes: chunks
  * rank, rank + size, ... of the (slots + FC_SPLITKV_CHUNK - 1) /
  * FC_SPLITKV_CHUNK. */
