@@ -1,5 +1,6 @@
 """pip install ./python: the flashcpu Python package (ctypes over the shared
-library, no compiled extension). A setup.py rather than a pyproject.toml so
+library; the C++ extension's sources go with it, compiled only when
+flashcpu.native.build() is called). A setup.py rather than a pyproject.toml so
 that pip builds it with the installed setuptools, offline (a pyproject.toml
 makes pip fetch setuptools into an isolated build environment).
 
@@ -37,6 +38,9 @@ setup(
     license="MIT",
     python_requires=">=3.9",
     packages=["flashcpu"],
-    package_data={"flashcpu": ["libflashcpu.so*", "_native_attention.cpp", "_native_backend.h"]},
+    # The extension's sources: flashcpu.native.build() compiles them where
+    # the package is installed.
+    package_data={"flashcpu": ["libflashcpu.so*", "_native_attention.cpp", "_native_backend.h",
+                               "_native_op.h"]},
     cmdclass={"build_py": build_py_with_library},
 )
