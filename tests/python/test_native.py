@@ -260,3 +260,14 @@ def test_the_compiled_backend_follows_the_default_context(compiled):
     del _context._local.context  # the next call makes a new default context
     again, _ = function(_Attention(is_causal=True), q, k, v, None)
     assert torch.equal(first, again)
+
+
+def test_the_installed_package_carries_the_extensions_sources():
+    """pip installs what flashcpu.native.build() compiles (setup.py's
+    package_data lists each file the build reads)."""
+    setup = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python", "setup.py")
+    with open(setup) as f:
+        text = f.read()
+    for path in native._FILES:
+        assert f'"{os.path.basename(path)}"' in text, path
