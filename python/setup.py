@@ -40,7 +40,7 @@ setup(
     packages=["flashcpu"],
     # The extension's sources: flashcpu.native.build() compiles them where
     # the package is installed.
-    package_data={"flashcpu": ["libflashcpu.so*", "_native_attention.cpp", "_native_backend.h",
-                               "_native_op.h"]},
+    package_data={"flashcpu": ["libflashcpu.so*", "_native_attention.cpp", "_native_package.h",
+                               "_native_backend.h", "_native_op.h"]},
     cmdclass={"build_py": build_py_with_library},
 )

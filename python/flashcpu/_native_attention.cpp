@@ -147,34 +147,7 @@ int64_t kv_append_into(const at::Tensor &k_new, const at::Tensor &v_new,
                    reinterpret_cast<const void *>(kv));
 }
 
-// The transformers backend's decode and prefill call in one step: q, k, v
-// [B, H, seq, D] in place, a new [B, L, H, Dv] output of q's dtype written
-// through its [B, H, L, Dv] view. (status, out): out is undefined (None)
-// where the tensors are not for this path (status -1) or the call failed.
-// Made here, the output costs a fraction of a Python torch.empty while
-// the model's weights keep Python's caches cold.
-std::tuple<int64_t, at::Tensor> attention_new(const at::Tensor &q,
-                                              const at::Tensor &k,
-                                              const at::Tensor &v,
-                                              int64_t context, int64_t params) {
-  Tensor views[4];
-  if (!attention_fn || !view_of(q, true, &views[0]) ||
-      !view_of(k, true, &views[1]) || !view_of(v, true, &views[2]) ||
-      q.scalar_type() != k.scalar_type() || q.scalar_type() != v.scalar_type())
-    return {-1, at::Tensor()};
-  at::Tensor out =
-      at::empty({q.size(0), q.size(2), q.size(1), v.size(3)}, q.options());
-  if (!view_of(out, false, &views[3])) return {-1, at::Tensor()};
-  int64_t status;
-  {
-    pybind11::gil_scoped_release unlocked;
-    status = attention_fn(reinterpret_cast<void *>(context), &views[0],
-                          &views[1], &views[2], &views[3], nullptr,
-                          reinterpret_cast<const void *>(params));
-  }
-  if (status != 0) return {status, at::Tensor()};
-  return {0, out};
-}
+#include "_native_package.h"
 
 #include "_native_backend.h"
 
@@ -187,6 +160,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attention_into", &attention_into);
   m.def("attention_new", &attention_new);
   m.def("set_backend", &set_backend);
+  m.def("set_package", &set_package);
   m.def("bump_context_generation", &bump_context_generation);
   m.def("backend_forward", &backend_forward);
   m.def("set_backend_timing", &set_backend_timing);

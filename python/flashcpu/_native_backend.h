@@ -9,27 +9,6 @@
 // saw).
 
 PyObject *backend_fallback = nullptr; // flashcpu.transformers' function
-PyObject *backend_params = nullptr;   // _api.plain_params_address
-PyObject *backend_context = nullptr;  // _context.default_address
-
-// Bumped by the package whenever a default context is made or any context
-// closed: a thread's cached default context address is then looked up again.
-std::atomic<int64_t> context_generation{0};
-thread_local int64_t cached_generation = -1;
-thread_local int64_t cached_context = 0;
-
-// (causal, scale) -> params address, kept for the process (a model has one
-// or two); the owner keeps the params alive. Guarded by the GIL.
-struct BackendParams {
-  bool causal;
-  bool default_scale;
-  double scale;
-  int64_t address;
-  PyObject *owner;
-};
-constexpr int kBackendParams = 32;
-BackendParams backend_params_cache[kBackendParams];
-int backend_params_count = 0;
 
 // Optional timing of one-row (decode) calls for tools: how long the
 // function and the library call inside it took, in nanoseconds.
@@ -78,51 +57,54 @@ PyObject *interned(const char *name) {
   return s;
 }
 
-void set_backend(pybind11::object fallback, pybind11::object params,
-                 pybind11::object context) {
+void set_backend(pybind11::object fallback) {
   Py_XDECREF(backend_fallback);
-  Py_XDECREF(backend_params);
-  Py_XDECREF(backend_context);
   backend_fallback = fallback.release().ptr();
-  backend_params = params.release().ptr();
-  backend_context = context.release().ptr();
 }
 
-void bump_context_generation() { context_generation.fetch_add(1); }
-
-// The params address for (causal, scale), 0 where it cannot be had here.
-int64_t backend_params_address(bool causal, PyObject *scaling) {
-  const bool default_scale = scaling == Py_None;
-  double scale = 0.0;
-  if (!default_scale) {
-    if (!PyFloat_CheckExact(scaling)) return 0;
-    scale = PyFloat_AS_DOUBLE(scaling);
+// A new [B, L, H, Dv] output of q's dtype for q, k, v [B, H, seq, D] read
+// in place, written through its [B, H, L, Dv] view by flashcpu_attention
+// with the GIL released: the output, *status 0; else an undefined tensor
+// and the library's status, or -1 where the tensors are not for this path.
+// The output comes straight from the CPU allocator: through the
+// dispatcher, at::empty costs several microseconds more with a model's
+// weights in the caches.
+at::Tensor new_output_call(const at::Tensor &q, const at::Tensor &k,
+                           const at::Tensor &v, void *context,
+                           const void *params, int64_t *status,
+                           int64_t *library_ns) {
+  Tensor views[4];
+  *status = -1;
+  if (!attention_fn || q.scalar_type() != k.scalar_type() ||
+      q.scalar_type() != v.scalar_type() || !view_of(q, true, &views[0]) ||
+      !view_of(k, true, &views[1]) || !view_of(v, true, &views[2]))
+    return at::Tensor();
+  at::Tensor out(at::detail::empty_cpu(
+      {q.size(0), q.size(2), q.size(1), v.size(3)}, q.scalar_type()));
+  if (!view_of(out, false, &views[3])) return at::Tensor();
+  mark(kStageCall);
+  {
+    pybind11::gil_scoped_release unlocked;
+    const int64_t start = backend_timing ? now_ns() : 0;
+    *status = attention_fn(context, &views[0], &views[1], &views[2], &views[3],
+                           nullptr, params);
+    if (backend_timing) *library_ns = now_ns() - start;
   }
-  for (int i = 0; i < backend_params_count; i++) {
-    const BackendParams &e = backend_params_cache[i];
-    if (e.causal == causal && e.default_scale == default_scale &&
-        (default_scale || e.scale == scale))
-      return e.address;
-  }
-  if (backend_params_count == kBackendParams || !backend_params) return 0;
-  pybind11::object found = pybind11::reinterpret_borrow<pybind11::object>(
-      backend_params)(causal, pybind11::make_tuple(-1, -1), 0.0,
-                      pybind11::reinterpret_borrow<pybind11::object>(scaling));
-  if (found.is_none()) return 0;
-  const int64_t address = pybind11::cast<int64_t>(found[pybind11::int_(1)]);
-  backend_params_cache[backend_params_count++] = {
-      causal, default_scale, scale, address, found.release().ptr()};
-  return address;
+  mark(kStageResult);
+  return *status == 0 ? out : at::Tensor();
 }
 
-int64_t backend_context_address() {
-  const int64_t now = context_generation.load();
-  if (cached_generation != now) {
-    cached_context = pybind11::cast<int64_t>(
-        pybind11::reinterpret_borrow<pybind11::object>(backend_context)());
-    cached_generation = now;
-  }
-  return cached_context;
+// The Python backend function's compiled call (_model_call.attention):
+// (status, out) as new_output_call gives them.
+std::tuple<int64_t, at::Tensor> attention_new(const at::Tensor &q,
+                                              const at::Tensor &k,
+                                              const at::Tensor &v,
+                                              int64_t context, int64_t params) {
+  int64_t status, library_ns;
+  at::Tensor out = new_output_call(q, k, v, reinterpret_cast<void *>(context),
+                                   reinterpret_cast<const void *>(params),
+                                   &status, &library_ns);
+  return {status, out};
 }
 
 // The option a keyword gives, nullptr where it is absent.
@@ -149,7 +131,7 @@ at::Tensor backend_call(PyObject *args, PyObject *kwargs, int64_t *library_ns) {
   static PyObject *const k_softcap = interned("softcap");
   static PyObject *const k_sinks = interned("s_aux");
   static PyObject *const k_is_causal = interned("is_causal");
-  if (!attention_fn || !backend_context || PyTuple_GET_SIZE(args) != 5 ||
+  if (!attention_fn || PyTuple_GET_SIZE(args) != 5 ||
       PyTuple_GET_ITEM(args, 4) != Py_None ||
       !zero_or_absent(keyword(kwargs, k_dropout)) ||
       !absent_or_none(keyword(kwargs, k_window)) ||
@@ -183,32 +165,19 @@ at::Tensor backend_call(PyObject *args, PyObject *kwargs, int64_t *library_ns) {
     }
   }
   PyObject *scaling = keyword(kwargs, k_scaling);
-  const int64_t params =
-      backend_params_address(causal, scaling ? scaling : Py_None);
-  Tensor views[4];
-  if (!params || q.scalar_type() != k.scalar_type() ||
-      q.scalar_type() != v.scalar_type() || !view_of(q, true, &views[0]) ||
-      !view_of(k, true, &views[1]) || !view_of(v, true, &views[2]))
+  const bool has_scale = !absent_or_none(scaling);
+  alignas(16) unsigned char params[kParamsBytes];
+  if ((has_scale && !PyFloat_CheckExact(scaling)) ||
+      !plain_params(causal, -1, -1, 0.0, has_scale,
+                    has_scale ? PyFloat_AS_DOUBLE(scaling) : 0.0, params))
     return at::Tensor();
   mark(kStageContext);
-  const int64_t context = backend_context_address();
+  void *context = default_context();
   mark(kStageOutput);
-  // Straight to the CPU allocator: through the dispatcher, at::empty costs
-  // several microseconds more with the model's weights in the caches.
-  at::Tensor out(at::detail::empty_cpu(
-      {q.size(0), q.size(2), q.size(1), v.size(3)}, q.scalar_type()));
-  if (!view_of(out, false, &views[3])) return at::Tensor();
-  mark(kStageCall);
-  int status;
-  {
-    pybind11::gil_scoped_release unlocked;
-    const int64_t start = backend_timing ? now_ns() : 0;
-    status = attention_fn(reinterpret_cast<void *>(context), &views[0],
-                          &views[1], &views[2], &views[3], nullptr,
-                          reinterpret_cast<const void *>(params));
-    if (backend_timing) *library_ns = now_ns() - start;
-  }
-  mark(kStageResult);
+  if (!context) return at::Tensor();
+  int64_t status;
+  at::Tensor out =
+      new_output_call(q, k, v, context, params, &status, library_ns);
   return status == 0 ? out : at::Tensor();
 }
 

@@ -14,13 +14,9 @@
 
 namespace {
 
-// What the kernel needs from the package, given by register_ops.
+// What the kernels need from the package beyond set_package's
+// (_native_package.h), given by register_ops.
 struct OpState {
-  std::vector<unsigned char> defaults; // AttentionParams, library defaults
-  size_t scale_at, flags_at, left_at, right_at, softcap_at, sinks_at,
-      sinks_dtype_at;
-  uint32_t causal_flag;
-  PyObject *context_address;  // () -> the thread's default context handle
   PyObject *python_attention; // the Python kernels, for everything else
   PyObject *python_kv_append;
   PyObject *python_paged;
@@ -44,62 +40,13 @@ struct PagedKV {
 };
 static_assert(sizeof(PagedKV) == 136, "flashcpu_paged_kv is 136 bytes on LP64");
 
-template <typename T> void put(unsigned char *params, size_t at, T value) {
-  std::memcpy(params + at, &value, sizeof value);
-}
-
-// value as the float32 the Python kernel would store, or false where it
-// would refuse it or the library would (a non-zero value that rounds to 0,
-// inf, NaN): the Python kernel then says so.
-bool float32_of(double value, float *out) {
-  const float f = static_cast<float>(value);
-  if (!(value == value) || value > 3.4028234663852886e38 ||
-      value < -3.4028234663852886e38 || (value != 0.0 && f == 0.0f))
-    return false;
-  *out = f;
-  return true;
-}
-
 // The params of a call with these options (no arrays), or false. options:
 // causal, window_left, window_right, softcap and scale, in that order.
 bool params_of(const c10::IValue *options, unsigned char *params) {
-  const OpState &s = op_state;
-  float scale = 0.0f, softcap = 0.0f;
-  if (!options[4].isNone() && !float32_of(options[4].toDouble(), &scale))
-    return false;
-  if (!float32_of(options[3].toDouble(), &softcap)) return false;
-  std::memcpy(params, s.defaults.data(), s.defaults.size());
-  put(params, s.scale_at, scale);
-  put(params, s.flags_at, options[0].toBool() ? s.causal_flag : 0u);
-  put(params, s.left_at, static_cast<int64_t>(options[1].toInt()));
-  put(params, s.right_at, static_cast<int64_t>(options[2].toInt()));
-  put(params, s.softcap_at, softcap);
-  return true;
-}
-
-// This thread's default context handle (the package makes it on first
-// use), looked up through the package (it is per Python thread) and kept
-// until the package makes or closes a context (context_generation,
-// _native_backend.h): the common call takes neither the GIL nor a Python
-// step for it. NULL on a thread without a Python thread state: one made
-// for the lookup would take the context with it when it goes, so the
-// Python kernel (which holds the context while it calls) takes such calls.
-thread_local int64_t op_context_generation = -1;
-thread_local void *op_context = nullptr;
-
-void *default_context() {
-  if (!PyGILState_GetThisThreadState()) return nullptr;
-  const int64_t now = context_generation.load();
-  if (op_context_generation == now && op_context) return op_context;
-  pybind11::gil_scoped_acquire locked;
-  PyObject *address = PyObject_CallObject(op_state.context_address, nullptr);
-  if (!address) throw pybind11::error_already_set();
-  void *handle = PyLong_AsVoidPtr(address);
-  Py_DECREF(address);
-  if (!handle && PyErr_Occurred()) throw pybind11::error_already_set();
-  op_context = handle;
-  op_context_generation = now;
-  return handle;
+  return plain_params(
+      options[0].toBool(), options[1].toInt(), options[2].toInt(),
+      options[3].toDouble(), !options[4].isNone(),
+      options[4].isNone() ? 0.0 : options[4].toDouble(), params);
 }
 
 // call(context)'s status on this thread's default context, without the
@@ -123,8 +70,8 @@ bool sinks_of(const at::Tensor &sinks, int64_t heads, unsigned char *params) {
     return false;
   const int code = dtype_code(sinks.scalar_type());
   if (code < 0) return false;
-  put(params, op_state.sinks_at, sinks.data_ptr());
-  put(params, op_state.sinks_dtype_at, static_cast<int32_t>(code));
+  put(params, package.sinks_at, sinks.data_ptr());
+  put(params, package.sinks_dtype_at, static_cast<int32_t>(code));
   return true;
 }
 
@@ -137,9 +84,8 @@ at::Tensor attention_common(const c10::IValue *args) {
   const std::string &layout = args[8].toStringRef();
   const bool bhsd = layout == "bhsd";
   if (!bhsd && layout != "bshd") return {};
-  alignas(16) unsigned char params[512];
-  if (op_state.defaults.size() > sizeof params || !params_of(args + 3, params))
-    return {};
+  alignas(16) unsigned char params[kParamsBytes];
+  if (!params_of(args + 3, params)) return {};
   const at::Tensor &q = args[0].toTensor(), &k = args[1].toTensor(),
                    &v = args[2].toTensor();
   Tensor views[4];
@@ -211,12 +157,11 @@ bool paged_kv_of(const c10::IValue &k_cache, const c10::IValue &v_cache,
 // while the call runs); one it has not yet made for these dtypes is made
 // by the Python kernel, which the call then goes to.
 at::Tensor paged_common(const c10::IValue *args) {
-  alignas(16) unsigned char params[512];
+  alignas(16) unsigned char params[kParamsBytes];
   PagedKV kv;
   Tensor views[2];
   if (!paged_fn || !args[11].isNone() ||
       !(args[10].isNone() || args[10].isTensor()) ||
-      op_state.defaults.size() > sizeof params ||
       !params_of(args + 5, params) ||
       !paged_kv_of(args[1], args[2], args[4], &kv) ||
       !rows_of(args[0].toTensor(), &views[0]))
@@ -319,43 +264,27 @@ void kv_append_op(const c10::OperatorHandle &, torch::jit::Stack *stack) {
   stack->erase(stack->end() - kAppendArgs, stack->end());
 }
 
-// Registers attention_op and kv_append_op as the CPU kernels of
-// flashcpu::attention and flashcpu::kv_append (the schemas defined
-// already). defaults: AttentionParams' bytes at the library's defaults;
-// offsets: of scale, flags, window_left, window_right, softcap, sinks and
-// sinks_dtype in it;
+// Registers attention_op, paged_op and kv_append_op as the CPU kernels of
+// flashcpu::attention, attention_paged and kv_append (the schemas defined
+// already; the layout and context lookup given by set_package).
 // paged_kv_size: the package's size of flashcpu_paged_kv.
-void register_ops(pybind11::bytes defaults, std::vector<int64_t> offsets,
-                  int64_t causal_flag, int64_t paged_kv_size,
-                  pybind11::object context_address,
-                  pybind11::object python_attention,
+void register_ops(int64_t paged_kv_size, pybind11::object python_attention,
                   pybind11::object python_kv_append,
                   pybind11::object python_paged,
                   pybind11::object plan_handles) {
-  if (offsets.size() != 7)
-    throw std::invalid_argument("register_ops: 7 offsets expected");
   if (paged_kv_size != static_cast<int64_t>(sizeof(PagedKV)))
     throw std::invalid_argument(
         "register_ops: flashcpu_paged_kv's size differs");
-  const std::string bytes = defaults;
+  if (package.defaults.empty())
+    throw std::invalid_argument("register_ops: set_package was not called");
   OpState state;
-  state.defaults.assign(bytes.begin(), bytes.end());
-  for (int64_t at : offsets)
-    if (at < 0 || static_cast<size_t>(at) + 8 > bytes.size())
-      throw std::invalid_argument("register_ops: an offset past the params");
-  state.scale_at = offsets[0], state.flags_at = offsets[1];
-  state.left_at = offsets[2], state.right_at = offsets[3];
-  state.softcap_at = offsets[4], state.sinks_at = offsets[5];
-  state.sinks_dtype_at = offsets[6];
-  state.causal_flag = static_cast<uint32_t>(causal_flag);
   // Kept for the life of the process: a kernel may run on any thread.
-  state.context_address = context_address.release().ptr();
   state.python_attention = python_attention.release().ptr();
   state.python_kv_append = python_kv_append.release().ptr();
   state.python_paged = python_paged.release().ptr();
   state.plan_handles = plan_handles.release().ptr();
   op_library.reset();
-  op_state = std::move(state);
+  op_state = state;
   op_library = std::make_unique<torch::Library>(
       torch::Library::IMPL, "flashcpu", c10::DispatchKey::CPU, __FILE__,
       __LINE__);

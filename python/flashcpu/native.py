@@ -28,12 +28,14 @@ import os
 import sys
 
 from . import _api, _context
+from ._library import FLAG_CAUSAL, AttentionParams
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(_HERE, "_native_attention.cpp")
 # Every file the build reads (the source includes the headers): the build
 # folder's name hashes them all.
-_FILES = (SOURCE, os.path.join(_HERE, "_native_backend.h"), os.path.join(_HERE, "_native_op.h"))
+_FILES = (SOURCE,) + tuple(os.path.join(_HERE, name) for name in (
+    "_native_package.h", "_native_backend.h", "_native_op.h"))
 _module = None  # the loaded extension; False once loading failed or is off
 
 
@@ -61,6 +63,10 @@ def _attach(module):
     module.set_functions(*(ctypes.cast(_api._lib[name], ctypes.c_void_p).value
                            for name in ("flashcpu_attention", "flashcpu_attention_paged",
                                         "flashcpu_kv_append")))
+    offsets = [getattr(AttentionParams, field).offset
+               for field in ("scale", "flags", "window_left", "window_right", "softcap",
+                             "sinks", "sinks_dtype")]
+    module.set_package(bytes(_api.new_params()), offsets, FLAG_CAUSAL, _context.default_address)
     hook = module.bump_context_generation
     if hook not in _context.change_hooks:
         _context.change_hooks.append(hook)

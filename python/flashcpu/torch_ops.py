@@ -16,8 +16,8 @@ import ctypes
 
 import torch
 
-from . import _api, _context, _paged, errors, native
-from ._library import AttentionParams, FLAG_CAUSAL, PagedKV
+from . import _api, _paged, errors, native
+from ._library import PagedKV
 
 _OPTIONS = ("bool causal=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
             "float? scale=None")
@@ -124,11 +124,7 @@ def use_native(module):
     if lib is not None:  # one CPU kernel at a time: torch warns on an override
         getattr(lib, "_destroy", lambda: None)()  # torch 2.x; before, dropping it does
         del lib
-    offsets = [getattr(AttentionParams, field).offset
-               for field in ("scale", "flags", "window_left", "window_right", "softcap",
-                             "sinks", "sinks_dtype")]
-    module.register_ops(bytes(_api.new_params()), offsets, FLAG_CAUSAL, ctypes.sizeof(PagedKV),
-                        _context.default_address, _attention, _kv_append, _attention_paged,
+    module.register_ops(ctypes.sizeof(PagedKV), _attention, _kv_append, _attention_paged,
                         _plan_handles)
     _native_module = module
 

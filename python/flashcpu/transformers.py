@@ -24,7 +24,7 @@ import weakref
 
 import torch
 
-from . import _api, _context, _model_call, errors, native
+from . import _api, _model_call, errors, native
 
 NAME = "fcpu"
 
@@ -155,8 +155,7 @@ def function():
     through attention_forward), else attention_forward."""
     compiled = native.available()
     if compiled and hasattr(compiled, "backend_forward"):
-        compiled.set_backend(attention_forward, _api.plain_params_address,
-                             _context.default_address)
+        compiled.set_backend(attention_forward)
         return compiled.backend_forward
     return attention_forward
 
