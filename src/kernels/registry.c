@@ -152,17 +152,21 @@ static bool is_bf16_qkv(const fc_problem *p, char *why, size_t size) {
   return false;
 }
 
+/* The AMX-BF16 decode kernels' head dims: one multiple of 32 up to 128. */
+static bool amx_bf16_head_dims(const fc_problem *p, char *why, size_t size) {
+  if (p->head_dim % 32 == 0 && p->head_dim <= 128 &&
+      p->v_head_dim == p->head_dim)
+    return true;
+  snprintf(why, size,
+           "head dims %lld/%lld are not one multiple of 32 up to 128",
+           (long long)p->head_dim, (long long)p->v_head_dim);
+  return false;
+}
+
 bool fc_takes_splitkv_amx_bf16(const fc_problem *p, char *why, size_t size) {
   if (!fc_takes_splitkv(p, why, size) || !is_bf16_qkv(p, why, size))
     return false;
-  if (p->head_dim % 32 != 0 || p->head_dim > 128 ||
-      p->v_head_dim != p->head_dim) {
-    snprintf(why, size,
-             "head dims %lld/%lld are not one multiple of 32 up to 128",
-             (long long)p->head_dim, (long long)p->v_head_dim);
-    return false;
-  }
-  return true;
+  return amx_bf16_head_dims(p, why, size);
 }
 
 bool fc_takes_splitkv_amx_f8(const fc_problem *p, char *why, size_t size) {
@@ -174,14 +178,7 @@ bool fc_takes_splitkv_amx_f8(const fc_problem *p, char *why, size_t size) {
              "scale per row");
     return false;
   }
-  if (p->head_dim % 32 != 0 || p->head_dim > 128 ||
-      p->v_head_dim != p->head_dim) {
-    snprintf(why, size,
-             "head dims %lld/%lld are not one multiple of 32 up to 128",
-             (long long)p->head_dim, (long long)p->v_head_dim);
-    return false;
-  }
-  return true;
+  return amx_bf16_head_dims(p, why, size);
 }
 
 bool fc_takes_prefill_amx(const fc_problem *p, char *why, size_t size) {

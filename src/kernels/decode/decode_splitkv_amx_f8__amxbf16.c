@@ -125,6 +125,16 @@ static void configure_scores(void) { fc_amx_configure_bf16_scores(); }
  * pairs x 16 columns). */
 static void amx_configure_values(void) { fc_amx_configure_bf16_values(W_ROWS); }
 
+/* Slot s of the unit's q row (bf16), NULL for a slot past the batch. */
+static const uint16_t *slot_q(const fc_problem *p, const fc_splitkv_tile *t,
+                              const amx_unit *unit, int s) {
+  const int64_t slot = unit->chunk * CHUNK + s;
+  return unit->valid[s] ? (const uint16_t *)fc_view_row(
+                              &p->q, t->b, slot / p->group,
+                              unit->kv_head * p->group + slot % p->group)
+                        : NULL;
+}
+
 /* The unit's q into its pack's B tiles at column `column`, as the bf16
  * AMX kernel makes them, each slot's divided by a power of 2 that brings
  * its largest element to [1, 2): the tiles flush subnormal inputs and
@@ -136,12 +146,7 @@ static void make_planes(const amx_args *a, const amx_thread *th,
   amx_unit *unit = &th->units[u];
   uint32_t *plane = (uint32_t *)planes + column * CHUNK;
   for (int s = 0; s < CHUNK; s++) {
-    const int64_t slot = unit->chunk * CHUNK + s;
-    const uint16_t *q = unit->valid[s]
-                            ? (const uint16_t *)fc_view_row(
-                                  &p->q, t->b, slot / p->group,
-                                  unit->kv_head * p->group + slot % p->group)
-                            : NULL;
+    const uint16_t *q = slot_q(p, t, unit, s);
     if (!q) { /* a slot past the batch: zeros (the planes are cleared) */
       unit->q_unit[s] = 1.0f;
       continue;
@@ -245,12 +250,7 @@ static void block_scores_in_f32(const amx_args *a, const amx_thread *th,
   _mm512_storeu_ps(scale, block->scale);
   for (int s = 0; s < CHUNK; s++) {
     float *out = th->p + (u * CHUNK + s) * a->keys + (j0 - t->begin);
-    const int64_t slot = unit->chunk * CHUNK + s;
-    const uint16_t *q = unit->valid[s]
-                            ? (const uint16_t *)fc_view_row(
-                                  &p->q, t->b, slot / p->group,
-                                  unit->kv_head * p->group + slot % p->group)
-                            : NULL;
+    const uint16_t *q = slot_q(p, t, unit, s);
     for (int j = 0; j < BLOCK; j++) {
       const char *row = row_of(block, j);
       float sum = 0.0f;
