@@ -128,6 +128,11 @@ def wrap_library_calls(flashcpu, wrap):
         native._module = _TimedModule(native._module, wrap)
 
 
+# The compiled function's stages (backend_stage_times), in its order.
+STAGES = ("arguments and params", "context", "views and output", "library call and the GIL",
+          "result")
+
+
 def median(values):
     ordered = sorted(values)
     middle = len(ordered) // 2
@@ -261,9 +266,11 @@ def main():
                "decode_call_us": 1e6 * timer.decode_seconds / max(timer.decode_calls, 1)}
         if name == ours and compiled is not None:
             calls, whole_ns, library_ns = compiled.backend_times()
+            stages = compiled.backend_stage_times()
             compiled.set_backend_timing(False)
             run["library_us"] = library_ns / 1e3 / max(calls, 1)
             run["function_us"] = whole_ns / 1e3 / max(calls, 1)  # inside the C++ function
+            run["stages_us"] = [t / 1e3 / max(calls, 1) for t in stages]
         elif name == ours:
             run["library_us"] = 1e6 * library.decode_seconds / max(library.decode_calls, 1)
         return out, run
@@ -300,6 +307,8 @@ def main():
             r["library_us"] = median([run["library_us"] for run in runs[name]])
             if "function_us" in runs[name][0]:
                 r["function_us"] = median([run["function_us"] for run in runs[name]])
+                r["stages_us"] = [median([run["stages_us"][i] for run in runs[name]])
+                                  for i in range(len(STAGES))]
     for name, r in results.items():
         if r["attention_s"] <= 0.0:
             sys.exit(f"the {name} attention function was never called: the model did not "
@@ -329,6 +338,8 @@ def main():
         print(f"{ours}'s compiled function: {r['function_us']:.1f} us a decode call inside "
               f"it, {r['function_us'] - r['library_us']:.1f} us of it outside the library "
               f"call; the Python timer around it adds its own cost to \"decode call us\"")
+        print("  by stage: " + ", ".join(f"{name} {us:.1f} us"
+                                         for name, us in zip(STAGES, r["stages_us"])))
     ratios = {
         "prefill": results[ours]["prefill_tokens_per_s"] / results["sdpa"]["prefill_tokens_per_s"],
         "decode": results[ours]["decode_tokens_per_s"] / results["sdpa"]["decode_tokens_per_s"],

@@ -14,8 +14,8 @@ PyObject *backend_fallback = nullptr; // flashcpu.transformers' function
 // function and the library call inside it took, in nanoseconds.
 bool backend_timing = false;
 int64_t timed_calls = 0, timed_whole_ns = 0, timed_library_ns = 0;
-// Where the rest goes: the arguments and params, the context, the output,
-// the library call with the GIL's release, the result tuple.
+// Where the rest goes: the arguments and params, the context, the views
+// and the output, the library call with the GIL's release, the result.
 enum {
   kStageArguments,
   kStageContext,
