@@ -162,7 +162,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_backend", &set_backend);
   m.def("set_package", &set_package);
   m.def("bump_context_generation", &bump_context_generation);
-  m.def("backend_forward", &backend_forward);
+  // A vectorcall, not a pybind11 function: no copies of its arguments.
+  PyObject *forward = PyCFunction_NewEx(&backend_forward_def, nullptr,
+                                        m.attr("__name__").ptr());
+  if (!forward) throw pybind11::error_already_set();
+  m.add_object("backend_forward",
+               pybind11::reinterpret_steal<pybind11::object>(forward));
   m.def("set_backend_timing", &set_backend_timing);
   m.def("backend_times", &backend_times);
   m.def("backend_stage_times", &backend_stage_times);

@@ -62,28 +62,101 @@ void set_backend(pybind11::object fallback) {
   backend_fallback = fallback.release().ptr();
 }
 
-// A new [B, L, H, Dv] output of q's dtype for q, k, v [B, H, seq, D] read
-// in place, written through its [B, H, L, Dv] view by flashcpu_attention
-// with the GIL released: the output, *status 0; else an undefined tensor
-// and the library's status, or -1 where the tensors are not for this path.
-// The output comes straight from the CPU allocator: through the
-// dispatcher, at::empty costs several microseconds more with a model's
-// weights in the caches.
-at::Tensor new_output_call(const at::Tensor &q, const at::Tensor &k,
-                           const at::Tensor &v, void *context,
-                           const void *params, int64_t *status,
-                           int64_t *library_ns) {
+// The last decode result, (out, None), handed out again once nobody else
+// holds it: a new output costs the allocator's bookkeeping and a new
+// Python object, several microseconds a call with a model's weights in the
+// caches. Results past kSpareBytes are not kept (a prefill's output would
+// stay alive between calls). The addresses are kept to prefetch them.
+constexpr int64_t kSpareBytes = 1 << 20;
+struct Spare {
+  PyObject *result, *out;
+  const void *impl, *storage, *out_type;
+};
+
+// The keyword names the function reads, interned once.
+struct Names {
+  PyObject *dropout, *scaling, *window, *softcap, *sinks, *is_causal;
+};
+
+// What every call reads, in two lines.
+struct alignas(64) Hot {
+  Spare spare;
+  Names names;
+};
+Hot hot;
+
+void prefetch_lines(const void *at, int lines) {
+  if (!at) return;
+  for (int i = 0; i < lines; i++)
+    __builtin_prefetch(static_cast<const char *>(at) + 64 * i);
+}
+
+// True where spare's output can be handed out as a new [sizes] output of
+// dtype: only the spare holds its result, its Python object, its tensor
+// and its storage (no view, no weak reference), and it has the sizes,
+// layout, dtype and grad and inference state a new one would have.
+bool spare_fits(const int64_t sizes[4], at::ScalarType dtype) {
+  if (!hot.spare.result || Py_REFCNT(hot.spare.result) != 1 ||
+      Py_REFCNT(hot.spare.out) != 1)
+    return false;
+  PyTypeObject *type = Py_TYPE(hot.spare.out);
+  if (type->tp_weaklistoffset > 0 &&
+      *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(hot.spare.out) +
+                                     type->tp_weaklistoffset))
+    return false;
+  const at::Tensor &t = THPVariable_Unpack(hot.spare.out);
+  return t.use_count() == 1 && t.weak_use_count() == 1 &&
+         t.storage().use_count() == 1 && t.scalar_type() == dtype &&
+         t.sizes() == at::IntArrayRef(sizes, 4) && t.is_contiguous() &&
+         t.storage_offset() == 0 && !t.requires_grad() && !t.has_names() &&
+         t.is_inference() == c10::InferenceMode::is_enabled();
+}
+
+// Keeps (out, None) as the spare result where out is small enough; returns
+// a new reference to the result, nullptr with a Python error set.
+PyObject *result_of(const at::Tensor &out) {
+  PyObject *tensor = THPVariable_Wrap(out);
+  if (!tensor) return nullptr;
+  PyObject *result = PyTuple_Pack(2, tensor, Py_None);
+  Py_DECREF(tensor);
+  if (!result || out.nbytes() > static_cast<size_t>(kSpareBytes)) return result;
+  Py_XDECREF(hot.spare.result);
+  Py_INCREF(result);
+  hot.spare = {result, tensor, out.unsafeGetTensorImpl(),
+               out.storage().unsafeGetStorageImpl(),
+               &Py_TYPE(tensor)->tp_weaklistoffset};
+  return result;
+}
+
+// A [B, L, H, Dv] output of q's dtype for q, k, v [B, H, seq, D] read in
+// place, written through its [B, H, L, Dv] view by flashcpu_attention with
+// the GIL released: the output, *status 0; else an undefined tensor and the
+// library's status, or -1 where the tensors are not for this path. With
+// taken, the spare result's output is used where it fits, and *taken is a
+// new reference to that result (else nullptr). A new output comes straight
+// from the CPU allocator: through the dispatcher, at::empty costs several
+// microseconds more with a model's weights in the caches.
+at::Tensor output_call(const at::Tensor &q, const at::Tensor &k,
+                       const at::Tensor &v, void *context, const void *params,
+                       int64_t *status, int64_t *library_ns, PyObject **taken) {
   Tensor views[4];
   *status = -1;
-  if (!attention_fn || q.scalar_type() != k.scalar_type() ||
+  if (taken) *taken = nullptr;
+  if (!attention_fn || !context || q.scalar_type() != k.scalar_type() ||
       q.scalar_type() != v.scalar_type() || !view_of(q, true, &views[0]) ||
       !view_of(k, true, &views[1]) || !view_of(v, true, &views[2]))
     return at::Tensor();
-  at::Tensor out(at::detail::empty_cpu(
-      {q.size(0), q.size(2), q.size(1), v.size(3)}, q.scalar_type()));
-  if (!view_of(out, false, &views[3])) return at::Tensor();
-  mark(kStageCall);
-  {
+  const int64_t sizes[4] = {q.size(0), q.size(2), q.size(1), v.size(3)};
+  at::Tensor out;
+  if (taken && spare_fits(sizes, q.scalar_type())) {
+    *taken = hot.spare.result;
+    Py_INCREF(*taken); // so that no other call hands it out meanwhile
+    out = THPVariable_Unpack(hot.spare.out);
+  } else {
+    out = at::detail::empty_cpu(at::IntArrayRef(sizes, 4), q.scalar_type());
+  }
+  if (view_of(out, false, &views[3])) {
+    mark(kStageCall);
     pybind11::gil_scoped_release unlocked;
     const int64_t start = backend_timing ? now_ns() : 0;
     *status = attention_fn(context, &views[0], &views[1], &views[2], &views[3],
@@ -91,25 +164,45 @@ at::Tensor new_output_call(const at::Tensor &q, const at::Tensor &k,
     if (backend_timing) *library_ns = now_ns() - start;
   }
   mark(kStageResult);
-  return *status == 0 ? out : at::Tensor();
+  if (*status == 0) return out;
+  if (taken) Py_CLEAR(*taken);
+  return at::Tensor();
 }
 
 // The Python backend function's compiled call (_model_call.attention):
-// (status, out) as new_output_call gives them.
+// (status, out) as output_call gives them, out always a new tensor.
 std::tuple<int64_t, at::Tensor> attention_new(const at::Tensor &q,
                                               const at::Tensor &k,
                                               const at::Tensor &v,
                                               int64_t context, int64_t params) {
   int64_t status, library_ns;
-  at::Tensor out = new_output_call(q, k, v, reinterpret_cast<void *>(context),
-                                   reinterpret_cast<const void *>(params),
-                                   &status, &library_ns);
+  at::Tensor out = output_call(q, k, v, reinterpret_cast<void *>(context),
+                               reinterpret_cast<const void *>(params), &status,
+                               &library_ns, nullptr);
   return {status, out};
 }
 
-// The option a keyword gives, nullptr where it is absent.
-PyObject *keyword(PyObject *kwargs, PyObject *name) {
-  return kwargs ? PyDict_GetItem(kwargs, name) : nullptr;
+void make_names() {
+  hot.names = {interned("dropout"),        interned("scaling"),
+               interned("sliding_window"), interned("softcap"),
+               interned("s_aux"),          interned("is_causal")};
+}
+
+// The option keyword name gives in a vectorcall's keywords (values after
+// the positional arguments), nullptr where it is absent. Names are matched
+// by identity (interned strings, as keywords in code are), else by value.
+PyObject *keyword(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                  PyObject *name) {
+  if (!kwnames) return nullptr;
+  const Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (PyTuple_GET_ITEM(kwnames, i) == name) return args[nargs + i];
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *key = PyTuple_GET_ITEM(kwnames, i);
+    if (!PyUnicode_CHECK_INTERNED(key) && PyUnicode_Compare(key, name) == 0)
+      return args[nargs + i];
+  }
+  return nullptr;
 }
 
 bool absent_or_none(PyObject *value) { return !value || value == Py_None; }
@@ -122,75 +215,100 @@ bool zero_or_absent(PyObject *value) {
   return PyLong_AsLongLongAndOverflow(value, &overflow) == 0 && !overflow;
 }
 
-// The backend's result (out [B, L, H, Dv], None) of the common call, or an
-// undefined tensor where it is not one.
-at::Tensor backend_call(PyObject *args, PyObject *kwargs, int64_t *library_ns) {
-  static PyObject *const k_dropout = interned("dropout");
-  static PyObject *const k_scaling = interned("scaling");
-  static PyObject *const k_window = interned("sliding_window");
-  static PyObject *const k_softcap = interned("softcap");
-  static PyObject *const k_sinks = interned("s_aux");
-  static PyObject *const k_is_causal = interned("is_causal");
-  if (!attention_fn || PyTuple_GET_SIZE(args) != 5 ||
-      PyTuple_GET_ITEM(args, 4) != Py_None ||
-      !zero_or_absent(keyword(kwargs, k_dropout)) ||
-      !absent_or_none(keyword(kwargs, k_window)) ||
-      !zero_or_absent(keyword(kwargs, k_softcap)) ||
-      !absent_or_none(keyword(kwargs, k_sinks)))
-    return at::Tensor();
-  PyObject *tensors[3] = {PyTuple_GET_ITEM(args, 1), PyTuple_GET_ITEM(args, 2),
-                          PyTuple_GET_ITEM(args, 3)};
-  for (PyObject *t : tensors)
-    if (!THPVariable_Check(t)) return at::Tensor();
-  const at::Tensor &q = THPVariable_Unpack(tensors[0]);
-  const at::Tensor &k = THPVariable_Unpack(tensors[1]);
-  const at::Tensor &v = THPVariable_Unpack(tensors[2]);
-  PyObject *is_causal = keyword(kwargs, k_is_causal);
+// Asks at once for every line the common call reads at an address known
+// on entry: with a model's weights in the caches each would be a miss in
+// turn.
+void prefetch_call(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  const Spare &s = hot.spare;
+  prefetch_lines(&package, 3);
+  prefetch_lines(&THPVariableClass, 1);
+  prefetch_lines(s.result, 1);
+  prefetch_lines(s.out, 1);
+  prefetch_lines(s.impl, 4);
+  prefetch_lines(s.storage, 1);
+  prefetch_lines(s.out_type, 1);
+  for (Py_ssize_t i = 0; i < nargs && i < 4; i++) prefetch_lines(args[i], 1);
+  if (!kwnames) return;
+  prefetch_lines(kwnames, 1);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
+    prefetch_lines(args[nargs + i], 1);
+}
+
+// The backend's result (out [B, L, H, Dv], None) of the common call as a
+// new reference; nullptr without an error where it is not one, nullptr
+// with a Python error set where reading an argument raised.
+PyObject *backend_call(PyObject *const *args, Py_ssize_t nargs,
+                       PyObject *kwnames, int64_t *library_ns) {
+  if (!hot.names.dropout) make_names();
+  const Names &names = hot.names;
+  if (!attention_fn || nargs != 5 || args[4] != Py_None ||
+      !zero_or_absent(keyword(args, nargs, kwnames, names.dropout)) ||
+      !absent_or_none(keyword(args, nargs, kwnames, names.window)) ||
+      !zero_or_absent(keyword(args, nargs, kwnames, names.softcap)) ||
+      !absent_or_none(keyword(args, nargs, kwnames, names.sinks)))
+    return nullptr;
+  for (int i = 1; i < 4; i++)
+    if (!THPVariable_Check(args[i])) return nullptr;
+  const at::Tensor &q = THPVariable_Unpack(args[1]);
+  const at::Tensor &k = THPVariable_Unpack(args[2]);
+  const at::Tensor &v = THPVariable_Unpack(args[3]);
+  for (const at::Tensor *t : {&q, &k, &v})
+    prefetch_lines(t->unsafeGetTensorImpl(), 4);
+  PyObject *is_causal = keyword(args, nargs, kwnames, names.is_causal);
   bool causal = true;
   if (!absent_or_none(is_causal)) {
     const int truth = PyObject_IsTrue(is_causal);
-    if (truth < 0) throw pybind11::error_already_set();
+    if (truth < 0) return nullptr;
     causal = truth != 0;
   } else {
-    static PyObject *const a_is_causal = interned("is_causal");
-    PyObject *module = PyTuple_GET_ITEM(args, 0);
-    PyObject *attribute = PyObject_GetAttr(module, a_is_causal);
+    PyObject *attribute = PyObject_GetAttr(args[0], names.is_causal);
     if (!attribute) {
       PyErr_Clear();
     } else {
       const int truth = PyObject_IsTrue(attribute);
       Py_DECREF(attribute);
-      if (truth < 0) throw pybind11::error_already_set();
+      if (truth < 0) return nullptr;
       causal = truth != 0;
     }
   }
-  PyObject *scaling = keyword(kwargs, k_scaling);
+  PyObject *scaling = keyword(args, nargs, kwnames, names.scaling);
   const bool has_scale = !absent_or_none(scaling);
   alignas(16) unsigned char params[kParamsBytes];
   if ((has_scale && !PyFloat_CheckExact(scaling)) ||
       !plain_params(causal, -1, -1, 0.0, has_scale,
                     has_scale ? PyFloat_AS_DOUBLE(scaling) : 0.0, params))
-    return at::Tensor();
+    return nullptr;
+  for (const at::Tensor *t : {&q, &k, &v}) // their impls have come by now
+    prefetch_lines(t->storage().unsafeGetStorageImpl(), 1);
   mark(kStageContext);
-  void *context = default_context();
+  void *context = default_context(true);
   mark(kStageOutput);
-  if (!context) return at::Tensor();
   int64_t status;
+  PyObject *taken;
   at::Tensor out =
-      new_output_call(q, k, v, context, params, &status, library_ns);
-  return status == 0 ? out : at::Tensor();
+      output_call(q, k, v, context, params, &status, library_ns, &taken);
+  if (status != 0) return nullptr;
+  return taken ? taken : result_of(out);
 }
 
-// transformers' attention function: (module, query, key, value,
-// attention_mask, **options) -> (out, None).
-pybind11::object backend_forward(pybind11::args args, pybind11::kwargs kwargs) {
+// transformers' attention function, a vectorcall: (module, query, key,
+// value, attention_mask, **options) -> (out, None).
+PyObject *backend_forward(PyObject *, PyObject *const *args, Py_ssize_t nargsf,
+                          PyObject *kwnames) {
   const int64_t start = backend_timing ? now_ns() : 0;
   stage_mark[kStageArguments] = start;
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  prefetch_call(args, nargs, kwnames);
   int64_t library_ns = 0;
-  at::Tensor out = backend_call(args.ptr(), kwargs.ptr(), &library_ns);
-  if (out.defined()) {
-    pybind11::object result = pybind11::make_tuple(out, pybind11::none());
-    if (backend_timing && out.size(1) == 1) {
+  PyObject *result = nullptr;
+  try {
+    result = backend_call(args, nargs, kwnames, &library_ns);
+  } catch (const std::exception &) { // not this path's call: the fallback
+    PyErr_Clear();                   // raises or computes it
+  }
+  if (result) {
+    if (backend_timing && nargs > 1 &&
+        THPVariable_Unpack(args[1]).size(2) == 1) {
       const int64_t end = now_ns();
       stage_mark[kStages] = end;
       timed_calls++;
@@ -201,8 +319,17 @@ pybind11::object backend_forward(pybind11::args args, pybind11::kwargs kwargs) {
     }
     return result;
   }
-  if (!backend_fallback)
-    throw std::runtime_error("flashcpu.native: set_backend was not called");
-  return pybind11::reinterpret_borrow<pybind11::object>(backend_fallback)(
-      *args, **kwargs);
+  if (PyErr_Occurred()) return nullptr;
+  if (!backend_fallback) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "flashcpu.native: set_backend was not called");
+    return nullptr;
+  }
+  return PyObject_Vectorcall(backend_fallback, args, nargsf, kwnames);
 }
+
+PyMethodDef backend_forward_def = {
+    "backend_forward", reinterpret_cast<PyCFunction>(backend_forward),
+    METH_FASTCALL | METH_KEYWORDS,
+    "transformers' attention function: (module, query, key, value, "
+    "attention_mask, **options) -> (out, None)"};

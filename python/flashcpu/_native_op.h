@@ -275,7 +275,7 @@ void register_ops(int64_t paged_kv_size, pybind11::object python_attention,
   if (paged_kv_size != static_cast<int64_t>(sizeof(PagedKV)))
     throw std::invalid_argument(
         "register_ops: flashcpu_paged_kv's size differs");
-  if (package.defaults.empty())
+  if (!package.size)
     throw std::invalid_argument("register_ops: set_package was not called");
   OpState state;
   // Kept for the life of the process: a kernel may run on any thread.

@@ -6,17 +6,20 @@
 // function (_native_backend.h) and the torch ops' kernels (_native_op.h),
 // which both use it.
 
-struct Package {
-  std::vector<unsigned char> defaults; // AttentionParams, library defaults
+// The most params bytes a call makes on its stack.
+constexpr size_t kParamsBytes = 512;
+
+// Held inline, the offsets first: a call reads the first lines of one
+// object, which the transformers function prefetches.
+struct alignas(64) Package {
+  size_t size; // of defaults; 0 until set_package
   size_t scale_at, flags_at, left_at, right_at, softcap_at, sinks_at,
       sinks_dtype_at;
   uint32_t causal_flag;
   PyObject *context_address; // () -> the thread's default context handle
+  unsigned char defaults[kParamsBytes]; // AttentionParams, library defaults
 };
 Package package;
-
-// The most params bytes a call makes on its stack.
-constexpr size_t kParamsBytes = 512;
 
 // defaults: AttentionParams' bytes at the library's defaults; offsets: of
 // scale, flags, window_left, window_right, softcap, sinks and sinks_dtype
@@ -31,8 +34,9 @@ void set_package(pybind11::bytes defaults, std::vector<int64_t> offsets,
   for (int64_t at : offsets)
     if (at < 0 || static_cast<size_t>(at) + 8 > bytes.size())
       throw std::invalid_argument("set_package: an offset past the params");
-  Package p;
-  p.defaults.assign(bytes.begin(), bytes.end());
+  Package p{};
+  p.size = bytes.size();
+  std::memcpy(p.defaults, bytes.data(), bytes.size());
   p.scale_at = offsets[0], p.flags_at = offsets[1];
   p.left_at = offsets[2], p.right_at = offsets[3];
   p.softcap_at = offsets[4], p.sinks_at = offsets[5];
@@ -40,7 +44,7 @@ void set_package(pybind11::bytes defaults, std::vector<int64_t> offsets,
   p.causal_flag = static_cast<uint32_t>(causal_flag);
   // Kept for the life of the process: a kernel may run on any thread.
   p.context_address = context_address.release().ptr();
-  package = std::move(p);
+  package = p;
 }
 
 template <typename T> void put(unsigned char *params, size_t at, T value) {
@@ -66,10 +70,10 @@ bool plain_params(bool causal, int64_t left, int64_t right, double softcap,
                   bool has_scale, double scale, unsigned char *params) {
   const Package &s = package;
   float scale32 = 0.0f, softcap32 = 0.0f;
-  if (s.defaults.empty() || (has_scale && !float32_of(scale, &scale32)) ||
+  if (!s.size || (has_scale && !float32_of(scale, &scale32)) ||
       !float32_of(softcap, &softcap32))
     return false;
-  std::memcpy(params, s.defaults.data(), s.defaults.size());
+  std::memcpy(params, s.defaults, s.size);
   put(params, s.scale_at, scale32);
   put(params, s.flags_at, causal ? s.causal_flag : 0u);
   put(params, s.left_at, left);
@@ -84,15 +88,18 @@ bool plain_params(bool causal, int64_t left, int64_t right, double softcap,
 // the common call takes neither the GIL nor a Python step for it. NULL on
 // a thread without a Python thread state: one made for the lookup would
 // take the context with it when it goes, so the Python path (which holds
-// the context while it calls) takes such calls.
+// the context while it calls) takes such calls. A caller that holds the
+// GIL has a thread state and says so (has_gil): the check reads cold
+// thread data.
 std::atomic<int64_t> context_generation{0};
 thread_local int64_t context_seen = -1;
 thread_local void *context_cached = nullptr;
 
 void bump_context_generation() { context_generation.fetch_add(1); }
 
-void *default_context() {
-  if (!package.context_address || !PyGILState_GetThisThreadState())
+void *default_context(bool has_gil = false) {
+  if (!package.context_address ||
+      (!has_gil && !PyGILState_GetThisThreadState()))
     return nullptr;
   const int64_t now = context_generation.load();
   if (context_seen == now && context_cached) return context_cached;

@@ -262,6 +262,61 @@ def test_the_compiled_backend_follows_the_default_context(compiled):
     assert torch.equal(first, again)
 
 
+def test_the_compiled_backend_reuses_only_a_result_nobody_holds(compiled):
+    """A decode result that nobody holds any more (no reference, view or
+    weak reference) is handed out again; one still held is never written."""
+    import gc
+    import weakref
+    import flashcpu.transformers as backend
+    native._module = compiled
+    function = backend.function()
+    module = _Attention(is_causal=True)
+    torch.manual_seed(9)
+    calls = [tuple(torch.randn(s, dtype=torch.bfloat16) for s in
+                   ((1, 8, 1, 64), (1, 2, 40, 64), (1, 2, 40, 64))) for _ in range(2)]
+    expected = [backend.attention_forward(module, *c, None)[0] for c in calls]
+
+    def call(i):
+        return function(module, *calls[i], None, dropout=0.0)[0]
+
+    gc.collect()
+    call(0)
+    address = call(0).data_ptr()  # the one before was dropped: handed out again
+    assert call(1).data_ptr() == address
+    held = call(0)
+    other = call(1)
+    assert held.data_ptr() != other.data_ptr()
+    assert torch.equal(held.view(torch.int16), expected[0].view(torch.int16))
+    assert torch.equal(other.view(torch.int16), expected[1].view(torch.int16))
+    del other
+    view = call(0).reshape(1, 1, -1)  # a view holds the storage
+    fresh = call(1)
+    assert torch.equal(view.view(1, 1, 8, 64).view(torch.int16), expected[0].view(torch.int16))
+    assert torch.equal(fresh.view(torch.int16), expected[1].view(torch.int16))
+    del view, fresh
+    result = call(0)
+    address = result.data_ptr()
+    watched = weakref.ref(result)
+    del result
+    assert watched() is not None  # kept for the next call
+    assert call(1).data_ptr() != address  # but not handed out while watched
+    marked = call(0)
+    marked.requires_grad_(True)
+    del marked
+    assert not call(1).requires_grad
+    with torch.inference_mode():
+        inside = call(0)
+        assert inside.is_inference()
+    del inside
+    outside = call(1)
+    assert not outside.is_inference()
+    assert torch.equal(outside.view(torch.int16), expected[1].view(torch.int16))
+    big = tuple(torch.randn(s, dtype=torch.float32) for s in
+                ((1, 8, 1024, 64), (1, 2, 1024, 64), (1, 2, 1024, 64)))
+    watched = weakref.ref(function(module, *big, None)[0])
+    assert watched() is None  # 2 MB: not kept alive between calls
+
+
 def test_the_installed_package_carries_the_extensions_sources():
     """pip installs what flashcpu.native.build() compiles (setup.py's
     package_data lists each file the build reads)."""
