@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -70,25 +70,78 @@ void set_backend(pybind11::object fallback) {
 constexpr int64_t kSpareBytes = 1 << 20;
 struct Spare {
   PyObject *result, *out;
-  const void *impl, *storage, *out_type;
+  const void *impl, *storage, *type_line, *weaklist;
 };
 
-// The keyword names the function reads, interned once.
-struct Names {
-  PyObject *dropout, *scaling, *window, *softcap, *sinks, *is_causal;
-};
+// The keywords the function reads; their names are interned once.
+enum { kDropout, kScaling, kWindow, kSoftcap, kSinks, kIsCausal, kOptions };
 
-// What every call reads, in two lines.
+// What every call reads, in two lines: the spare, the names and the
+// calling thread's default context as last looked up (for the thread of
+// that id while the package's context generation stays the one seen).
 struct alignas(64) Hot {
   Spare spare;
-  Names names;
+  PyObject *names[kOptions];
+  PyTypeObject *tensor_type; // a type that THPVariable_Check accepted
+  void *context;
+  uint64_t context_thread;
+  int64_t context_seen;
 };
 Hot hot;
+
+// The calling thread's default context (it holds the GIL).
+void *backend_context() {
+  const uint64_t thread = PyThreadState_GetID(PyThreadState_Get());
+  const int64_t generation = context_generation.load();
+  if (hot.context && hot.context_thread == thread &&
+      hot.context_seen == generation)
+    return hot.context;
+  void *context = default_context(true);
+  hot.context = context, hot.context_thread = thread;
+  hot.context_seen = generation;
+  return context;
+}
+
+// True where another Python thread could wait for the GIL during a call:
+// the interpreter has another thread state. With none, keeping the GIL
+// through the call costs nobody anything and saves its release and
+// retake, about a microsecond with a model's weights in the caches.
+bool others_may_wait() {
+  PyThreadState *self = PyThreadState_Get();
+  return PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(self)) !=
+             self ||
+         PyThreadState_Next(self) != nullptr;
+}
+
+// Releases the GIL for its life where others_may_wait.
+class ReleaseIfOthers {
+public:
+  ReleaseIfOthers()
+      : saved_(others_may_wait() ? PyEval_SaveThread() : nullptr) {}
+  ~ReleaseIfOthers() {
+    if (saved_) PyEval_RestoreThread(saved_);
+  }
+  ReleaseIfOthers(const ReleaseIfOthers &) = delete;
+  ReleaseIfOthers &operator=(const ReleaseIfOthers &) = delete;
+
+private:
+  PyThreadState *saved_;
+};
 
 void prefetch_lines(const void *at, int lines) {
   if (!at) return;
   for (int i = 0; i < lines; i++)
     __builtin_prefetch(static_cast<const char *>(at) + 64 * i);
+}
+
+// Where object's weak references start, or nullptr for a type without
+// them: after the object, or before it (a negative offset) where Python
+// 3.12 and later manage the list.
+PyObject **weaklist_of(PyObject *object) {
+  const Py_ssize_t at = Py_TYPE(object)->tp_weaklistoffset;
+  return at ? reinterpret_cast<PyObject **>(reinterpret_cast<char *>(object) +
+                                            at)
+            : nullptr;
 }
 
 // True where spare's output can be handed out as a new [sizes] output of
@@ -99,11 +152,8 @@ bool spare_fits(const int64_t sizes[4], at::ScalarType dtype) {
   if (!hot.spare.result || Py_REFCNT(hot.spare.result) != 1 ||
       Py_REFCNT(hot.spare.out) != 1)
     return false;
-  PyTypeObject *type = Py_TYPE(hot.spare.out);
-  if (type->tp_weaklistoffset > 0 &&
-      *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(hot.spare.out) +
-                                     type->tp_weaklistoffset))
-    return false;
+  PyObject **weaklist = weaklist_of(hot.spare.out);
+  if (weaklist && *weaklist) return false;
   const at::Tensor &t = THPVariable_Unpack(hot.spare.out);
   return t.use_count() == 1 && t.weak_use_count() == 1 &&
          t.storage().use_count() == 1 && t.scalar_type() == dtype &&
@@ -122,20 +172,24 @@ PyObject *result_of(const at::Tensor &out) {
   if (!result || out.nbytes() > static_cast<size_t>(kSpareBytes)) return result;
   Py_XDECREF(hot.spare.result);
   Py_INCREF(result);
-  hot.spare = {result, tensor, out.unsafeGetTensorImpl(),
+  hot.spare = {result,
+               tensor,
+               out.unsafeGetTensorImpl(),
                out.storage().unsafeGetStorageImpl(),
-               &Py_TYPE(tensor)->tp_weaklistoffset};
+               &Py_TYPE(tensor)->tp_weaklistoffset,
+               weaklist_of(tensor)};
   return result;
 }
 
 // A [B, L, H, Dv] output of q's dtype for q, k, v [B, H, seq, D] read in
-// place, written through its [B, H, L, Dv] view by flashcpu_attention with
-// the GIL released: the output, *status 0; else an undefined tensor and the
-// library's status, or -1 where the tensors are not for this path. With
-// taken, the spare result's output is used where it fits, and *taken is a
-// new reference to that result (else nullptr). A new output comes straight
-// from the CPU allocator: through the dispatcher, at::empty costs several
-// microseconds more with a model's weights in the caches.
+// place, written through its [B, H, L, Dv] view by flashcpu_attention
+// (the GIL released where another thread could wait): the output, *status 0;
+// else an undefined tensor and the library's status, or -1 where the tensors
+// are not for this path. With taken, the spare result's output is used where it
+// fits, and *taken is a new reference to that result (else nullptr). A new
+// output comes straight from the CPU allocator: through the dispatcher,
+// at::empty costs several microseconds more with a model's weights in the
+// caches.
 at::Tensor output_call(const at::Tensor &q, const at::Tensor &k,
                        const at::Tensor &v, void *context, const void *params,
                        int64_t *status, int64_t *library_ns, PyObject **taken) {
@@ -157,7 +211,7 @@ at::Tensor output_call(const at::Tensor &q, const at::Tensor &k,
   }
   if (view_of(out, false, &views[3])) {
     mark(kStageCall);
-    pybind11::gil_scoped_release unlocked;
+    ReleaseIfOthers unlocked;
     const int64_t start = backend_timing ? now_ns() : 0;
     *status = attention_fn(context, &views[0], &views[1], &views[2], &views[3],
                            nullptr, params);
@@ -182,27 +236,35 @@ std::tuple<int64_t, at::Tensor> attention_new(const at::Tensor &q,
   return {status, out};
 }
 
-void make_names() {
-  hot.names = {interned("dropout"),        interned("scaling"),
-               interned("sliding_window"), interned("softcap"),
-               interned("s_aux"),          interned("is_causal")};
+// Which option key names (kOptions for none): by identity (interned
+// strings, as keywords in code are), else by value.
+int option_of(PyObject *key) {
+  PyObject *const *names = hot.names;
+  for (int i = 0; i < kOptions; i++)
+    if (key == names[i]) return i;
+  if (PyUnicode_CHECK_INTERNED(key)) return kOptions;
+  for (int i = 0; i < kOptions; i++)
+    if (PyUnicode_Compare(key, names[i]) == 0) return i;
+  return kOptions;
 }
 
-// The option keyword name gives in a vectorcall's keywords (values after
-// the positional arguments), nullptr where it is absent. Names are matched
-// by identity (interned strings, as keywords in code are), else by value.
-PyObject *keyword(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
-                  PyObject *name) {
-  if (!kwnames) return nullptr;
-  const Py_ssize_t n = PyTuple_GET_SIZE(kwnames);
-  for (Py_ssize_t i = 0; i < n; i++)
-    if (PyTuple_GET_ITEM(kwnames, i) == name) return args[nargs + i];
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *key = PyTuple_GET_ITEM(kwnames, i);
-    if (!PyUnicode_CHECK_INTERNED(key) && PyUnicode_Compare(key, name) == 0)
-      return args[nargs + i];
+// The values of the keywords the function reads in a vectorcall's keywords
+// (after the positional arguments), nullptr where absent.
+void read_options(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                  PyObject *values[kOptions]) {
+  if (!hot.names[kOptions - 1]) {
+    const char *text[kOptions] = {"dropout", "scaling", "sliding_window",
+                                  "softcap", "s_aux",   "is_causal"};
+    PyObject *names[kOptions];
+    for (int i = 0; i < kOptions; i++) names[i] = interned(text[i]);
+    std::copy(names, names + kOptions, hot.names);
   }
-  return nullptr;
+  for (int i = 0; i < kOptions; i++) values[i] = nullptr;
+  const Py_ssize_t n = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < n; k++) {
+    const int i = option_of(PyTuple_GET_ITEM(kwnames, k));
+    if (i < kOptions) values[i] = args[nargs + k];
+  }
 }
 
 bool absent_or_none(PyObject *value) { return !value || value == Py_None; }
@@ -220,18 +282,23 @@ bool zero_or_absent(PyObject *value) {
 // turn.
 void prefetch_call(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   const Spare &s = hot.spare;
-  prefetch_lines(&package, 3);
+  prefetch_lines(&hot, 2);
+  prefetch_lines(&package, 4);
+  prefetch_lines(&context_generation, 1);
   prefetch_lines(&THPVariableClass, 1);
   prefetch_lines(s.result, 1);
   prefetch_lines(s.out, 1);
   prefetch_lines(s.impl, 4);
   prefetch_lines(s.storage, 1);
-  prefetch_lines(s.out_type, 1);
+  prefetch_lines(s.type_line, 1);
+  prefetch_lines(s.weaklist, 1);
   for (Py_ssize_t i = 0; i < nargs && i < 4; i++) prefetch_lines(args[i], 1);
   if (!kwnames) return;
   prefetch_lines(kwnames, 1);
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++) {
+    prefetch_lines(PyTuple_GET_ITEM(kwnames, i), 1);
     prefetch_lines(args[nargs + i], 1);
+  }
 }
 
 // The backend's result (out [B, L, H, Dv], None) of the common call as a
@@ -239,29 +306,31 @@ void prefetch_call(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
 // with a Python error set where reading an argument raised.
 PyObject *backend_call(PyObject *const *args, Py_ssize_t nargs,
                        PyObject *kwnames, int64_t *library_ns) {
-  if (!hot.names.dropout) make_names();
-  const Names &names = hot.names;
-  if (!attention_fn || nargs != 5 || args[4] != Py_None ||
-      !zero_or_absent(keyword(args, nargs, kwnames, names.dropout)) ||
-      !absent_or_none(keyword(args, nargs, kwnames, names.window)) ||
-      !zero_or_absent(keyword(args, nargs, kwnames, names.softcap)) ||
-      !absent_or_none(keyword(args, nargs, kwnames, names.sinks)))
+  if (!attention_fn || nargs != 5 || args[4] != Py_None) return nullptr;
+  PyObject *options[kOptions];
+  read_options(args, nargs, kwnames, options);
+  if (!zero_or_absent(options[kDropout]) || !absent_or_none(options[kWindow]) ||
+      !zero_or_absent(options[kSoftcap]) || !absent_or_none(options[kSinks]))
     return nullptr;
-  for (int i = 1; i < 4; i++)
+  for (int i = 1; i < 4; i++) {
+    if (Py_TYPE(args[i]) == hot.tensor_type) continue;
     if (!THPVariable_Check(args[i])) return nullptr;
+    hot.tensor_type = Py_TYPE(args[i]); // all its objects are tensors
+  }
   const at::Tensor &q = THPVariable_Unpack(args[1]);
   const at::Tensor &k = THPVariable_Unpack(args[2]);
   const at::Tensor &v = THPVariable_Unpack(args[3]);
   for (const at::Tensor *t : {&q, &k, &v})
     prefetch_lines(t->unsafeGetTensorImpl(), 4);
-  PyObject *is_causal = keyword(args, nargs, kwnames, names.is_causal);
+  PyObject *is_causal = options[kIsCausal];
   bool causal = true;
   if (!absent_or_none(is_causal)) {
     const int truth = PyObject_IsTrue(is_causal);
     if (truth < 0) return nullptr;
     causal = truth != 0;
-  } else {
-    PyObject *attribute = PyObject_GetAttr(args[0], names.is_causal);
+  } else if (q.size(2) > 1) { // one row sees every key either way (the
+                              // library's causal mask is bottom-right)
+    PyObject *attribute = PyObject_GetAttr(args[0], hot.names[kIsCausal]);
     if (!attribute) {
       PyErr_Clear();
     } else {
@@ -271,7 +340,7 @@ PyObject *backend_call(PyObject *const *args, Py_ssize_t nargs,
       causal = truth != 0;
     }
   }
-  PyObject *scaling = keyword(args, nargs, kwnames, names.scaling);
+  PyObject *scaling = options[kScaling];
   const bool has_scale = !absent_or_none(scaling);
   alignas(16) unsigned char params[kParamsBytes];
   if ((has_scale && !PyFloat_CheckExact(scaling)) ||
@@ -281,7 +350,7 @@ PyObject *backend_call(PyObject *const *args, Py_ssize_t nargs,
   for (const at::Tensor *t : {&q, &k, &v}) // their impls have come by now
     prefetch_lines(t->storage().unsafeGetStorageImpl(), 1);
   mark(kStageContext);
-  void *context = default_context(true);
+  void *context = backend_context();
   mark(kStageOutput);
   int64_t status;
   PyObject *taken;
