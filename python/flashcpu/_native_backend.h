@@ -76,31 +76,13 @@ struct Spare {
 // The keywords the function reads; their names are interned once.
 enum { kDropout, kScaling, kWindow, kSoftcap, kSinks, kIsCausal, kOptions };
 
-// What every call reads, in two lines: the spare, the names and the
-// calling thread's default context as last looked up (for the thread of
-// that id while the package's context generation stays the one seen).
+// What every call reads, in two lines.
 struct alignas(64) Hot {
   Spare spare;
   PyObject *names[kOptions];
   PyTypeObject *tensor_type; // a type that THPVariable_Check accepted
-  void *context;
-  uint64_t context_thread;
-  int64_t context_seen;
 };
 Hot hot;
-
-// The calling thread's default context (it holds the GIL).
-void *backend_context() {
-  const uint64_t thread = PyThreadState_GetID(PyThreadState_Get());
-  const int64_t generation = context_generation.load();
-  if (hot.context && hot.context_thread == thread &&
-      hot.context_seen == generation)
-    return hot.context;
-  void *context = default_context(true);
-  hot.context = context, hot.context_thread = thread;
-  hot.context_seen = generation;
-  return context;
-}
 
 // True where another Python thread could wait for the GIL during a call:
 // the interpreter has another thread state. With none, keeping the GIL
@@ -144,6 +126,14 @@ PyObject **weaklist_of(PyObject *object) {
             : nullptr;
 }
 
+// c10::InferenceMode::is_enabled(), read inline: inference mode is on
+// exactly when ADInplaceOrView is not in the thread's included keys (c10
+// keeps the two in step).
+bool inference_mode() {
+  return !c10::impl::tls_local_dispatch_key_set().included_.has(
+      c10::DispatchKey::ADInplaceOrView);
+}
+
 // True where spare's output can be handed out as a new [sizes] output of
 // dtype: only the spare holds its result, its Python object, its tensor
 // and its storage (no view, no weak reference), and it has the sizes,
@@ -158,8 +148,9 @@ bool spare_fits(const int64_t sizes[4], at::ScalarType dtype) {
   return t.use_count() == 1 && t.weak_use_count() == 1 &&
          t.storage().use_count() == 1 && t.scalar_type() == dtype &&
          t.sizes() == at::IntArrayRef(sizes, 4) && t.is_contiguous() &&
-         t.storage_offset() == 0 && !t.requires_grad() && !t.has_names() &&
-         t.is_inference() == c10::InferenceMode::is_enabled();
+         t.storage_offset() == 0 && !t.requires_grad() &&
+         !t.unsafeGetTensorImpl()->has_named_tensor_meta() &&
+         t.is_inference() == inference_mode();
 }
 
 // Keeps (out, None) as the spare result where out is small enough; returns
@@ -350,7 +341,7 @@ PyObject *backend_call(PyObject *const *args, Py_ssize_t nargs,
   for (const at::Tensor *t : {&q, &k, &v}) // their impls have come by now
     prefetch_lines(t->storage().unsafeGetStorageImpl(), 1);
   mark(kStageContext);
-  void *context = backend_context();
+  void *context = default_context(true);
   mark(kStageOutput);
   int64_t status;
   PyObject *taken;
@@ -368,6 +359,7 @@ PyObject *backend_forward(PyObject *, PyObject *const *args, Py_ssize_t nargsf,
   stage_mark[kStageArguments] = start;
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   prefetch_call(args, nargs, kwnames);
+
   int64_t library_ns = 0;
   PyObject *result = nullptr;
   try {
