@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the Python package adds to a call: a llama3-8b-shaped bf16 decode
 (32 query heads, 8 KV heads, head_dim 128, one query row, [B, H, S, D] as
-transformers passes them) timed six ways in one torch process, at --kv
+transformers passes them) timed several ways in one torch process, at --kv
 keys and on a 1-key cache (the floor, where the call's own work is least):
   library call      flashcpu_attention through ctypes, arguments prepared once
   attention out=    flashcpu.attention(..., out=out): an engine loop's call
@@ -10,7 +10,9 @@ keys and on a 1-key cache (the floor, where the call's own work is least):
   attention         flashcpu.attention, a new output each call
   torch op          torch.ops.flashcpu.attention (its C++ kernel where the
                     extension is built; "torch op Python kernel" without it)
-  backend           flashcpu.transformers.attention_forward (what a model calls)
+  backend           flashcpu.transformers.attention_forward (the Python function)
+  backend compiled  the function flashcpu.transformers.register() installs
+                    where the extension is built (what a model calls)
   sdpa              transformers' sdpa_attention_forward, for comparison
 and, at --kv, the library call and attention out= right after a torch bf16
 matmul (the call a model makes after its projections; on CPUs with AMX its
@@ -65,10 +67,10 @@ def main():
     import torch
     try:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        import flashcpu.transformers as backend
-    except ImportError:  # transformers missing: the backend and sdpa rows left out
-        sdpa_attention_forward = backend = None
+    except ImportError:  # transformers missing: the sdpa row left out
+        sdpa_attention_forward = None
     import flashcpu
+    import flashcpu.transformers as backend  # needs no transformers
     from flashcpu import _api, _arrays, _context
 
     torch.manual_seed(0)
@@ -185,9 +187,14 @@ def measure(args, kv, torch, flashcpu, backend, sdpa_attention_forward, _api, _a
                 lambda python: ops.use_python() if python else ops.use_native(compiled))
     except ImportError:
         pass
-    if backend is not None and bhsd:  # transformers passes [B, H, S, D]
+    if bhsd:  # transformers passes [B, H, S, D]
         cases["backend"] = (lambda: backend.attention_forward(Module, q, *caches[next_cache()],
                                                               None), None)
+        function = backend.function()
+        if function is not backend.attention_forward:
+            cases["backend compiled"] = (lambda: function(Module, q, *caches[next_cache()], None),
+                                         None)
+    if bhsd and sdpa_attention_forward is not None:
         cases["sdpa"] = (lambda: sdpa_attention_forward(Module, q, *caches[next_cache()], None,
                                                         is_causal=True), None)
     if kv > 1:
