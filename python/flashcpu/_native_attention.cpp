@@ -52,19 +52,28 @@ int dtype_code(at::ScalarType type) {
   }
 }
 
+// flashcpu's dtype code of a strided CPU tensor of dims dimensions whose
+// last dimension is contiguous (or of size 1) and whose data is not null;
+// -1 for anything else.
+int float_rows_code(const at::Tensor &t, int64_t dims) {
+  if (!t.defined() || t.dim() != dims || !t.device().is_cpu() ||
+      t.layout() != at::kStrided)
+    return -1;
+  const int code = dtype_code(t.scalar_type());
+  if (code < 0 || (t.size(dims - 1) > 1 && t.stride(dims - 1) != 1) ||
+      !t.data_ptr())
+    return -1;
+  return code;
+}
+
 // A [B, seq, H, D] view of a 4-dim CPU tensor of a float dtype (axes 1 and
 // 2 swapped for "bhsd"), its last dim contiguous; false for anything else.
 bool view_of(const at::Tensor &t, bool bhsd, Tensor *v) {
-  if (!t.defined() || t.dim() != 4 || !t.device().is_cpu() ||
-      t.layout() != at::kStrided)
-    return false;
-  const int code = dtype_code(t.scalar_type());
+  const int code = float_rows_code(t, 4);
   if (code < 0) return false;
   const auto sizes = t.sizes();
   const auto strides = t.strides();
-  if (strides[3] != 1 && sizes[3] > 1) return false;
   v->data = t.data_ptr();
-  if (!v->data) return false;
   v->dtype = code;
   const int seq = bhsd ? 2 : 1, head = bhsd ? 1 : 2;
   v->dims[0] = sizes[0], v->dims[1] = sizes[seq], v->dims[2] = sizes[head];
@@ -76,15 +85,11 @@ bool view_of(const at::Tensor &t, bool bhsd, Tensor *v) {
 
 // A [1, T, H, D] view of packed rows [T, H, D] (the paged calls').
 bool rows_of(const at::Tensor &t, Tensor *v) {
-  if (!t.defined() || t.dim() != 3 || !t.device().is_cpu() ||
-      t.layout() != at::kStrided)
-    return false;
-  const int code = dtype_code(t.scalar_type());
+  const int code = float_rows_code(t, 3);
+  if (code < 0) return false;
   const auto sizes = t.sizes();
   const auto strides = t.strides();
-  if (code < 0 || (strides[2] != 1 && sizes[2] > 1)) return false;
   v->data = t.data_ptr();
-  if (!v->data) return false;
   v->dtype = code;
   v->dims[0] = 1, v->strides[0] = 0;
   for (int i = 0; i < 3; i++) v->dims[i + 1] = sizes[i];

@@ -110,14 +110,10 @@ at::Tensor attention_common(const c10::IValue *args) {
 // else (the Python kernel then takes it).
 bool cache_side(const at::Tensor &cache, bool hnd, void **data, int32_t *dtype,
                 int64_t strides[3], int64_t dims[4]) {
-  if (!cache.defined() || cache.dim() != 4 || !cache.device().is_cpu() ||
-      cache.layout() != at::kStrided)
-    return false;
-  const int code = dtype_code(cache.scalar_type());
+  const int code = float_rows_code(cache, 4);
+  if (code < 0) return false;
   const auto sizes = cache.sizes();
   const auto given = cache.strides();
-  if (code < 0 || (sizes[3] > 1 && given[3] != 1) || !cache.data_ptr())
-    return false;
   const int order[4] = {0, hnd ? 2 : 1, hnd ? 1 : 2, 3};
   for (int i = 0; i < 4; i++) {
     if (given[i] < 0) return false;
